@@ -1,0 +1,1 @@
+"""GraphRAG ("From Local to Global") as Dagster software-defined assets stored in DuckDB."""

@@ -1,0 +1,1 @@
+"""Thin Dagster assets: read upstream tables, call one method function, write, describe."""

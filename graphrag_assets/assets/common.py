@@ -1,0 +1,73 @@
+"""What every index asset shares: the corpus partitions, code versions, and publishing a table."""
+
+from __future__ import annotations
+
+import dagster as dg
+import duckdb
+import pandas as pd
+
+from ..method.prompts import prompts_version
+from ..models import Usage
+from ..resources import _OpenAIEndpoint
+from ..store.tables import Lineage, latest_versions, write_table
+
+corpus_partitions = dg.DynamicPartitionsDefinition(name="corpus")
+
+# Bump when a change to the method changes what an asset produces from the same inputs.
+METHOD_VERSION = "1"
+
+
+def code_version(*prompt_names: str) -> str:
+    return f"{METHOD_VERSION}-{prompts_version(*prompt_names)}" if prompt_names else METHOD_VERSION
+
+
+def markdown_table(df: pd.DataFrame, columns: list[str], rows: int = 10) -> dg.MetadataValue:
+    preview = df[columns].head(rows).copy()
+    for column in preview.columns:
+        if preview[column].dtype == object:
+            preview[column] = preview[column].map(lambda v: (str(v)[:120] + "…") if len(str(v)) > 120 else v)
+    return dg.MetadataValue.md(preview.to_markdown(index=False) if len(preview) else "_(no rows)_")
+
+
+def usage_metadata(model: _OpenAIEndpoint, usage: Usage | None) -> dict:
+    if usage is None:
+        return {}
+    figures = usage.as_metadata(model.settings())
+    return {
+        "model_calls": figures["calls"], "cache_hits": figures["cache_hits"],
+        "prompt_tokens": figures["prompt_tokens"], "completion_tokens": figures["completion_tokens"],
+        "retries": figures["retries"], "failed_calls": figures["failures"],
+        "estimated_cost_usd": dg.MetadataValue.float(figures["estimated_cost_usd"]),
+    }
+
+
+def publish(
+    context: dg.AssetExecutionContext,
+    conn: duckdb.DuckDBPyConnection,
+    table: str,
+    df: pd.DataFrame,
+    *,
+    upstream: list[str],
+    engine: str,
+    model: _OpenAIEndpoint | None = None,
+    usage: Usage | None = None,
+    metadata: dict | None = None,
+) -> dg.MaterializeResult:
+    """Write the corpus's rows with a lineage row, and describe the result for the UI."""
+    corpus = context.partition_key
+    key = dg.AssetKey(table)
+    lineage = Lineage(
+        asset=table, corpus=corpus, run_id=context.run_id,
+        code_version=context.assets_def.code_versions_by_key.get(key) or "",
+        engine=engine, upstream_versions=latest_versions(conn, corpus, upstream),
+        model_usage=usage.as_metadata(model.settings()) if usage and model else None,
+    )
+    version = write_table(conn, table, corpus, df, lineage)
+    return dg.MaterializeResult(
+        asset_key=key,
+        data_version=dg.DataVersion(version),
+        metadata={
+            "dagster/row_count": len(df), "engine": engine, "corpus": corpus,
+            **(usage_metadata(model, usage) if model else {}), **(metadata or {}),
+        },
+    )

@@ -1,0 +1,162 @@
+"""The first half of the index: documents, text units, the entity graph and claims."""
+
+import asyncio
+
+import dagster as dg
+import pandas as pd
+from dagster_duckdb import DuckDBResource
+
+from ..method.documents import TabularColumns, read_corpus
+from ..method.extract_claims import CLAIM_PROMPTS, DEFAULT_CLAIM_DESCRIPTION, extract_claims, COVARIATE_COLUMNS
+from ..method.extract_graph import DEFAULT_ENTITY_TYPES, EXTRACTION_PROMPTS
+from ..method.graph import build_entity_graph, link_text_units
+from ..method.text_units import chunk_documents
+from ..resources import ChatModelResource, CorporaResource
+from ..store.tables import read_table
+from .common import code_version, corpus_partitions, markdown_table, publish
+
+MODEL_POOL = "model"
+
+
+class IngestConfig(dg.Config):
+    chunk_size: int = 600
+    chunk_overlap: int = 100
+    text_column: str = "text"
+    title_column: str = "title"
+    metadata_columns: list[str] = []
+
+
+class GraphConfig(dg.Config):
+    entity_types: list[str] = list(DEFAULT_ENTITY_TYPES)
+    max_gleanings: int = 1
+    summary_max_input_tokens: int = 4000
+    summary_max_tokens: int = 500
+    offline_min_mentions: int = 2
+
+
+class ClaimsConfig(dg.Config):
+    enabled: bool = True
+    claim_description: str = DEFAULT_CLAIM_DESCRIPTION
+    entity_specs: list[str] = list(DEFAULT_ENTITY_TYPES)
+    max_gleanings: int = 1
+
+
+@dg.multi_asset(
+    specs=[
+        dg.AssetSpec("documents", description="One row per document of the corpus; id is the content hash.",
+                     code_version=code_version(), kinds={"duckdb"}),
+        dg.AssetSpec("base_text_units", deps=["documents"], code_version=code_version(), kinds={"duckdb"},
+                     description="Token chunks of the documents, the unit of extraction and provenance."),
+    ],
+    partitions_def=corpus_partitions,
+    group_name="ingest",
+)
+def corpus_documents(context: dg.AssetExecutionContext, config: IngestConfig,
+                     corpora: CorporaResource, duckdb: DuckDBResource):
+    folder = corpora.folder(context.partition_key)
+    read = read_corpus(folder, TabularColumns(config.text_column, config.title_column or None,
+                                              tuple(config.metadata_columns)))
+    for problem in read.problems:
+        context.log.warning(f"{folder.name}/{problem}")
+    problems = dg.MetadataValue.md("\n".join(f"- `{p.path}`: {p.message}" for p in read.problems) or "none")
+    if read.documents.empty:
+        raise dg.Failure(description=f"corpus folder {folder} has no readable documents", metadata={"problems": problems})
+    text_units, documents = chunk_documents(read.documents, config.chunk_size, config.chunk_overlap)
+    with duckdb.get_connection() as conn:
+        yield publish(context, conn, "documents", documents, upstream=[], engine="none", metadata={
+            "files_read": read.files_read, "problems": problems,
+            "preview": markdown_table(documents, ["title", "source_path"]),
+        })
+        yield publish(context, conn, "base_text_units", text_units, upstream=["documents"], engine="none", metadata={
+            "total_tokens": int(text_units["n_tokens"].sum()), "chunk_size": config.chunk_size,
+            "chunk_overlap": config.chunk_overlap,
+        })
+
+
+@dg.multi_asset(
+    specs=[
+        dg.AssetSpec("entities", deps=["base_text_units"], code_version=code_version(*EXTRACTION_PROMPTS, "summarize_descriptions"),
+                     kinds={"duckdb"}, description="Entities merged by exact name, with summarized descriptions."),
+        dg.AssetSpec("relationships", deps=["base_text_units"], code_version=code_version(*EXTRACTION_PROMPTS, "summarize_descriptions"),
+                     kinds={"duckdb"}, description="Relationships merged by (source, target); weight sums strengths."),
+    ],
+    partitions_def=corpus_partitions,
+    group_name="graph",
+    pool=MODEL_POOL,
+)
+def entity_graph(context: dg.AssetExecutionContext, config: GraphConfig, chat: ChatModelResource, duckdb: DuckDBResource):
+    corpus = context.partition_key
+    with duckdb.get_connection() as conn:
+        units = read_table(conn, "base_text_units", corpus)
+    options = dict(entity_types=tuple(config.entity_types), max_gleanings=config.max_gleanings,
+                   summary_max_input_tokens=config.summary_max_input_tokens,
+                   summary_max_tokens=config.summary_max_tokens, offline_min_mentions=config.offline_min_mentions)
+    if chat.configured:
+        graph, usage = chat.run(lambda client: build_entity_graph(client, units, **options))
+    else:
+        graph, usage = asyncio.run(build_entity_graph(None, units, **options)), None
+    if graph.extraction.failed_units:
+        context.log.warning(f"{len(graph.extraction.failed_units)} text units failed extraction after retries")
+    quality = {**graph.extraction.as_metadata(), "summarized_descriptions": graph.summaries.summarized,
+               "failed_summaries": graph.summaries.failed}
+    top = graph.entities.sort_values(["degree", "frequency"], ascending=False)
+    with duckdb.get_connection() as conn:
+        yield publish(context, conn, "entities", graph.entities, upstream=["base_text_units"], engine=chat.engine,
+                      model=chat, usage=usage, metadata={
+                          **quality, "top_entities_by_degree": markdown_table(top, ["title", "type", "degree", "frequency", "description"]),
+                      })
+        yield publish(context, conn, "relationships", graph.relationships, upstream=["base_text_units"],
+                      engine=chat.engine, metadata={
+                          "sample": markdown_table(graph.relationships.sort_values("weight", ascending=False),
+                                                   ["source", "target", "weight", "description"]),
+                      })
+
+
+@dg.asset(
+    deps=["base_text_units"],
+    partitions_def=corpus_partitions,
+    group_name="graph",
+    code_version=code_version(*CLAIM_PROMPTS),
+    kinds={"duckdb"},
+    pool=MODEL_POOL,
+)
+def covariates(context: dg.AssetExecutionContext, config: ClaimsConfig, chat: ChatModelResource,
+               duckdb: DuckDBResource) -> dg.MaterializeResult:
+    """Claims about entities (subject, object, type, status, dates, quote), one LLM pass per text unit."""
+    corpus = context.partition_key
+    if not (config.enabled and chat.configured):
+        reason = "claims are switched off" if not config.enabled else "the offline engine extracts no claims"
+        context.log.info(f"covariates left empty: {reason}")
+        with duckdb.get_connection() as conn:
+            return publish(context, conn, "covariates", pd.DataFrame(columns=COVARIATE_COLUMNS),
+                           upstream=["base_text_units"], engine=chat.engine, metadata={"skipped_because": reason})
+    with duckdb.get_connection() as conn:
+        units = read_table(conn, "base_text_units", corpus)
+    (claims, stats), usage = chat.run(lambda client: extract_claims(
+        client, units, tuple(config.entity_specs), config.claim_description, config.max_gleanings))
+    with duckdb.get_connection() as conn:
+        return publish(context, conn, "covariates", claims, upstream=["base_text_units"], engine=chat.engine,
+                       model=chat, usage=usage, metadata={
+                           **stats.as_metadata(),
+                           "claims_by_status": dg.MetadataValue.json(claims["status"].value_counts().to_dict()),
+                           "sample": markdown_table(claims, ["subject_id", "type", "status", "description"]),
+                       })
+
+
+@dg.asset(
+    deps=["base_text_units", "entities", "relationships", "covariates"],
+    partitions_def=corpus_partitions,
+    group_name="graph",
+    code_version=code_version(),
+    kinds={"duckdb"},
+)
+def text_units(context: dg.AssetExecutionContext, duckdb: DuckDBResource) -> dg.MaterializeResult:
+    """Text units with the ids of the entities, relationships and claims extracted from each."""
+    corpus = context.partition_key
+    with duckdb.get_connection() as conn:
+        tables = {name: read_table(conn, name, corpus)
+                  for name in ("base_text_units", "entities", "relationships", "covariates")}
+        units = link_text_units(**tables)
+        return publish(context, conn, "text_units", units, upstream=list(tables), engine="none", metadata={
+            "units_without_entities": int((units["entity_ids"].map(len) == 0).sum()),
+        })

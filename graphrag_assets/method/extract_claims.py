@@ -1,0 +1,84 @@
+"""Claim (covariate) extraction: statements about entities with a status and a time span."""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+
+import pandas as pd
+
+from .extract_graph import ExtractionStats
+from .prompts import load_prompt
+from .records import COMPLETION_DELIMITER, RECORD_DELIMITER, TUPLE_DELIMITER, ChatModel, complete_with_gleaning, parse_records
+
+COVARIATE_COLUMNS = [
+    "id", "human_readable_id", "covariate_type", "type", "description", "subject_id", "object_id",
+    "status", "start_date", "end_date", "source_text", "text_unit_id",
+]
+CLAIM_PROMPTS = ("extract_claims", "extract_claims_continue", "gleaning_loop")
+DEFAULT_CLAIM_DESCRIPTION = "Any claims or facts that could be relevant to information discovery."
+_STATUSES = {"TRUE", "FALSE", "SUSPECTED"}
+
+
+def _date(value: str) -> str | None:
+    return None if not value or value.upper() in {"NONE", "NULL", "UNKNOWN"} else value
+
+
+def records_to_claims(unit_id: str, replies: list[str]) -> tuple[list[dict], int]:
+    claims, dropped = [], 0
+    for reply in replies:
+        parsed = parse_records(reply)
+        dropped += parsed.dropped
+        for record in parsed.records:
+            if len(record) < 8 or not record[0]:
+                dropped += 1
+                continue
+            subject, obj, claim_type, status, start, end, description, source = record[:8]
+            status = status.upper() if status.upper() in _STATUSES else "SUSPECTED"
+            claims.append({
+                "covariate_type": "claim", "type": claim_type.upper(), "description": description,
+                "subject_id": subject.upper(), "object_id": None if obj.upper() in {"", "NONE"} else obj.upper(),
+                "status": status, "start_date": _date(start), "end_date": _date(end),
+                "source_text": source, "text_unit_id": unit_id,
+            })
+    return claims, dropped
+
+
+async def extract_claims(
+    chat: ChatModel,
+    text_units: pd.DataFrame,
+    entity_specs: tuple[str, ...],
+    claim_description: str = DEFAULT_CLAIM_DESCRIPTION,
+    max_gleanings: int = 1,
+) -> tuple[pd.DataFrame, ExtractionStats]:
+    prompt = load_prompt("extract_claims")
+    continue_prompt = load_prompt("extract_claims_continue").format(
+        tuple_delimiter=TUPLE_DELIMITER, record_delimiter=RECORD_DELIMITER, completion_delimiter=COMPLETION_DELIMITER
+    )
+    loop_prompt = load_prompt("gleaning_loop").template
+
+    async def one(unit_id: str, text: str):
+        first = prompt.format(
+            entity_specs=", ".join(entity_specs), claim_description=claim_description,
+            tuple_delimiter=TUPLE_DELIMITER, record_delimiter=RECORD_DELIMITER,
+            completion_delimiter=COMPLETION_DELIMITER, input_text=text,
+        )
+        return unit_id, await complete_with_gleaning(chat, first, continue_prompt, loop_prompt, max_gleanings)
+
+    results = await asyncio.gather(*(one(u.id, u.text) for u in text_units.itertuples(index=False)))
+    stats = ExtractionStats(units=len(results))
+    rows = []
+    for unit_id, replies in results:
+        if replies is None:
+            stats.failed_units.append(unit_id)
+            continue
+        claims, dropped = records_to_claims(unit_id, replies)
+        stats.dropped_records += dropped
+        rows.extend(claims)
+    covariates = pd.DataFrame(rows, columns=[c for c in COVARIATE_COLUMNS if c not in ("id", "human_readable_id")])
+    covariates.insert(0, "id", [
+        hashlib.sha256(f"claim:{r.text_unit_id}:{i}:{r.subject_id}:{r.description}".encode()).hexdigest()[:32]
+        for i, r in enumerate(covariates.itertuples(index=False))
+    ])
+    covariates.insert(1, "human_readable_id", range(len(covariates)))
+    return covariates[COVARIATE_COLUMNS], stats

@@ -1,0 +1,1 @@
+"""The offline engine: every step without a model, deterministic, labelled as such."""

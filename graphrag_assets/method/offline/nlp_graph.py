@@ -1,0 +1,100 @@
+"""Noun-phrase co-occurrence graph, the offline stand-in for LLM extraction.
+
+Like the "fast" and LazyGraphRAG indexing variants, entities are noun phrases found
+by a rule, and two entities are related when they appear in the same sentence. No
+part-of-speech model can be downloaded here, so the rule is orthographic: runs of
+capitalised words (with "of"/"the" inside, honorifics kept), excluding words that
+are only ever capitalised at the start of a sentence.
+"""
+
+from __future__ import annotations
+
+import re
+from collections import Counter, defaultdict
+from itertools import combinations
+
+import pandas as pd
+
+from ..extract_graph import merge_entities, merge_relationships
+
+_SENTENCE_END = re.compile(r"(?<=[.!?])[\"'”’)]*\s+|\n\s*\n")
+_WORD = r"[A-Z][a-zA-Z'’\-]*[a-zA-Z]"
+_HONORIFIC = r"(?:Mr|Mrs|Ms|Miss|Dr|St|Sir|Lady|Lord|Master|Old)\.?"
+_PHRASE = re.compile(rf"\b(?:{_HONORIFIC}\s+)?{_WORD}(?:\s+(?:of\s+|the\s+|of\s+the\s+)?{_WORD})*")
+_POSSESSIVE = re.compile(r"'s\b")
+_HONORIFIC_ONLY = re.compile(_HONORIFIC)
+_STOPWORDS = frozenset(
+    """a about after again all also an and another any are as at be because been before being but by can could
+    did do does done each even ever every for from had has have he her here hers him his how i if in into is it
+    its just let like may me might mine more most much must my no nor not now o of off oh on once one only or our
+    out over own perhaps said say see shall she should so some still such than that the their them then there
+    these they this those though thou thus thy to too under until up upon us very was we well were what when where
+    whether which while who whom whose why will with would yes yet you your""".split()
+)
+MIN_MENTIONS = 2
+MAX_DESCRIPTIONS = 3
+
+
+def split_sentences(text: str) -> list[str]:
+    return [s.strip() for s in _SENTENCE_END.split(text) if s and s.strip()]
+
+
+def _trim(phrase: str) -> str:
+    words = phrase.split()
+    while words and words[0].lower() in _STOPWORDS:
+        words.pop(0)
+    while words and words[-1].lower() in _STOPWORDS | {"of", "the"}:
+        words.pop()
+    return " ".join(words)
+
+
+def candidate_phrases(sentence: str) -> list[tuple[str, bool]]:
+    """(phrase, starts the sentence) for each capitalised run in a sentence."""
+    found = []
+    for match in _PHRASE.finditer(sentence):
+        phrase = _trim(_POSSESSIVE.sub("", match.group(0).replace("’", "'")))
+        # Contractions ("I'll", "It's") and bare honorifics are not names.
+        if len(phrase) < 3 or "'" in phrase or _HONORIFIC_ONLY.fullmatch(phrase):
+            continue
+        found.append((phrase, sentence[: match.start()].strip(" \"'“‘(") == ""))
+    return found
+
+
+def extract_nlp_graph(text_units: pd.DataFrame, min_mentions: int = MIN_MENTIONS) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """Entities and relationships (merged across text units) from noun-phrase co-occurrence."""
+    sentences_by_unit = {unit.id: split_sentences(unit.text) for unit in text_units.itertuples(index=False)}
+    mentions: Counter[str] = Counter()
+    seen_mid_sentence: set[str] = set()
+    phrases_by_sentence: dict[tuple[str, int], list[str]] = {}
+    for unit_id, sentences in sentences_by_unit.items():
+        for number, sentence in enumerate(sentences):
+            phrases = candidate_phrases(sentence)
+            phrases_by_sentence[(unit_id, number)] = [p for p, _ in phrases]
+            for phrase, at_start in phrases:
+                mentions[phrase] += 1
+                if not at_start or " " in phrase:
+                    seen_mid_sentence.add(phrase)
+    # A word capitalised only at sentence starts is an ordinary word ("Nothing", "Come").
+    keep = {p for p, n in mentions.items() if n >= min_mentions and p in seen_mid_sentence}
+
+    entities_per_unit: dict[str, list[dict]] = defaultdict(list)
+    relationships_per_unit: dict[str, list[dict]] = defaultdict(list)
+    description_count: Counter[str] = Counter()
+    for (unit_id, number), phrases in phrases_by_sentence.items():
+        present = sorted({p.upper() for p in phrases if p in keep})
+        if not present:
+            continue
+        sentence = " ".join(sentences_by_unit[unit_id][number].split())
+        for title in present:
+            # Entity descriptions are the first sentences that mention it, as the extractive summary.
+            description = sentence if description_count[title] < MAX_DESCRIPTIONS else ""
+            description_count[title] += bool(description)
+            entities_per_unit[unit_id].append({"title": title, "type": "NOUN PHRASE", "description": description})
+        for source, target in combinations(present, 2):
+            relationships_per_unit[unit_id].append(
+                {"source": source, "target": target, "description": sentence, "strength": 1.0}
+            )
+    entities = merge_entities(list(entities_per_unit.items()))
+    relationships = merge_relationships(list(relationships_per_unit.items()))
+    relationships["descriptions"] = relationships["descriptions"].map(lambda d: d[:MAX_DESCRIPTIONS])
+    return entities, relationships

@@ -1,0 +1,50 @@
+"""Prompts are editable text files in prompts/; their hash versions everything built with them."""
+
+from __future__ import annotations
+
+import hashlib
+import os
+from dataclasses import dataclass
+from functools import lru_cache
+from pathlib import Path
+
+DEFAULT_PROMPTS_DIR = Path(__file__).resolve().parents[2] / "prompts"
+
+
+def prompts_dir() -> Path:
+    return Path(os.environ.get("GRAPHRAG_PROMPTS_DIR", DEFAULT_PROMPTS_DIR))
+
+
+@dataclass(frozen=True)
+class Prompt:
+    name: str
+    template: str
+
+    @property
+    def sha(self) -> str:
+        return hashlib.sha256(self.template.encode()).hexdigest()[:12]
+
+    def format(self, **values: object) -> str:
+        # str.format would trip over the braces of JSON examples inside prompts.
+        text = self.template
+        for key, value in values.items():
+            text = text.replace("{" + key + "}", str(value))
+        return text
+
+
+@lru_cache(maxsize=64)
+def _load(path: Path, mtime_ns: int) -> Prompt:
+    return Prompt(path.stem, path.read_text(encoding="utf-8"))
+
+
+def load_prompt(name: str) -> Prompt:
+    path = prompts_dir() / f"{name}.txt"
+    if not path.is_file():
+        raise FileNotFoundError(f"prompt file {path} is missing")
+    return _load(path, path.stat().st_mtime_ns)
+
+
+def prompts_version(*names: str) -> str:
+    """One short hash over several prompts, for an asset's code version."""
+    digest = hashlib.sha256("".join(load_prompt(name).sha for name in names).encode())
+    return digest.hexdigest()[:12]

@@ -1,0 +1,75 @@
+"""Description summarization: an element seen with several descriptions gets one summary."""
+
+from __future__ import annotations
+
+import asyncio
+from dataclasses import dataclass
+
+from .prompts import load_prompt
+from .records import ChatModel
+from .tokens import count_tokens
+
+
+@dataclass
+class SummaryStats:
+    summarized: int = 0
+    single_description: int = 0
+    failed: int = 0
+
+
+def _batches(descriptions: list[str], max_input_tokens: int) -> list[list[str]]:
+    batches, current, used = [], [], 0
+    for description in sorted(descriptions):
+        tokens = count_tokens(description)
+        if current and used + tokens > max_input_tokens:
+            batches.append(current)
+            current, used = [], 0
+        current.append(description)
+        used += tokens
+    if current:
+        batches.append(current)
+    return batches
+
+
+async def summarize_one(
+    chat: ChatModel, name: str, descriptions: list[str], max_input_tokens: int, max_summary_tokens: int
+) -> str | None:
+    """Summaries of batches that fit the context window, each batch carrying the summary so far."""
+    prompt = load_prompt("summarize_descriptions")
+    summary: str | None = None
+    for batch in _batches(descriptions, max_input_tokens):
+        listed = ([summary] if summary else []) + batch
+        reply = await chat.complete(
+            [{"role": "user", "content": prompt.format(
+                entity_name=name, description_list="\n".join(f"- {d}" for d in listed),
+                max_length=max_summary_tokens)}],
+            max_tokens=max_summary_tokens,
+        )
+        if reply is None or not reply.strip():
+            return None
+        summary = reply.strip()
+    return summary
+
+
+async def summarize_descriptions(
+    chat: ChatModel | None,
+    items: list[tuple[str, list[str]]],
+    max_input_tokens: int = 4000,
+    max_summary_tokens: int = 500,
+) -> tuple[list[str], SummaryStats]:
+    """One description per item. Without a model, or when the model fails, descriptions are joined."""
+    stats = SummaryStats()
+
+    async def one(name: str, descriptions: list[str]) -> str:
+        if len(descriptions) <= 1:
+            stats.single_description += 1
+            return descriptions[0] if descriptions else ""
+        summary = await summarize_one(chat, name, descriptions, max_input_tokens, max_summary_tokens) if chat else None
+        if summary is None:
+            stats.failed += chat is not None
+            return " ".join(descriptions)
+        stats.summarized += 1
+        return summary
+
+    summaries = await asyncio.gather(*(one(name, list(descriptions)) for name, descriptions in items))
+    return list(summaries), stats

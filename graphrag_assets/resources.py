@@ -1,0 +1,91 @@
+"""Dagster resources: the corpora folder and the model endpoints."""
+
+
+import asyncio
+import re
+from pathlib import Path
+from typing import Awaitable, Callable, Optional, TypeVar
+
+import dagster as dg
+
+from .models import ModelClient, ModelSettings, Usage
+
+T = TypeVar("T")
+_SAFE_CORPUS_NAME = re.compile(r"^[a-z0-9][a-z0-9_\-]{0,63}$")
+
+
+class CorporaResource(dg.ConfigurableResource):
+    """Each folder under `root` is one corpus and one partition."""
+
+    root: str = "data"
+
+    def folder(self, corpus: str) -> Path:
+        if not _SAFE_CORPUS_NAME.match(corpus):
+            raise ValueError(
+                f"corpus name {corpus!r} is not a safe identifier: use lowercase letters, digits, '-' and '_' "
+                "(at most 64, starting with a letter or digit)"
+            )
+        root = Path(self.root).resolve()
+        folder = (Path(self.root) / corpus).resolve()
+        if root not in folder.parents:
+            raise ValueError(f"corpus folder {Path(self.root) / corpus} resolves to {folder}, outside {root}")
+        if not folder.is_dir():
+            raise FileNotFoundError(f"corpus folder {Path(self.root) / corpus} does not exist")
+        return folder
+
+    def names(self) -> list[str]:
+        root = Path(self.root)
+        return sorted(p.name for p in root.iterdir() if p.is_dir() and _SAFE_CORPUS_NAME.match(p.name)) if root.is_dir() else []
+
+
+class _OpenAIEndpoint(dg.ConfigurableResource):
+    """Any OpenAI-compatible endpoint (OpenAI, Azure OpenAI, Ollama, vLLM, llama.cpp's server)."""
+
+    base_url: Optional[str] = None
+    api_key: Optional[str] = None
+    api_version: Optional[str] = None
+    model: str
+    max_concurrency: int = 8
+    requests_per_minute: int = 500
+    tokens_per_minute: int = 200_000
+    max_retries: int = 6
+    timeout_seconds: float = 60.0
+    cache_dir: Optional[str] = ".graphrag/cache"
+    prompt_price_per_million: float = 0.0
+    completion_price_per_million: float = 0.0
+
+    @property
+    def configured(self) -> bool:
+        """With neither a base URL nor a key there is no endpoint, and the offline engine runs."""
+        return bool(self.base_url or self.api_key)
+
+    @property
+    def engine(self) -> str:
+        return f"llm:{self.model}" if self.configured else "offline"
+
+    def settings(self, **overrides: object) -> ModelSettings:
+        fields = {name: getattr(self, name) for name in ModelSettings.__dataclass_fields__ if hasattr(self, name)}
+        return ModelSettings(**{**fields, **overrides})
+
+    def run(self, work: Callable[[ModelClient], Awaitable[T]]) -> tuple[T, Usage]:
+        """Run async work with a fresh client in its own event loop; returns its result and the usage."""
+
+        async def main() -> tuple[T, Usage]:
+            client = ModelClient(self.settings())
+            try:
+                return await work(client), client.usage
+            finally:
+                await client.close()
+
+        return asyncio.run(main())
+
+
+class ChatModelResource(_OpenAIEndpoint):
+    model: str = "gpt-4o-mini"
+    temperature: float = 0.0
+    max_tokens: int = 2000
+
+
+class EmbeddingModelResource(_OpenAIEndpoint):
+    model: str = "text-embedding-3-small"
+    batch_size: int = 16

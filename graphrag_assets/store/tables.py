@@ -1,0 +1,94 @@
+"""Writes (one corpus's rows replaced in one transaction, with a lineage row) and reads."""
+
+from __future__ import annotations
+
+import datetime as dt
+import hashlib
+import json
+from dataclasses import dataclass, field
+
+import duckdb
+import pandas as pd
+
+from .schema import LINEAGE_DDL, TABLES
+
+
+@dataclass
+class Lineage:
+    asset: str
+    corpus: str
+    run_id: str
+    code_version: str
+    engine: str
+    upstream_versions: dict[str, str] = field(default_factory=dict)
+    model_usage: dict | None = None
+
+
+def data_version(df: pd.DataFrame) -> str:
+    """A content hash of a table, so unchanged outputs keep their version."""
+    hashed = pd.util.hash_pandas_object(df.astype(str), index=False).to_numpy()
+    return hashlib.sha256(hashed.tobytes() + ",".join(df.columns).encode()).hexdigest()[:16]
+
+
+def ensure_table(conn: duckdb.DuckDBPyConnection, table: str) -> None:
+    columns = TABLES[table]
+    definition = ", ".join([f'"{name}" {kind}' for name, kind in columns.items()] + ['"corpus" VARCHAR'])
+    conn.execute(f'CREATE TABLE IF NOT EXISTS "{table}" ({definition})')
+    existing = {row[0] for row in conn.execute(
+        "SELECT column_name FROM information_schema.columns WHERE table_name = ?", [table]).fetchall()}
+    for name, kind in columns.items():
+        if name not in existing:  # a newer version of the project added a column
+            conn.execute(f'ALTER TABLE "{table}" ADD COLUMN "{name}" {kind}')
+
+
+def write_table(conn: duckdb.DuckDBPyConnection, table: str, corpus: str, df: pd.DataFrame, lineage: Lineage) -> str:
+    """Replace the corpus's rows of `table` with `df` and record a lineage row; returns the data version."""
+    unknown = set(df.columns) - set(TABLES[table])
+    if unknown:
+        raise ValueError(f"table {table} has no columns {sorted(unknown)}; declare them in store/schema.py")
+    version = data_version(df)
+    conn.execute("BEGIN TRANSACTION")
+    try:
+        ensure_table(conn, table)
+        conn.execute(LINEAGE_DDL)
+        conn.execute(f'DELETE FROM "{table}" WHERE corpus = ?', [corpus])
+        if len(df):
+            rows = df.assign(corpus=corpus)
+            conn.register("_incoming", rows)
+            columns = ", ".join(f'"{c}"' for c in rows.columns)
+            conn.execute(f'INSERT INTO "{table}" ({columns}) SELECT {columns} FROM _incoming')
+            conn.unregister("_incoming")
+        conn.execute(
+            "INSERT INTO lineage VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+            [lineage.asset, corpus, lineage.run_id, lineage.code_version, version,
+             json.dumps(lineage.upstream_versions, sort_keys=True), len(df), lineage.engine,
+             json.dumps(lineage.model_usage) if lineage.model_usage is not None else None,
+             dt.datetime.now(dt.timezone.utc).replace(tzinfo=None)],
+        )
+        conn.execute("COMMIT")
+    except Exception:
+        conn.execute("ROLLBACK")
+        raise
+    return version
+
+
+def read_table(conn: duckdb.DuckDBPyConnection, table: str, corpus: str) -> pd.DataFrame:
+    """The corpus's rows of a table (without the corpus column); a clear error if never materialized."""
+    exists = conn.execute("SELECT count(*) FROM information_schema.tables WHERE table_name = ?", [table]).fetchone()[0]
+    if not exists:
+        raise LookupError(f"table {table} does not exist yet: materialize it for corpus {corpus!r} first")
+    df = conn.execute(f'SELECT * EXCLUDE (corpus) FROM "{table}" WHERE corpus = ? ORDER BY id', [corpus]).df()
+    for column, kind in TABLES[table].items():
+        if kind.endswith("[]") and column in df:  # DuckDB returns numpy arrays; the method expects lists
+            df[column] = df[column].map(lambda v: [] if v is None else list(v))
+    return df
+
+
+def latest_versions(conn: duckdb.DuckDBPyConnection, corpus: str, assets: list[str]) -> dict[str, str]:
+    conn.execute(LINEAGE_DDL)
+    rows = conn.execute(
+        """SELECT asset, arg_max(data_version, materialized_at) FROM lineage
+           WHERE corpus = ? AND list_contains(?, asset) GROUP BY asset""",
+        [corpus, assets],
+    ).fetchall()
+    return dict(rows)

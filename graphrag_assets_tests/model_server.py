@@ -1,0 +1,255 @@
+"""A real OpenAI-compatible HTTP server for tests and benchmarks, on 127.0.0.1.
+
+It answers the project's prompt kinds (graph extraction, gleaning, summarization,
+claims, embeddings) with well-formed content derived from the input text, always
+the same for the same request, and can be told to misbehave: 429 with Retry-After,
+500, replies slower than the client's timeout, malformed or truncated output, and a
+requests-per-minute limit like a real endpoint's. Faults are chosen by a hash of the
+request body, so a run with faults is as deterministic as one without.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+import threading
+import time
+from collections import Counter, deque
+from dataclasses import dataclass, field
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+_NAME = re.compile(r"\b[A-Z][a-z]{2,}\b")
+_COMMON = frozenset(
+    "The This That There They Then When What Where Which While With Who How And But For Not You Your His Her "
+    "Its Our Their She Him Them Now Here Yes Why Let Come Said Upon After Before Into From Over Some One Two "
+    "All Any Each Every Well Very Such Only Even Still Just Oh Ah Nay Aye Was Were Had Has Have Are Can".split()
+)
+
+
+@dataclass
+class Faults:
+    """Which requests misbehave: those whose body hash is divisible by the given number (0 = none)."""
+
+    transient_every: int = 0  # first attempt fails: 429 with Retry-After, or 500, alternately
+    retry_after_seconds: float = 0.05
+    slow_every: int = 0  # first attempt answers after slow_seconds (beyond the client's timeout)
+    slow_seconds: float = 3.0
+    malformed_every: int = 0  # always answers text that is not in the record format
+    truncated_every: int = 0  # always answers a reply cut off mid-record
+
+
+@dataclass
+class Served:
+    kind: str
+    key: str
+    status: int
+
+
+def _key(body: bytes) -> str:
+    return hashlib.sha256(body).hexdigest()
+
+
+def _picked(key: str, every: int) -> bool:
+    return every > 0 and int(key[:8], 16) % every == 0
+
+
+def names_in(text: str, limit: int = 5) -> list[str]:
+    counts = Counter(w for w in _NAME.findall(text) if w not in _COMMON)
+    return [w for w, _ in sorted(counts.items(), key=lambda kv: (-kv[1], kv[0]))[:limit]]
+
+
+def _first_sentence_with(text: str, name: str) -> str:
+    for sentence in re.split(r"(?<=[.!?])\s+", text):
+        if name in sentence:
+            return " ".join(sentence.split())[:160]
+    return ""
+
+
+def _between(text: str, start: str, end: str) -> str:
+    head = text.rsplit(start, 1)[-1]
+    return head.split(end, 1)[0] if end in head else head
+
+
+def graph_reply(text: str) -> str:
+    names = names_in(text)
+    records = [
+        f'("entity"<|>{n.upper()}<|>{["PERSON", "GEO", "ORGANIZATION", "EVENT"][len(n) % 4]}<|>'
+        f'{n} appears in the text: {_first_sentence_with(text, n)})'
+        for n in names
+    ]
+    records += [
+        f'("relationship"<|>{a.upper()}<|>{b.upper()}<|>{a} and {b} appear in the same passage<|>{1 + (len(a) + len(b)) % 9})'
+        for a, b in zip(names, names[1:])
+    ]
+    return "\n##\n".join(records) + "\n<|COMPLETE|>"
+
+
+def gleaning_reply(text: str) -> str:
+    extra = [n for n in names_in(text, limit=8)[5:]]
+    if not extra:
+        return "<|COMPLETE|>"
+    return "\n##\n".join(
+        f'("entity"<|>{n.upper()}<|>EVENT<|>{n} was found on a second look)' for n in extra
+    ) + "\n<|COMPLETE|>"
+
+
+def claims_reply(text: str) -> str:
+    records = [
+        f"({n.upper()}<|>NONE<|>MENTION<|>TRUE<|>NONE<|>NONE<|>{n} is mentioned in the text<|>{_first_sentence_with(text, n)})"
+        for n in names_in(text, limit=2)
+    ]
+    return "\n##\n".join(records) + "\n<|COMPLETE|>"
+
+
+def summary_reply(prompt: str) -> str:
+    name = _between(prompt, "Entity name:", "\n").strip()
+    descriptions = [d[2:].strip() for d in _between(prompt, "Description List:", "#######").splitlines() if d.startswith("- ")]
+    return f"{name}: " + " ".join(sorted(descriptions))[:400]
+
+
+def chat_reply(messages: list[dict]) -> tuple[str, str]:
+    """(kind, reply) for a conversation."""
+    first, last = messages[0]["content"], messages[-1]["content"]
+    if len(messages) > 1 and "Answer Y if" in last:
+        return "loop", "N"
+    if "-Target activity-" in first:
+        text = _between(first, "Text:", "Output:")
+        return ("claims_gleaning", "<|COMPLETE|>") if len(messages) > 1 else ("claims", claims_reply(text))
+    if "Entity_types:" in first:
+        text = _between(first, "Text:", "Output:")
+        return ("gleaning", gleaning_reply(text)) if len(messages) > 1 else ("extract", graph_reply(text))
+    if "Description List:" in first:
+        return "summarize", summary_reply(first)
+    return "other", "I have no answer for this prompt."
+
+
+def embedding(text: str, dimensions: int) -> list[float]:
+    """Hashed bag of words, normalised: texts sharing words get similar vectors."""
+    vector = [0.0] * dimensions
+    for word in re.findall(r"[a-z]+", text.lower()):
+        h = int(hashlib.md5(word.encode()).hexdigest()[:8], 16)
+        vector[h % dimensions] += 1.0 if (h >> 16) % 2 else -1.0
+    norm = sum(v * v for v in vector) ** 0.5 or 1.0
+    return [v / norm for v in vector]
+
+
+class FakeOpenAIServer:
+    def __init__(self, faults: Faults | None = None, latency_seconds: float = 0.0,
+                 requests_per_minute: int = 0, embedding_dimensions: int = 64):
+        self.faults = faults or Faults()
+        self.latency_seconds = latency_seconds
+        self.requests_per_minute = requests_per_minute
+        self.embedding_dimensions = embedding_dimensions
+        self.served: list[Served] = []
+        self._failed_once: set[str] = set()
+        self._recent: deque[float] = deque()
+        self._lock = threading.Lock()
+        self._httpd = ThreadingHTTPServer(("127.0.0.1", 0), self._handler())
+        self._httpd.daemon_threads = True
+        self._thread = threading.Thread(target=self._httpd.serve_forever, daemon=True)
+
+    @property
+    def base_url(self) -> str:
+        return f"http://127.0.0.1:{self._httpd.server_address[1]}/v1"
+
+    def __enter__(self) -> "FakeOpenAIServer":
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self._httpd.shutdown()
+        self._httpd.server_close()
+
+    def successes(self, kind: str | None = None) -> Counter:
+        """How many times each request body was answered with 200."""
+        with self._lock:
+            return Counter(s.key for s in self.served if s.status == 200 and (kind is None or s.kind == kind))
+
+    def _record(self, kind: str, key: str, status: int) -> None:
+        with self._lock:
+            self.served.append(Served(kind, key, status))
+
+    def _first_failure(self, key: str, every: int) -> bool:
+        with self._lock:
+            if _picked(key, every) and key not in self._failed_once:
+                self._failed_once.add(key)
+                return True
+            return False
+
+    def _over_rate_limit(self) -> bool:
+        if not self.requests_per_minute:
+            return False
+        with self._lock:
+            now = time.monotonic()
+            while self._recent and now - self._recent[0] > 60:
+                self._recent.popleft()
+            if len(self._recent) >= self.requests_per_minute:
+                return True
+            self._recent.append(now)
+            return False
+
+    def _handler(self):
+        server = self
+
+        class Handler(BaseHTTPRequestHandler):
+            protocol_version = "HTTP/1.1"
+
+            def log_message(self, *args) -> None:  # keep test output quiet
+                pass
+
+            def _send(self, status: int, payload: dict, headers: dict | None = None) -> None:
+                body = json.dumps(payload).encode()
+                self.send_response(status)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", str(len(body)))
+                for name, value in (headers or {}).items():
+                    self.send_header(name, value)
+                self.end_headers()
+                try:
+                    self.wfile.write(body)
+                except (BrokenPipeError, ConnectionResetError):
+                    pass
+
+            def do_POST(self) -> None:
+                body = self.rfile.read(int(self.headers.get("Content-Length", 0)))
+                key = _key(body)
+                request = json.loads(body)
+                faults = server.faults
+                if server._over_rate_limit():
+                    server._record("rate_limited", key, 429)
+                    return self._send(429, {"error": {"message": "rate limit"}}, {"Retry-After": "1"})
+                if server._first_failure(key, faults.transient_every):
+                    status = 429 if int(key[8:16], 16) % 2 else 500
+                    server._record("fault", key, status)
+                    return self._send(status, {"error": {"message": "injected fault"}},
+                                      {"Retry-After": str(faults.retry_after_seconds)} if status == 429 else {})
+                if server._first_failure(key + ":slow", faults.slow_every):
+                    time.sleep(faults.slow_seconds)
+                if server.latency_seconds:
+                    time.sleep(server.latency_seconds)
+                if self.path.endswith("/embeddings"):
+                    inputs = request["input"] if isinstance(request["input"], list) else [request["input"]]
+                    data = [{"object": "embedding", "index": i, "embedding": embedding(t, server.embedding_dimensions)}
+                            for i, t in enumerate(inputs)]
+                    tokens = sum(len(t) // 4 + 1 for t in inputs)
+                    server._record("embed", key, 200)
+                    return self._send(200, {"object": "list", "data": data, "model": request["model"],
+                                            "usage": {"prompt_tokens": tokens, "total_tokens": tokens}})
+                kind, reply = chat_reply(request["messages"])
+                if _picked(key, faults.malformed_every):
+                    reply = "Sorry, here is some prose instead of records. (unbalanced <|> nonsense"
+                elif _picked(key, faults.truncated_every):
+                    reply = reply[: max(1, int(len(reply) * 0.6))]
+                server._record(kind, key, 200)
+                prompt_tokens = sum(len(m["content"]) // 4 + 1 for m in request["messages"])
+                completion_tokens = len(reply) // 4 + 1
+                self._send(200, {
+                    "id": f"chatcmpl-{key[:12]}", "object": "chat.completion", "created": 0, "model": request["model"],
+                    "choices": [{"index": 0, "finish_reason": "stop",
+                                 "message": {"role": "assistant", "content": reply}}],
+                    "usage": {"prompt_tokens": prompt_tokens, "completion_tokens": completion_tokens,
+                              "total_tokens": prompt_tokens + completion_tokens},
+                })
+
+        return Handler
