@@ -37,6 +37,7 @@ class Faults:
     slow_seconds: float = 3.0
     malformed_every: int = 0  # always answers text that is not in the record format
     truncated_every: int = 0  # always answers a reply cut off mid-record
+    broken_every: int = 0  # always 500, with the caller's Authorization header echoed (a leaky proxy)
 
 
 @dataclass
@@ -144,6 +145,8 @@ class FakeOpenAIServer:
         self.served: list[Served] = []
         self._failed_once: set[str] = set()
         self._recent: deque[float] = deque()
+        self.in_flight = 0
+        self.max_in_flight = 0
         self._lock = threading.Lock()
         self._httpd = ThreadingHTTPServer(("127.0.0.1", 0), self._handler())
         self._httpd.daemon_threads = True
@@ -212,6 +215,16 @@ class FakeOpenAIServer:
                     pass
 
             def do_POST(self) -> None:
+                with server._lock:
+                    server.in_flight += 1
+                    server.max_in_flight = max(server.max_in_flight, server.in_flight)
+                try:
+                    self._answer()
+                finally:
+                    with server._lock:
+                        server.in_flight -= 1
+
+            def _answer(self) -> None:
                 body = self.rfile.read(int(self.headers.get("Content-Length", 0)))
                 key = _key(body)
                 request = json.loads(body)
@@ -224,11 +237,14 @@ class FakeOpenAIServer:
                     server._record("fault", key, status)
                     return self._send(status, {"error": {"message": "injected fault"}},
                                       {"Retry-After": str(faults.retry_after_seconds)} if status == 429 else {})
+                if _picked(key, faults.broken_every):
+                    server._record("broken", key, 500)
+                    return self._send(500, {"error": {"message": f"upstream failed for {self.headers.get('Authorization')}"}})
                 if server._first_failure(key + ":slow", faults.slow_every):
                     time.sleep(faults.slow_seconds)
                 if server.latency_seconds:
                     time.sleep(server.latency_seconds)
-                if self.path.endswith("/embeddings"):
+                if "/embeddings" in self.path:
                     inputs = request["input"] if isinstance(request["input"], list) else [request["input"]]
                     data = [{"object": "embedding", "index": i, "embedding": embedding(t, server.embedding_dimensions)}
                             for i, t in enumerate(inputs)]

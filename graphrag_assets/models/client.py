@@ -99,8 +99,10 @@ class ModelClient:
             diskcache.Cache(settings.cache_dir) if settings.cache_dir else None
         )
         self._semaphore = asyncio.Semaphore(settings.max_concurrency)
-        self._requests = AsyncLimiter(settings.requests_per_minute, 60)
-        self._tokens = AsyncLimiter(settings.tokens_per_minute, 60)
+        # Per-second buckets spread a minute's quota evenly instead of spending it in one burst,
+        # which providers that enforce limits over sub-minute windows would refuse.
+        self._requests = AsyncLimiter(settings.requests_per_minute / 60, 1)
+        self._tokens = AsyncLimiter(settings.tokens_per_minute / 60, 1)
         common = dict(api_key=settings.api_key or "not-needed", timeout=settings.timeout_seconds, max_retries=0)
         if settings.api_version:
             self._openai = openai.AsyncAzureOpenAI(
@@ -140,11 +142,14 @@ class ModelClient:
                         self.usage.retries += 1
                     async with self._semaphore:
                         await self._requests.acquire()
-                        await self._tokens.acquire(min(estimated_tokens, self.settings.tokens_per_minute))
+                        await self._tokens.acquire(min(estimated_tokens, self._tokens.max_rate))
                         self.usage.calls += 1
                         result, prompt_tokens, completion_tokens = await send()
                     self.usage.prompt_tokens += prompt_tokens
                     self.usage.completion_tokens += completion_tokens
+                    # The reply's tokens count against the budget too, once we know how many there were.
+                    if completion_tokens:
+                        await self._tokens.acquire(min(completion_tokens, self._tokens.max_rate))
         except openai.OpenAIError as error:
             self.usage.failures += 1
             message = self._redact(f"{type(error).__name__}: {error}")
@@ -161,7 +166,7 @@ class ModelClient:
             "model": self.settings.model, "messages": messages,
             "temperature": self.settings.temperature, "max_tokens": self.settings.max_tokens, **params,
         }
-        estimated = sum(count_tokens(m["content"]) for m in messages) + int(request["max_tokens"])
+        estimated = sum(count_tokens(m["content"]) for m in messages)
 
         async def send():
             response = await self._openai.chat.completions.create(**request)

@@ -63,19 +63,21 @@ def candidate_phrases(sentence: str) -> list[tuple[str, bool]]:
 def extract_nlp_graph(text_units: pd.DataFrame, min_mentions: int = MIN_MENTIONS) -> tuple[pd.DataFrame, pd.DataFrame]:
     """Entities and relationships (merged across text units) from noun-phrase co-occurrence."""
     sentences_by_unit = {unit.id: split_sentences(unit.text) for unit in text_units.itertuples(index=False)}
-    mentions: Counter[str] = Counter()
-    seen_mid_sentence: set[str] = set()
-    phrases_by_sentence: dict[tuple[str, int], list[str]] = {}
-    for unit_id, sentences in sentences_by_unit.items():
-        for number, sentence in enumerate(sentences):
-            phrases = candidate_phrases(sentence)
-            phrases_by_sentence[(unit_id, number)] = [p for p, _ in phrases]
-            for phrase, at_start in phrases:
-                mentions[phrase] += 1
-                if not at_start or " " in phrase:
-                    seen_mid_sentence.add(phrase)
-    # A word capitalised only at sentence starts is an ordinary word ("Nothing", "Come").
-    keep = {p for p, n in mentions.items() if n >= min_mentions and p in seen_mid_sentence}
+    found = {(unit_id, number): candidate_phrases(sentence)
+             for unit_id, sentences in sentences_by_unit.items() for number, sentence in enumerate(sentences)}
+    # A word capitalised only at sentence starts is an ordinary word ("Nothing", "Later").
+    mid_sentence_words = {w for phrases in found.values() for p, at_start in phrases if not at_start for w in p.split()}
+
+    def without_ordinary_first_word(phrase: str, at_start: bool) -> str:
+        first, _, rest = phrase.partition(" ")
+        return rest if at_start and rest and first not in mid_sentence_words else phrase
+
+    phrases_by_sentence = {
+        key: [without_ordinary_first_word(p, at_start) for p, at_start in phrases] for key, phrases in found.items()
+    }
+    mentions = Counter(p for phrases in phrases_by_sentence.values() for p in phrases)
+    keep = {p for p, n in mentions.items()
+            if n >= min_mentions and (" " in p or p in mid_sentence_words)}
 
     entities_per_unit: dict[str, list[dict]] = defaultdict(list)
     relationships_per_unit: dict[str, list[dict]] = defaultdict(list)

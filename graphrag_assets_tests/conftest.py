@@ -1,0 +1,75 @@
+import shutil
+from pathlib import Path
+
+import dagster as dg
+import duckdb
+import pytest
+from dagster_duckdb import DuckDBResource
+
+from graphrag_assets.definitions import index_assets
+from graphrag_assets.resources import ChatModelResource, CorporaResource
+from graphrag_assets_tests.model_server import Faults, FakeOpenAIServer
+
+REPO = Path(__file__).resolve().parents[1]
+SAMPLE_CORPUS = "a-christmas-carol"
+# Limits far above what the tests send, so the rate limiter never slows them down.
+UNLIMITED = dict(requests_per_minute=1_000_000, tokens_per_minute=1_000_000_000)
+
+
+def chat_resource(base_url: str | None, cache_dir: Path, **overrides) -> ChatModelResource:
+    return ChatModelResource(base_url=base_url, cache_dir=str(cache_dir),
+                             **{"max_retries": 4, "timeout_seconds": 10, **UNLIMITED, **overrides})
+
+
+class Workspace:
+    """A data folder, a DuckDB file and a response cache in a temporary directory."""
+
+    def __init__(self, root: Path):
+        self.root = root
+        self.data = root / "data"
+        self.data.mkdir()
+        self.database = root / "graphrag.duckdb"
+        self.cache = root / "cache"
+
+    def add_sample_corpus(self, name: str = SAMPLE_CORPUS) -> str:
+        shutil.copytree(REPO / "data" / SAMPLE_CORPUS, self.data / name)
+        return name
+
+    def resources(self, chat: ChatModelResource | None = None) -> dict:
+        return {
+            "duckdb": DuckDBResource(database=str(self.database)),
+            "corpora": CorporaResource(root=str(self.data)),
+            "chat": chat or ChatModelResource(cache_dir=str(self.cache)),
+        }
+
+    def materialize(self, corpus: str, chat: ChatModelResource | None = None, selection=None,
+                    run_config: dict | None = None, raise_on_error: bool = True) -> dg.ExecuteInProcessResult:
+        instance = dg.DagsterInstance.ephemeral()
+        instance.add_dynamic_partitions("corpus", [corpus])
+        return dg.materialize(index_assets, instance=instance, partition_key=corpus, resources=self.resources(chat),
+                              selection=selection, run_config=run_config, raise_on_error=raise_on_error)
+
+    def sql(self, query: str, *params):
+        with duckdb.connect(str(self.database), read_only=True) as conn:
+            return conn.execute(query, list(params)).df()
+
+
+@pytest.fixture
+def workspace(tmp_path) -> Workspace:
+    return Workspace(tmp_path)
+
+
+@pytest.fixture
+def model_server():
+    with FakeOpenAIServer() as server:
+        yield server
+
+
+def materialization_metadata(result: dg.ExecuteInProcessResult, asset: str) -> dict:
+    for event in result.get_asset_materialization_events():
+        if event.materialization.asset_key == dg.AssetKey(asset):
+            return {k: v.value for k, v in event.materialization.metadata.items()}
+    raise KeyError(asset)
+
+
+__all__ = ["Faults", "FakeOpenAIServer"]

@@ -1,0 +1,78 @@
+"""Bad input: each broken file is named with its problem, and the rest of the corpus is indexed."""
+
+import json
+
+import dagster as dg
+import pytest
+
+from graphrag_assets.method.documents import TabularColumns, read_corpus
+from graphrag_assets.resources import CorporaResource
+
+from .conftest import materialization_metadata
+
+
+@pytest.fixture
+def messy_corpus(workspace):
+    folder = workspace.data / "messy"
+    folder.mkdir()
+    (folder / "good.txt").write_text("Ada Lovelace wrote the first program. Charles Babbage built the engine.")
+    (folder / "notes.md").write_text("# Notes\nAda Lovelace met Charles Babbage in London.")
+    (folder / "zz-copy.txt").write_text("Ada Lovelace wrote the first program. Charles Babbage built the engine.")
+    (folder / "empty.txt").write_text("   \n")
+    (folder / "image.txt").write_bytes(b"\x89PNG\r\n\x1a\n\x00\x00\x00\rIHDR")
+    (folder / "latin1.txt").write_bytes("Café au lait".encode("latin-1"))
+    (folder / "table.csv").write_text("body,author\nsome text,someone\n")
+    (folder / "rows.csv").write_text("title,text,year\nFirst,Grace Hopper wrote a compiler.,1952\nSecond,,1953\n")
+    (folder / "lines.jsonl").write_text(
+        json.dumps({"text": "Alan Turing proposed a test.", "title": "Turing"}) + "\n{not json\n[1, 2]\n"
+    )
+    (folder / "data.bin").write_bytes(b"\x00\x01")
+    return folder
+
+
+def test_each_broken_file_is_named_with_its_problem(messy_corpus):
+    result = read_corpus(messy_corpus, TabularColumns(metadata=("year",)))
+    problems = {p.path: p.message for p in result.problems}
+    assert "duplicate of good.txt" in problems["zz-copy.txt"]
+    assert "empty file" in problems["empty.txt"]
+    assert "binary file" in problems["image.txt"]
+    assert "not valid UTF-8 (byte 0xe9 at offset 3)" in problems["latin1.txt"]
+    assert "no text column 'text' (columns found: author, body)" in problems["table.csv"]
+    assert "empty 'text'" in problems["rows.csv#2"]
+    assert "invalid JSON" in problems["lines.jsonl:2"]
+    assert "not a JSON object" in problems["lines.jsonl:3"]
+    assert "unsupported file type .bin" in problems["data.bin"]
+    assert sorted(result.documents["title"]) == ["First", "Turing", "good.txt", "notes.md"]
+    assert json.loads(result.documents.set_index("title").loc["First", "metadata"]) == {"year": "1952"}
+
+
+def test_a_broken_file_does_not_sink_the_corpus(workspace, messy_corpus):
+    result = workspace.materialize("messy", selection=["documents", "base_text_units"])
+    metadata = materialization_metadata(result, "documents")
+    assert metadata["dagster/row_count"] == 4
+    assert "latin1.txt" in metadata["problems"] and "table.csv" in metadata["problems"]
+    assert set(workspace.sql("SELECT title FROM documents WHERE corpus = 'messy'")["title"]) == {
+        "First", "Turing", "good.txt", "notes.md"}
+
+
+def test_a_corpus_with_nothing_readable_fails_with_the_reasons(workspace):
+    folder = workspace.data / "hopeless"
+    folder.mkdir()
+    (folder / "empty.txt").write_text("")
+    result = workspace.materialize("hopeless", selection=["documents", "base_text_units"], raise_on_error=False)
+    assert not result.success
+    failure = result.get_step_failure_events()[0].step_failure_data.user_failure_data
+    assert "has no readable documents" in failure.description
+    assert "empty.txt" in failure.metadata["problems"].value
+
+
+@pytest.mark.parametrize("name,reason", [
+    ("../outside", "not a safe identifier"),
+    ("Upper Case", "not a safe identifier"),
+    ("escape", "outside"),
+])
+def test_unsafe_corpus_folders_are_refused(workspace, tmp_path, name, reason):
+    (tmp_path / "elsewhere").mkdir()
+    (workspace.data / "escape").symlink_to(tmp_path / "elsewhere")
+    with pytest.raises(ValueError, match=reason):
+        CorporaResource(root=str(workspace.data)).folder(name)

@@ -1,0 +1,108 @@
+"""The first half of the index materialized with Dagster on the sample corpus, with the test model and offline."""
+
+import pandas as pd
+import pytest
+
+from graphrag_assets_tests.model_server import Faults, FakeOpenAIServer
+
+from .conftest import SAMPLE_CORPUS, Workspace, chat_resource, materialization_metadata
+
+GRAPH_TABLES = ("entities", "relationships", "covariates")
+
+
+def index(root, faults: Faults | None = None, offline: bool = False):
+    workspace = Workspace(root)
+    workspace.add_sample_corpus()
+    if offline:
+        return workspace, workspace.materialize(SAMPLE_CORPUS), None
+    with FakeOpenAIServer(faults) as server:
+        result = workspace.materialize(SAMPLE_CORPUS, chat=chat_resource(server.base_url, workspace.cache,
+                                                                         timeout_seconds=1.0))
+    return workspace, result, server
+
+
+@pytest.fixture(scope="module")
+def llm_index(tmp_path_factory):
+    return index(tmp_path_factory.mktemp("llm"))
+
+
+@pytest.fixture(scope="module")
+def offline_index(tmp_path_factory):
+    return index(tmp_path_factory.mktemp("offline"), offline=True)
+
+
+def table(workspace: Workspace, name: str) -> pd.DataFrame:
+    return workspace.sql(f"SELECT * FROM {name} WHERE corpus = ? ORDER BY id", SAMPLE_CORPUS)
+
+
+@pytest.mark.parametrize("engine", ["llm_index", "offline_index"])
+def test_every_row_traces_back_to_the_documents(engine, request):
+    workspace, result, _ = request.getfixturevalue(engine)
+    assert result.success
+    documents, units = table(workspace, "documents"), table(workspace, "text_units")
+    entities, relationships, claims = (table(workspace, name) for name in GRAPH_TABLES)
+    assert len(documents) == 1 and len(units) > 80 and len(entities) > 50 and len(relationships) > 50
+    unit_ids = set(units["id"])
+    assert set(units["document_id"]) <= set(documents["id"])
+    assert sorted(unit_ids) == sorted(documents["text_unit_ids"].iloc[0])
+    titles = set(entities["title"])
+    assert set(relationships["source"]) | set(relationships["target"]) <= titles
+    for frame in (entities, relationships):
+        assert all(0 < len(ids) and set(ids) <= unit_ids for ids in frame["text_unit_ids"])
+    assert set(claims["text_unit_id"]) <= unit_ids
+    # The back-links on text units agree with the forward links.
+    by_unit = units.set_index("id")
+    for row in entities.itertuples():
+        assert all(row.id in by_unit.loc[u, "entity_ids"] for u in row.text_unit_ids)
+    assert (entities["degree"] >= 0).all() and entities["description"].str.len().gt(0).all()
+    assert relationships["weight"].gt(0).all()
+
+
+def test_the_llm_engine_extracts_claims_and_summarizes(llm_index):
+    workspace, result, server = llm_index
+    claims = table(workspace, "covariates")
+    assert len(claims) > 50 and set(claims["status"]) <= {"TRUE", "FALSE", "SUSPECTED"}
+    kinds = {s.kind for s in server.served}
+    assert {"extract", "gleaning", "claims", "claims_gleaning", "summarize"} <= kinds
+    scrooge = table(workspace, "entities").set_index("title").loc["SCROOGE"]
+    assert scrooge.frequency > 50 and scrooge.description.startswith("SCROOGE: ")  # the summary, not a list
+
+
+def test_model_usage_is_in_the_metadata_and_the_lineage(llm_index):
+    workspace, result, server = llm_index
+    metadata = materialization_metadata(result, "entities")
+    extraction_calls = sum(1 for s in server.served if s.kind in {"extract", "gleaning", "summarize"})
+    assert metadata["model_calls"] == extraction_calls and metadata["failed_calls"] == 0
+    assert metadata["prompt_tokens"] > 0 and metadata["completion_tokens"] > 0
+    assert metadata["engine"] == "llm:gpt-4o-mini" and "SCROOGE" in metadata["top_entities_by_degree"]
+    lineage = workspace.sql("SELECT * FROM lineage ORDER BY materialized_at")
+    assert list(lineage["asset"].sort_values()) == sorted(
+        ["documents", "base_text_units", "entities", "relationships", "covariates", "text_units"])
+    entities_row = lineage.set_index("asset").loc["entities"]
+    assert entities_row.engine == "llm:gpt-4o-mini" and '"calls"' in entities_row.model_usage
+    assert "base_text_units" in entities_row.upstream_versions and entities_row.code_version.startswith("1-")
+
+
+def test_offline_engine_records_itself_and_extracts_no_claims(offline_index):
+    workspace, result, _ = offline_index
+    assert materialization_metadata(result, "covariates")["skipped_because"] == "the offline engine extracts no claims"
+    assert set(workspace.sql("SELECT engine FROM lineage WHERE asset = 'entities'")["engine"]) == {"offline"}
+    assert {"SCROOGE", "TINY TIM", "BOB CRATCHIT", "MARLEY"} <= set(table(workspace, "entities")["title"])
+
+
+def test_transient_faults_give_the_fault_free_result(llm_index, tmp_path):
+    clean, _, _ = llm_index
+    faulty, result, server = index(tmp_path, Faults(transient_every=4, retry_after_seconds=0.01,
+                                                    slow_every=25, slow_seconds=2.0))
+    assert {s.kind for s in server.served} >= {"fault"}
+    assert materialization_metadata(result, "entities")["retries"] > 0
+    for name in GRAPH_TABLES + ("text_units",):
+        pd.testing.assert_frame_equal(table(faulty, name), table(clean, name))
+
+
+def test_malformed_and_truncated_replies_are_counted_not_fatal(tmp_path):
+    workspace, result, _ = index(tmp_path, Faults(malformed_every=5, truncated_every=7))
+    assert result.success
+    metadata = materialization_metadata(result, "entities")
+    assert metadata["dropped_records"] > 10 and metadata["failed_text_units"] == 0
+    assert len(table(workspace, "entities")) > 50

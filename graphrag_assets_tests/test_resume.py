@@ -1,0 +1,57 @@
+"""A run killed mid-extraction and run again pays for no call that had already succeeded."""
+
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import dagster as dg
+import diskcache
+import pytest
+
+from graphrag_assets_tests.model_server import FakeOpenAIServer
+
+from .conftest import REPO, SAMPLE_CORPUS, Workspace, chat_resource, materialization_metadata
+
+
+@pytest.mark.slow
+def test_a_killed_run_resumes_from_the_response_cache(tmp_path):
+    workspace = Workspace(tmp_path)
+    workspace.add_sample_corpus()
+    workspace.materialize(SAMPLE_CORPUS, selection=["documents", "base_text_units"])
+    home = tmp_path / "dagster_home"
+    home.mkdir()
+    with FakeOpenAIServer(latency_seconds=0.05) as server:
+        env = {**os.environ, "DAGSTER_HOME": str(home), "GRAPHRAG_API_BASE": server.base_url,
+               "GRAPHRAG_DUCKDB": str(workspace.database), "GRAPHRAG_CACHE_DIR": str(workspace.cache),
+               "GRAPHRAG_DATA_DIR": str(workspace.data), "GRAPHRAG_MAX_CONCURRENCY": "4",
+               "GRAPHRAG_RPM": "1000000", "GRAPHRAG_TPM": "1000000000"}
+        with dg.DagsterInstance.from_config(str(home)) as instance:
+            instance.add_dynamic_partitions("corpus", [SAMPLE_CORPUS])
+        # The real Dagster CLI in its own process group, killed with SIGKILL: no chance to clean up.
+        run = subprocess.Popen(
+            [sys.executable, "-m", "dagster", "asset", "materialize", "-m", "graphrag_assets.definitions",
+             "--select", "entities,relationships", "--partition", SAMPLE_CORPUS],
+            cwd=REPO, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True,
+        )
+        deadline = time.monotonic() + 120
+        while sum(server.successes("extract").values()) < 40:
+            assert run.poll() is None and time.monotonic() < deadline, "the run ended before it could be killed"
+            time.sleep(0.05)
+        os.killpg(run.pid, signal.SIGKILL)
+        run.wait()
+        answered_before_kill = sum(server.successes().values())
+        with diskcache.Cache(str(workspace.cache)) as cache:
+            cached_before_kill = len(cache)
+        assert 0 < cached_before_kill <= answered_before_kill
+
+        result = workspace.materialize(SAMPLE_CORPUS, chat=chat_resource(server.base_url, workspace.cache),
+                                       selection=["entities", "relationships"])
+        answered_twice = {key: n for key, n in server.successes().items() if n > 1}
+
+    metadata = materialization_metadata(result, "entities")
+    assert metadata["cache_hits"] == cached_before_kill
+    # Only replies that were on the wire when the process died, never cached, may be asked for again.
+    assert len(answered_twice) <= answered_before_kill - cached_before_kill
+    assert metadata["model_calls"] == sum(server.successes().values()) - answered_before_kill

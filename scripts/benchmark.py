@@ -1,0 +1,103 @@
+"""Benchmark: index the sample corpus against the test model server and print figures as ratios.
+
+Not a test: the figures depend on the machine. Each run prints, for the same corpus and server:
+- the concurrent index (the project's defaults) against the lower bound the rate limit allows,
+  max(requests / RPM, tokens / TPM, longest chain of dependent calls x latency);
+- a baseline in the same run: the same index with one call at a time;
+- a re-run answered from the response cache, and the offline engine.
+
+    .venv/bin/python scripts/benchmark.py [--latency 0.05] [--rpm 3000] [--tpm 2000000]
+"""
+
+import argparse
+import resource
+import shutil
+import tempfile
+import time
+from pathlib import Path
+
+import dagster as dg
+from dagster_duckdb import DuckDBResource
+
+from graphrag_assets.definitions import index_assets
+from graphrag_assets.resources import ChatModelResource, CorporaResource
+from graphrag_assets_tests.model_server import FakeOpenAIServer
+
+REPO = Path(__file__).resolve().parents[1]
+CORPUS = "a-christmas-carol"
+QUIET = {"loggers": {"console": {"config": {"log_level": "ERROR"}}}}
+MODEL_ASSETS = ("entities", "covariates")
+
+
+def peak_rss_mib() -> float:
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+
+
+def index_once(root: Path, chat: ChatModelResource) -> dict:
+    instance = dg.DagsterInstance.ephemeral()
+    instance.add_dynamic_partitions("corpus", [CORPUS])
+    started = time.perf_counter()
+    result = dg.materialize(index_assets, instance=instance, partition_key=CORPUS, run_config=QUIET, resources={
+        "duckdb": DuckDBResource(database=str(root / "graphrag.duckdb")),
+        "corpora": CorporaResource(root=str(REPO / "data")), "chat": chat,
+    })
+    wall = time.perf_counter() - started
+    figures = {"wall_s": wall, "calls": 0, "cache_hits": 0, "prompt_tokens": 0, "completion_tokens": 0}
+    for event in result.get_asset_materialization_events():
+        if event.materialization.asset_key.path[0] in MODEL_ASSETS:
+            metadata = event.materialization.metadata
+            for name, key in (("calls", "model_calls"), ("cache_hits", "cache_hits"),
+                              ("prompt_tokens", "prompt_tokens"), ("completion_tokens", "completion_tokens")):
+                figures[name] += metadata[key].value if key in metadata else 0
+    figures["peak_rss_mib"] = peak_rss_mib()
+    return figures
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--latency", type=float, default=0.05, help="seconds the server takes per reply")
+    parser.add_argument("--rpm", type=int, default=3000, help="requests per minute, enforced by client and server")
+    parser.add_argument("--tpm", type=int, default=2_000_000, help="tokens per minute the client allows")
+    parser.add_argument("--concurrency", type=int, default=8)
+    args = parser.parse_args()
+    work = Path(tempfile.mkdtemp(prefix="graphrag-bench-"))
+    rows = []
+    try:
+        # The server allows a little more than the client asks for, as a provider's limit would.
+        with FakeOpenAIServer(latency_seconds=args.latency, requests_per_minute=int(args.rpm * 1.05)) as server:
+            def chat(cache: str, concurrency: int) -> ChatModelResource:
+                return ChatModelResource(base_url=server.base_url, cache_dir=str(work / cache),
+                                         requests_per_minute=args.rpm, tokens_per_minute=args.tpm,
+                                         max_concurrency=concurrency)
+            (work / "a").mkdir(); (work / "b").mkdir(); (work / "c").mkdir(); (work / "d").mkdir()
+            concurrent = index_once(work / "a", chat("cache-a", args.concurrency))
+            sequential = index_once(work / "b", chat("cache-b", 1))
+            cached = index_once(work / "c", chat("cache-a", args.concurrency))
+            rate_limited = sum(1 for s in server.served if s.kind == "rate_limited")
+        offline = index_once(work / "d", ChatModelResource(cache_dir=str(work / "cache-d")))
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+
+    tokens = concurrent["prompt_tokens"] + concurrent["completion_tokens"]
+    # Extraction, gleaning and summaries are a chain of three dependent calls per text unit at least.
+    bound = max(concurrent["calls"] / args.rpm * 60, tokens / args.tpm * 60, 3 * args.latency)
+    print(f"sample corpus '{CORPUS}', server latency {args.latency}s, limits {args.rpm} RPM / {args.tpm} TPM\n")
+    header = f"{'run':<28}{'wall s':>8}{'calls':>7}{'cache hits':>11}{'tokens':>10}{'peak RSS MiB':>14}{'vs bound':>10}"
+    print(header)
+    print("-" * len(header))
+    for name, figures in (("rate-limit lower bound", None), (f"concurrent ({args.concurrency})", concurrent),
+                          ("baseline: one at a time", sequential), ("re-run from cache", cached),
+                          ("offline engine", offline)):
+        if figures is None:
+            print(f"{name:<28}{bound:>8.1f}")
+            continue
+        total = figures["prompt_tokens"] + figures["completion_tokens"]
+        print(f"{name:<28}{figures['wall_s']:>8.1f}{figures['calls']:>7}{figures['cache_hits']:>11}{total:>10}"
+              f"{figures['peak_rss_mib']:>14.0f}{figures['wall_s'] / bound:>9.2f}x")
+    print(f"\nconcurrent vs one-at-a-time: {sequential['wall_s'] / concurrent['wall_s']:.1f}x faster; "
+          f"requests the server refused for its rate limit: {rate_limited}")
+    print("peak RSS is the process high-water mark so far, so later rows include earlier ones")
+
+
+if __name__ == "__main__":
+    main()
