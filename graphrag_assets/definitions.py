@@ -10,7 +10,7 @@ import os
 import dagster as dg
 from dagster_duckdb import DuckDBResource
 
-from .assets import index
+from .assets import communities, embeddings, exports, index
 from .assets.common import corpus_partitions
 from .resources import ChatModelResource, CorporaResource, EmbeddingModelResource
 
@@ -35,13 +35,13 @@ def _endpoint_settings(model_variable: str, default_model: str) -> dict:
 
 os.makedirs(os.path.dirname(DATABASE) or ".", exist_ok=True)
 
-index_assets = dg.load_assets_from_modules([index])
+index_assets = dg.load_assets_from_modules([index, communities, embeddings, exports])
 
 index_corpus_job = dg.define_asset_job(
     "index_corpus",
     selection=dg.AssetSelection.assets(*index_assets),
     partitions_def=corpus_partitions,
-    description="Index one corpus: documents to entity graph and claims.",
+    description="Index one corpus: documents, entity graph, claims, communities, reports, embeddings, layouts, exports.",
 )
 
 defs = dg.Definitions(

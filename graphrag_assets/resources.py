@@ -67,8 +67,13 @@ class _OpenAIEndpoint(dg.ConfigurableResource):
         fields = {name: getattr(self, name) for name in ModelSettings.__dataclass_fields__ if hasattr(self, name)}
         return ModelSettings(**{**fields, **overrides})
 
-    def run(self, work: Callable[[ModelClient], Awaitable[T]]) -> tuple[T, Usage]:
-        """Run async work with a fresh client in its own event loop; returns its result and the usage."""
+    def run(self, work: Callable[[Optional[ModelClient]], Awaitable[T]]) -> tuple[T, Optional[Usage]]:
+        """Run async work with a fresh client in its own event loop; returns its result and the usage.
+
+        With no endpoint configured, `work` gets None (the offline engine) and the usage is None.
+        """
+        if not self.configured:
+            return asyncio.run(work(None)), None
 
         async def main() -> tuple[T, Usage]:
             client = ModelClient(self.settings())

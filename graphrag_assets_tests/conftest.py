@@ -7,7 +7,7 @@ import pytest
 from dagster_duckdb import DuckDBResource
 
 from graphrag_assets.definitions import index_assets
-from graphrag_assets.resources import ChatModelResource, CorporaResource
+from graphrag_assets.resources import ChatModelResource, CorporaResource, EmbeddingModelResource
 from graphrag_assets_tests.model_server import Faults, FakeOpenAIServer
 
 REPO = Path(__file__).resolve().parents[1]
@@ -35,19 +35,26 @@ class Workspace:
         shutil.copytree(REPO / "data" / SAMPLE_CORPUS, self.data / name)
         return name
 
-    def resources(self, chat: ChatModelResource | None = None) -> dict:
+    def resources(self, chat: ChatModelResource | None = None,
+                  embeddings: EmbeddingModelResource | None = None) -> dict:
         return {
             "duckdb": DuckDBResource(database=str(self.database)),
             "corpora": CorporaResource(root=str(self.data)),
             "chat": chat or ChatModelResource(cache_dir=str(self.cache)),
+            "embeddings": embeddings or EmbeddingModelResource(cache_dir=str(self.cache)),
         }
 
     def materialize(self, corpus: str, chat: ChatModelResource | None = None, selection=None,
-                    run_config: dict | None = None, raise_on_error: bool = True) -> dg.ExecuteInProcessResult:
+                    embeddings: EmbeddingModelResource | None = None, run_config: dict | None = None,
+                    raise_on_error: bool = True) -> dg.ExecuteInProcessResult:
         instance = dg.DagsterInstance.ephemeral()
         instance.add_dynamic_partitions("corpus", [corpus])
-        return dg.materialize(index_assets, instance=instance, partition_key=corpus, resources=self.resources(chat),
-                              selection=selection, run_config=run_config, raise_on_error=raise_on_error)
+        if selection is None and run_config is None:  # everything, exports included: keep them in the workspace
+            export = {"config": {"folder": str(self.root / "exports")}}
+            run_config = {"ops": {"graphml_export": export, "parquet_export": export}}
+        return dg.materialize(index_assets, instance=instance, partition_key=corpus,
+                              resources=self.resources(chat, embeddings), selection=selection,
+                              run_config=run_config, raise_on_error=raise_on_error)
 
     def sql(self, query: str, *params):
         with duckdb.connect(str(self.database), read_only=True) as conn:

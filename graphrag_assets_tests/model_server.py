@@ -109,6 +109,26 @@ def summary_reply(prompt: str) -> str:
     return f"{name}: " + " ".join(sorted(descriptions))[:400]
 
 
+def report_reply(prompt: str) -> str:
+    data = _between(prompt, "-----Community Data-----", "\nOutput:")
+    entities = _between(data, "-----Entities-----\nid,entity,description,degree\n", "\n\n").splitlines()
+    names = [line.split(",")[1] for line in entities if line.count(",") >= 3]
+    reports = _between(data, "-----Reports-----\ncommunity,title,report\n", "\n\n").splitlines() \
+        if "-----Reports-----" in data else []
+    relationships = _between(data, "-----Relationships-----\nid,source,target,description,combined_degree\n",
+                             "\n\n").splitlines() if "-----Relationships-----" in data else []
+    findings = [{"summary": f"{r.split(',')[1]} and {r.split(',')[2]}", "explanation": r.split(",")[3]}
+                for r in relationships[:5] if r.count(",") >= 4]
+    findings += [{"summary": f"Sub-community {r.split(',')[0]}", "explanation": r.split(",", 2)[-1]} for r in reports[:3]]
+    title = "Community of " + " and ".join(n.title() for n in names[:2]) if names else "Community of sub-communities"
+    return json.dumps({
+        "title": title,
+        "summary": f"{title} has {len(names)} entities in its context and {len(reports)} sub-community reports.",
+        "rating": float(len(names) % 10), "rating_explanation": "The rating counts the entities in the context.",
+        "findings": findings,
+    })
+
+
 def chat_reply(messages: list[dict]) -> tuple[str, str]:
     """(kind, reply) for a conversation."""
     first, last = messages[0]["content"], messages[-1]["content"]
@@ -120,6 +140,8 @@ def chat_reply(messages: list[dict]) -> tuple[str, str]:
     if "Entity_types:" in first:
         text = _between(first, "Text:", "Output:")
         return ("gleaning", gleaning_reply(text)) if len(messages) > 1 else ("extract", graph_reply(text))
+    if "-----Community Data-----" in first:
+        return ("report_repair" if len(messages) > 1 else "report"), report_reply(first)
     if "Description List:" in first:
         return "summarize", summary_reply(first)
     return "other", "I have no answer for this prompt."

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import base64
+
 import dagster as dg
 import duckdb
 import pandas as pd
@@ -29,6 +31,11 @@ def markdown_table(df: pd.DataFrame, columns: list[str], rows: int = 10) -> dg.M
     return dg.MetadataValue.md(preview.to_markdown(index=False) if len(preview) else "_(no rows)_")
 
 
+def png(image: bytes, caption: str) -> dg.MetadataValue:
+    """An image shown inline in the asset's metadata."""
+    return dg.MetadataValue.md(f"![{caption}](data:image/png;base64,{base64.b64encode(image).decode()})")
+
+
 def usage_metadata(model: _OpenAIEndpoint, usage: Usage | None) -> dict:
     if usage is None:
         return {}
@@ -39,6 +46,17 @@ def usage_metadata(model: _OpenAIEndpoint, usage: Usage | None) -> dict:
         "retries": figures["retries"], "failed_calls": figures["failures"],
         "estimated_cost_usd": dg.MetadataValue.float(figures["estimated_cost_usd"]),
     }
+
+
+def lineage_for(context: dg.AssetExecutionContext, conn: duckdb.DuckDBPyConnection, asset: str, *,
+                upstream: list[str], engine: str, model: _OpenAIEndpoint | None = None,
+                usage: Usage | None = None) -> Lineage:
+    return Lineage(
+        asset=asset, corpus=context.partition_key, run_id=context.run_id,
+        code_version=context.assets_def.code_versions_by_key.get(dg.AssetKey(asset)) or "",
+        engine=engine, upstream_versions=latest_versions(conn, context.partition_key, upstream),
+        model_usage=usage.as_metadata(model.settings()) if usage and model else None,
+    )
 
 
 def publish(
@@ -56,12 +74,7 @@ def publish(
     """Write the corpus's rows with a lineage row, and describe the result for the UI."""
     corpus = context.partition_key
     key = dg.AssetKey(table)
-    lineage = Lineage(
-        asset=table, corpus=corpus, run_id=context.run_id,
-        code_version=context.assets_def.code_versions_by_key.get(key) or "",
-        engine=engine, upstream_versions=latest_versions(conn, corpus, upstream),
-        model_usage=usage.as_metadata(model.settings()) if usage and model else None,
-    )
+    lineage = lineage_for(context, conn, table, upstream=upstream, engine=engine, model=model, usage=usage)
     version = write_table(conn, table, corpus, df, lineage)
     return dg.MaterializeResult(
         asset_key=key,

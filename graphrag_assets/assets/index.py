@@ -1,7 +1,5 @@
 """The first half of the index: documents, text units, the entity graph and claims."""
 
-import asyncio
-
 import dagster as dg
 import pandas as pd
 from dagster_duckdb import DuckDBResource
@@ -91,10 +89,7 @@ def entity_graph(context: dg.AssetExecutionContext, config: GraphConfig, chat: C
     options = dict(entity_types=tuple(config.entity_types), max_gleanings=config.max_gleanings,
                    summary_max_input_tokens=config.summary_max_input_tokens,
                    summary_max_tokens=config.summary_max_tokens, offline_min_mentions=config.offline_min_mentions)
-    if chat.configured:
-        graph, usage = chat.run(lambda client: build_entity_graph(client, units, **options))
-    else:
-        graph, usage = asyncio.run(build_entity_graph(None, units, **options)), None
+    graph, usage = chat.run(lambda client: build_entity_graph(client, units, **options))
     if graph.extraction.failed_units:
         context.log.warning(f"{len(graph.extraction.failed_units)} text units failed extraction after retries")
     quality = {**graph.extraction.as_metadata(), "summarized_descriptions": graph.summaries.summarized,

@@ -25,6 +25,26 @@ TABLES: dict[str, dict[str, str]] = {
         "description": "VARCHAR", "subject_id": "VARCHAR", "object_id": "VARCHAR", "status": "VARCHAR",
         "start_date": "VARCHAR", "end_date": "VARCHAR", "source_text": "VARCHAR", "text_unit_id": "VARCHAR",
     },
+    "communities": {
+        "id": "VARCHAR", "human_readable_id": "INTEGER", "community": "INTEGER", "level": "INTEGER",
+        "parent": "INTEGER", "children": "INTEGER[]", "title": "VARCHAR", "entity_ids": "VARCHAR[]",
+        "relationship_ids": "VARCHAR[]", "text_unit_ids": "VARCHAR[]", "size": "INTEGER", "carried_from": "INTEGER",
+    },
+    "community_reports": {
+        "id": "VARCHAR", "human_readable_id": "INTEGER", "community": "INTEGER", "level": "INTEGER",
+        "parent": "INTEGER", "children": "INTEGER[]", "title": "VARCHAR", "summary": "VARCHAR",
+        "full_content": "VARCHAR", "rank": "DOUBLE", "rating_explanation": "VARCHAR", "findings": "JSON",
+        "full_content_json": "JSON", "size": "INTEGER", "status": "VARCHAR", "error": "VARCHAR",
+        "context_tokens": "INTEGER", "substituted_communities": "INTEGER[]",
+    },
+    "text_embeddings": {"id": "VARCHAR", "kind": "VARCHAR", "embedding": "FLOAT[]"},
+    "embedding_models": {"id": "VARCHAR", "dimensions": "INTEGER", "model": "BLOB"},
+    "document_embeddings": {"id": "VARCHAR", "n_tokens": "INTEGER", "embedding": "FLOAT[]"},
+    "graph_embeddings": {"id": "VARCHAR", "title": "VARCHAR", "embedding": "FLOAT[]"},
+    "layouts": {
+        "id": "VARCHAR", "kind": "VARCHAR", "title": "VARCHAR", "x": "DOUBLE", "y": "DOUBLE",
+        "community": "INTEGER", "degree": "INTEGER",
+    },
 }
 
 LINEAGE_DDL = """

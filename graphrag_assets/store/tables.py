@@ -26,7 +26,7 @@ class Lineage:
 
 def data_version(df: pd.DataFrame) -> str:
     """A content hash of a table, so unchanged outputs keep their version."""
-    hashed = pd.util.hash_pandas_object(df.astype(str), index=False).to_numpy()
+    hashed = pd.util.hash_pandas_object(df.map(repr), index=False).to_numpy()
     return hashlib.sha256(hashed.tobytes() + ",".join(df.columns).encode()).hexdigest()[:16]
 
 
@@ -41,6 +41,17 @@ def ensure_table(conn: duckdb.DuckDBPyConnection, table: str) -> None:
             conn.execute(f'ALTER TABLE "{table}" ADD COLUMN "{name}" {kind}')
 
 
+def record_lineage(conn: duckdb.DuckDBPyConnection, lineage: Lineage, corpus: str, version: str, rows: int) -> None:
+    conn.execute(LINEAGE_DDL)
+    conn.execute(
+        "INSERT INTO lineage VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+        [lineage.asset, corpus, lineage.run_id, lineage.code_version, version,
+         json.dumps(lineage.upstream_versions, sort_keys=True), rows, lineage.engine,
+         json.dumps(lineage.model_usage) if lineage.model_usage is not None else None,
+         dt.datetime.now(dt.timezone.utc).replace(tzinfo=None)],
+    )
+
+
 def write_table(conn: duckdb.DuckDBPyConnection, table: str, corpus: str, df: pd.DataFrame, lineage: Lineage) -> str:
     """Replace the corpus's rows of `table` with `df` and record a lineage row; returns the data version."""
     unknown = set(df.columns) - set(TABLES[table])
@@ -50,7 +61,6 @@ def write_table(conn: duckdb.DuckDBPyConnection, table: str, corpus: str, df: pd
     conn.execute("BEGIN TRANSACTION")
     try:
         ensure_table(conn, table)
-        conn.execute(LINEAGE_DDL)
         conn.execute(f'DELETE FROM "{table}" WHERE corpus = ?', [corpus])
         if len(df):
             rows = df.assign(corpus=corpus)
@@ -58,13 +68,7 @@ def write_table(conn: duckdb.DuckDBPyConnection, table: str, corpus: str, df: pd
             columns = ", ".join(f'"{c}"' for c in rows.columns)
             conn.execute(f'INSERT INTO "{table}" ({columns}) SELECT {columns} FROM _incoming')
             conn.unregister("_incoming")
-        conn.execute(
-            "INSERT INTO lineage VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
-            [lineage.asset, corpus, lineage.run_id, lineage.code_version, version,
-             json.dumps(lineage.upstream_versions, sort_keys=True), len(df), lineage.engine,
-             json.dumps(lineage.model_usage) if lineage.model_usage is not None else None,
-             dt.datetime.now(dt.timezone.utc).replace(tzinfo=None)],
-        )
+        record_lineage(conn, lineage, corpus, version, len(df))
         conn.execute("COMMIT")
     except Exception:
         conn.execute("ROLLBACK")

@@ -1,0 +1,108 @@
+"""Communities of the entity graph and their reports."""
+
+import dagster as dg
+import pandas as pd
+from dagster_duckdb import DuckDBResource
+
+from ..method.communities import DEFAULT_SEED, build_communities
+from ..method.community_reports import REPORT_PROMPTS, generate_reports
+from ..resources import ChatModelResource
+from ..store.tables import read_table
+from .common import code_version, corpus_partitions, markdown_table, publish
+from .index import MODEL_POOL
+
+
+class CommunityConfig(dg.Config):
+    max_cluster_size: int = 10
+    seed: int = DEFAULT_SEED
+    use_lcc: bool = False  # GraphRAG's default is True; all components are clustered here so no entity is left out
+
+
+class ReportConfig(dg.Config):
+    max_context_tokens: int = 8000
+    max_report_length: int = 1500
+
+
+def per_level(df: pd.DataFrame, **aggregations) -> dg.MetadataValue:
+    return dg.MetadataValue.md(df.groupby("level").agg(**aggregations).reset_index().to_markdown(index=False))
+
+
+@dg.asset(
+    deps=["entities", "relationships"],
+    partitions_def=corpus_partitions,
+    group_name="communities",
+    code_version=code_version(),
+    kinds={"duckdb", "graspologic"},
+    check_specs=[dg.AssetCheckSpec("one_community_per_level", asset="communities",
+                                   description="Every clustered entity is in exactly one community at every level.")],
+)
+def communities(context: dg.AssetExecutionContext, config: CommunityConfig, duckdb: DuckDBResource):
+    """Hierarchical Leiden communities; level 0 is the coarsest, unsplit communities are carried down."""
+    corpus = context.partition_key
+    with duckdb.get_connection() as conn:
+        entities, relationships = read_table(conn, "entities", corpus), read_table(conn, "relationships", corpus)
+    table = build_communities(entities, relationships, config.max_cluster_size, config.seed, config.use_lcc)
+    with duckdb.get_connection() as conn:
+        yield publish(context, conn, "communities", table, upstream=["entities", "relationships"], engine="graspologic",
+                      metadata={"levels": int(table["level"].nunique()),
+                                "communities_per_level": per_level(table, communities=("community", "count"),
+                                                                   entities=("size", "sum"), largest=("size", "max"))})
+    yield one_community_per_level(table)
+
+
+def one_community_per_level(table: pd.DataFrame) -> dg.AssetCheckResult:
+    problems = []
+    clustered = None
+    for level, group in table.groupby("level"):
+        members = [e for ids in group["entity_ids"] for e in ids]
+        if len(members) != len(set(members)):
+            problems.append(f"level {level}: {len(members) - len(set(members))} entities in two communities")
+        if clustered is not None and set(members) != clustered:
+            problems.append(f"level {level}: {len(clustered ^ set(members))} entities missing or extra")
+        clustered = set(members) if clustered is None else clustered
+    return dg.AssetCheckResult(check_name="one_community_per_level", passed=not problems,
+                               metadata={"problems": "; ".join(problems) or "none",
+                                         "clustered_entities": len(clustered or ())})
+
+
+@dg.asset(
+    deps=["communities", "entities", "relationships", "covariates", "text_units"],
+    partitions_def=corpus_partitions,
+    group_name="communities",
+    code_version=code_version(*REPORT_PROMPTS),
+    kinds={"duckdb"},
+    pool=MODEL_POOL,
+    check_specs=[dg.AssetCheckSpec("every_community_reported", asset="community_reports",
+                                   description="Every community has a report or a recorded failure.")],
+)
+def community_reports(context: dg.AssetExecutionContext, config: ReportConfig, chat: ChatModelResource,
+                      duckdb: DuckDBResource):
+    """One report per community, written bottom-up (paper section 3.1.5); extractive offline."""
+    corpus = context.partition_key
+    with duckdb.get_connection() as conn:
+        inputs = {name: read_table(conn, name, corpus)
+                  for name in ("communities", "entities", "relationships", "covariates", "text_units")}
+
+    def work(client):
+        return generate_reports(client, **inputs, max_context_tokens=config.max_context_tokens,
+                                max_report_length=config.max_report_length)
+
+    (reports, stats), usage = chat.run(work)
+    if stats.failed:
+        context.log.warning(f"{stats.failed} community reports failed; they are recorded with status 'failed'")
+    top = reports[reports["status"] == "ok"].sort_values(["level", "rank"], ascending=[True, False])
+    with duckdb.get_connection() as conn:
+        yield publish(context, conn, "community_reports", reports, engine=chat.engine, model=chat, usage=usage,
+                      upstream=list(inputs), metadata={
+                          "generated": stats.generated, "reused_for_carried_down": stats.reused,
+                          "repaired_json": stats.repaired, "failed": stats.failed,
+                          "communities_with_substituted_sub_reports": len(stats.substitutions),
+                          "reports_per_level": per_level(reports, reports=("community", "count"),
+                                                         mean_context_tokens=("context_tokens", "mean")),
+                          "top_reports": markdown_table(top, ["community", "level", "rank", "title"]),
+                          "sample_report": dg.MetadataValue.md(top["full_content"].iloc[0] if len(top) else "_none_"),
+                      })
+    missing = set(inputs["communities"]["community"]) - set(reports["community"])
+    yield dg.AssetCheckResult(check_name="every_community_reported", passed=not missing,
+                              severity=dg.AssetCheckSeverity.ERROR,
+                              metadata={"missing": str(sorted(missing)[:20]), "failed": stats.failed})

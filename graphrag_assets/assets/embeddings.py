@@ -1,0 +1,163 @@
+"""Embeddings of text, documents and the graph, and their 2-D layouts."""
+
+import dagster as dg
+import numpy as np
+import pandas as pd
+from dagster_duckdb import DuckDBResource
+
+from ..method.communities import entity_graph
+from ..method.embeddings import LocalEmbedder, document_embeddings as mean_document_embeddings, embed_with_model, embedding_inputs
+from ..method.graph_embeddings import node2vec
+from ..method.layouts import layout_nodes, plot_layout
+from ..resources import EmbeddingModelResource
+from ..store.tables import read_table, write_table
+from .common import code_version, corpus_partitions, lineage_for, png, publish
+from .index import MODEL_POOL
+
+
+class TextEmbeddingConfig(dg.Config):
+    offline_dimensions: int = 128
+    seed: int = 42
+
+
+class Node2VecConfig(dg.Config):
+    dimensions: int = 128
+    num_walks: int = 10
+    walk_length: int = 40
+    window_size: int = 2
+    iterations: int = 3
+    seed: int = 86
+
+
+class LayoutConfig(dg.Config):
+    n_neighbors: int = 15
+    min_dist: float = 0.75
+    seed: int = 42
+
+
+def vectors_check(name: str, asset: str, df: pd.DataFrame, dimensions: int | None,
+                  expected_ids: set[str] | None = None) -> dg.AssetCheckResult:
+    """Every vector has the configured dimension and no NaN; every expected row is there."""
+    lengths = df["embedding"].map(len)
+    nan_rows = int(df["embedding"].map(lambda v: bool(np.isnan(np.asarray(v, dtype=np.float64)).any())).sum())
+    wrong = int((lengths != dimensions).sum()) if dimensions else int((lengths != lengths.max()).sum())
+    missing = len(expected_ids - set(df["id"])) if expected_ids is not None else 0
+    return dg.AssetCheckResult(
+        check_name=name, asset_key=asset, passed=not (nan_rows or wrong or missing),
+        metadata={"dimensions": int(lengths.max()) if len(df) else 0, "wrong_dimension": wrong,
+                  "rows_with_nan": nan_rows, "missing_rows": missing},
+    )
+
+
+@dg.asset(
+    deps=["entities", "text_units", "community_reports"],
+    partitions_def=corpus_partitions,
+    group_name="embeddings",
+    code_version=code_version(),
+    kinds={"duckdb"},
+    pool=MODEL_POOL,
+    check_specs=[dg.AssetCheckSpec("text_embeddings_complete", asset="text_embeddings")],
+)
+def text_embeddings(context: dg.AssetExecutionContext, config: TextEmbeddingConfig,
+                    embeddings: EmbeddingModelResource, duckdb: DuckDBResource):
+    """Entity descriptions, text units and community reports as vectors (kind tells which)."""
+    corpus = context.partition_key
+    with duckdb.get_connection() as conn:
+        inputs = embedding_inputs(read_table(conn, "entities", corpus), read_table(conn, "text_units", corpus),
+                                  read_table(conn, "community_reports", corpus))
+    texts = inputs["text"].tolist()
+    local_model = None
+    if embeddings.configured:
+        (vectors, failed_batches), usage = embeddings.run(lambda client: embed_with_model(client, texts, embeddings.batch_size))
+        dimensions = None
+    else:
+        local_model = LocalEmbedder.fit(texts, config.offline_dimensions, config.seed)
+        vectors, failed_batches, usage = local_model.embed(texts).tolist(), 0, None
+        dimensions = config.offline_dimensions
+    table = inputs[["id", "kind"]].assign(embedding=vectors)
+    table = table[table["embedding"].notna()].reset_index(drop=True)
+    engine = embeddings.engine if embeddings.configured else "offline:tfidf-svd"
+    with duckdb.get_connection() as conn:
+        if local_model is not None:
+            # The fitted offline model is kept so that questions can be embedded in the same space.
+            write_table(conn, "embedding_models", corpus,
+                        pd.DataFrame([{"id": "offline", "dimensions": dimensions, "model": local_model.dumps()}]),
+                        lineage_for(context, conn, "text_embeddings", upstream=[], engine=engine))
+        yield publish(context, conn, "text_embeddings", table, upstream=["entities", "text_units", "community_reports"],
+                      engine=engine, model=embeddings if embeddings.configured else None, usage=usage,
+                      metadata={"failed_batches": failed_batches,
+                                "vectors_by_kind": dg.MetadataValue.json(table["kind"].value_counts().to_dict()),
+                                "vector_search": "DuckDB list_cosine_similarity (exact, built in; vss needs a download)"})
+    yield vectors_check("text_embeddings_complete", "text_embeddings", table, dimensions, set(inputs["id"]))
+
+
+@dg.asset(
+    deps=["text_embeddings", "base_text_units"],
+    partitions_def=corpus_partitions,
+    group_name="embeddings",
+    code_version=code_version(),
+    kinds={"duckdb"},
+    check_specs=[dg.AssetCheckSpec("document_embeddings_valid", asset="document_embeddings")],
+)
+def document_embeddings(context: dg.AssetExecutionContext, duckdb: DuckDBResource):
+    """Each document as the token-weighted mean of its text units' embeddings."""
+    corpus = context.partition_key
+    with duckdb.get_connection() as conn:
+        units = read_table(conn, "base_text_units", corpus)
+        vectors = read_table(conn, "text_embeddings", corpus)
+        table = mean_document_embeddings(units, vectors[vectors["kind"] == "text_unit"])
+        yield publish(context, conn, "document_embeddings", table, upstream=["text_embeddings", "base_text_units"],
+                      engine="weighted-mean")
+    yield vectors_check("document_embeddings_valid", "document_embeddings", table, None, set(units["document_id"]))
+
+
+@dg.asset(
+    deps=["entities", "relationships"],
+    partitions_def=corpus_partitions,
+    group_name="embeddings",
+    code_version=code_version(),
+    kinds={"duckdb", "graspologic"},
+    check_specs=[dg.AssetCheckSpec("graph_embeddings_valid", asset="graph_embeddings")],
+)
+def graph_embeddings(context: dg.AssetExecutionContext, config: Node2VecConfig, duckdb: DuckDBResource):
+    """node2vec vectors of the entities that have relationships."""
+    corpus = context.partition_key
+    with duckdb.get_connection() as conn:
+        graph = entity_graph(read_table(conn, "entities", corpus), read_table(conn, "relationships", corpus))
+    table = node2vec(graph, config.dimensions, config.num_walks, config.walk_length, config.window_size,
+                     config.iterations, config.seed)
+    with duckdb.get_connection() as conn:
+        yield publish(context, conn, "graph_embeddings", table, upstream=["entities", "relationships"],
+                      engine="node2vec", metadata={"isolated_entities_skipped": graph.number_of_nodes() - len(table)})
+    yield vectors_check("graph_embeddings_valid", "graph_embeddings", table, config.dimensions)
+
+
+@dg.asset(
+    deps=["graph_embeddings", "document_embeddings", "communities", "entities", "documents"],
+    partitions_def=corpus_partitions,
+    group_name="embeddings",
+    code_version=code_version(),
+    kinds={"duckdb", "umap"},
+    check_specs=[dg.AssetCheckSpec("one_row_per_node", asset="layouts")],
+)
+def layouts(context: dg.AssetExecutionContext, config: LayoutConfig, duckdb: DuckDBResource):
+    """UMAP 2-D positions of entities (node2vec) and documents (embeddings), one nodes table."""
+    corpus = context.partition_key
+    upstream = ["graph_embeddings", "document_embeddings", "communities", "entities", "documents"]
+    with duckdb.get_connection() as conn:
+        inputs = {name: read_table(conn, name, corpus) for name in upstream}
+    level_0 = inputs["communities"][inputs["communities"]["level"] == 0]
+    top_community = {e: int(c) for c, ids in zip(level_0["community"], level_0["entity_ids"]) for e in ids}
+    nodes = layout_nodes(inputs["graph_embeddings"], inputs["entities"], top_community,
+                         inputs["document_embeddings"], inputs["documents"],
+                         n_neighbors=config.n_neighbors, min_dist=config.min_dist, seed=config.seed)
+    with duckdb.get_connection() as conn:
+        yield publish(context, conn, "layouts", nodes, upstream=upstream, engine="umap", metadata={
+            "entity_layout": png(plot_layout(nodes, "entity", f"{corpus}: entities (node2vec + UMAP)"), "entities"),
+            "document_layout": png(plot_layout(nodes, "document", f"{corpus}: documents (embeddings + UMAP)"),
+                                   "documents"),
+        })
+    expected = len(inputs["graph_embeddings"]) + len(inputs["document_embeddings"])
+    duplicated = int(nodes.duplicated(["kind", "id"]).sum())
+    yield dg.AssetCheckResult(check_name="one_row_per_node", passed=len(nodes) == expected and not duplicated,
+                              metadata={"rows": len(nodes), "expected": expected, "duplicated": duplicated})

@@ -1,0 +1,159 @@
+"""The context of a community report, built as the paper's section 3.1.5 says.
+
+Leaf communities: element summaries in order of edge prominence (source degree + target
+degree): source node, target node, the edge, their claims, until the token budget is full.
+Higher communities: if all their element summaries fit, they are used as for a leaf; if not,
+the sub-communities with the largest element summaries have them replaced by their (shorter)
+reports, one at a time, until the context fits.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import pandas as pd
+
+from .tokens import count_tokens
+
+SECTIONS = (
+    ("report", "-----Reports-----\ncommunity,title,report"),
+    ("entity", "-----Entities-----\nid,entity,description,degree"),
+    ("relationship", "-----Relationships-----\nid,source,target,description,combined_degree"),
+    ("claim", "-----Claims-----\nid,subject,type,status,description"),
+)
+
+
+@dataclass(frozen=True)
+class Element:
+    kind: str  # entity, relationship or claim
+    key: str
+    line: str
+    owners: frozenset[str]  # entity titles it belongs with, to know which sub-community holds it
+
+    @property
+    def tokens(self) -> int:
+        return count_tokens(self.line) + 1
+
+
+@dataclass
+class CommunityContext:
+    text: str
+    tokens: int
+    substituted: list[int] = field(default_factory=list)  # sub-communities whose report replaced elements
+    replaced_elements: dict[int, int] = field(default_factory=dict)  # sub-community -> elements it replaced
+    truncated: bool = False
+
+
+def _csv(*values: object) -> str:
+    return ",".join(str(v).replace("\n", " ").replace(",", ";") if isinstance(v, str) else str(v) for v in values)
+
+
+class GraphIndex:
+    """Lookups the context builder needs, computed once for all communities."""
+
+    def __init__(self, entities: pd.DataFrame, relationships: pd.DataFrame, covariates: pd.DataFrame):
+        self.entity = {row.id: row for row in entities.itertuples(index=False)}
+        self.relationship = {row.id: row for row in relationships.itertuples(index=False)}
+        self.claims_by_subject: dict[str, list] = {}
+        for row in covariates.itertuples(index=False):
+            self.claims_by_subject.setdefault(row.subject_id, []).append(row)
+
+    def elements(self, entity_ids: list[str], relationship_ids: list[str]) -> list[Element]:
+        """Element summaries of a community, most prominent first."""
+        ordered, seen = [], set()
+
+        def add_entity(title: str, row) -> None:
+            if ("entity", title) in seen:
+                return
+            seen.add(("entity", title))
+            ordered.append(Element("entity", title, _csv(row.human_readable_id, title, row.description, row.degree),
+                                   frozenset([title])))
+            for claim in self.claims_by_subject.get(title, []):
+                ordered.append(Element("claim", claim.id, _csv(claim.human_readable_id, title, claim.type,
+                                                               claim.status, claim.description), frozenset([title])))
+
+        by_title = {self.entity[e].title: self.entity[e] for e in entity_ids}
+        relationships = sorted((self.relationship[r] for r in relationship_ids),
+                               key=lambda r: (-r.combined_degree, r.id))
+        for rel in relationships:
+            add_entity(rel.source, by_title[rel.source])
+            add_entity(rel.target, by_title[rel.target])
+            ordered.append(Element("relationship", rel.id, _csv(rel.human_readable_id, rel.source, rel.target,
+                                                                rel.description, rel.combined_degree),
+                                   frozenset([rel.source, rel.target])))
+        for title, row in sorted(by_title.items(), key=lambda kv: (-kv[1].degree, kv[0])):
+            add_entity(title, row)
+        return ordered
+
+
+def render(elements: list[Element], reports: list[tuple[int, str, str]] = ()) -> str:
+    parts = []
+    lines = {"report": [_csv(c, title, text) for c, title, text in reports]}
+    for element in elements:
+        lines.setdefault(element.kind, []).append(element.line)
+    for kind, header in SECTIONS:
+        if lines.get(kind):
+            parts.append(header + "\n" + "\n".join(lines[kind]))
+    return "\n\n".join(parts)
+
+
+def _pack(elements: list[Element], budget: int) -> tuple[list[Element], bool]:
+    packed, used = [], 0
+    for element in elements:
+        if used + element.tokens > budget:
+            return packed, True
+        packed.append(element)
+        used += element.tokens
+    return packed, False
+
+
+def build_context(
+    elements: list[Element],
+    budget: int,
+    sub_communities: list[tuple[int, set[str], str, str]] = (),
+) -> CommunityContext:
+    """The context of one community within `budget` tokens.
+
+    sub_communities: (community number, its entity titles, report title, report text) for each
+    sub-community that already has a report.
+    """
+    overhead = sum(count_tokens(header) + 2 for _, header in SECTIONS)
+    if sum(e.tokens for e in elements) + overhead <= budget or not sub_communities:
+        packed, truncated = _pack(elements, budget - overhead)
+        text = render(packed)
+        return CommunityContext(text, count_tokens(text), truncated=truncated)
+
+    def owner(element: Element) -> int | None:
+        for number, titles, _, _ in sub_communities:
+            if element.owners <= titles:
+                return number
+        return None  # an edge between two sub-communities stays with the community itself
+
+    owned: dict[int, list[Element]] = {number: [] for number, *_ in sub_communities}
+    for element in elements:
+        number = owner(element)
+        if number is not None:
+            owned[number].append(element)
+    largest_first = sorted(sub_communities, key=lambda s: (-sum(e.tokens for e in owned[s[0]]), s[0]))
+    substituted: list[tuple[int, str, str]] = []
+    for number, _, title, report in largest_first:
+        substituted.append((number, title, report))
+        replaced = {number for number, *_ in substituted}
+        remaining = [e for e in elements if owner(e) not in replaced]
+        report_tokens = sum(count_tokens(_csv(*r)) + 1 for r in substituted)
+        if report_tokens + sum(e.tokens for e in remaining) + overhead <= budget:
+            break
+    # Whatever still does not fit is cut, reports first kept, then elements by prominence.
+    kept_reports, used = [], overhead
+    for report in substituted:
+        cost = count_tokens(_csv(*report)) + 1
+        if used + cost <= budget:
+            kept_reports.append(report)
+            used += cost
+    packed, truncated = _pack(remaining, budget - used)
+    text = render(packed, kept_reports)
+    return CommunityContext(
+        text, count_tokens(text), substituted=[n for n, _, _ in substituted],
+        replaced_elements={n: len(owned[n]) for n, _, _ in substituted},
+        truncated=truncated or len(kept_reports) < len(substituted),
+    )

@@ -1,0 +1,143 @@
+"""Community reports, bottom-up: deepest level first, communities of one level concurrently."""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import json
+from dataclasses import dataclass, field
+
+import json_repair
+import pandas as pd
+
+from .community_context import CommunityContext, GraphIndex, build_context
+from .offline.extractive import extractive_report
+from .prompts import load_prompt
+from .records import ChatModel
+
+REPORT_COLUMNS = [
+    "id", "human_readable_id", "community", "level", "parent", "children", "title", "summary", "full_content",
+    "rank", "rating_explanation", "findings", "full_content_json", "size", "status", "error", "context_tokens",
+    "substituted_communities",
+]
+REPORT_PROMPTS = ("community_report",)
+_REPAIR = ("Your answer was not a JSON object with the fields title, summary, rating, rating_explanation and "
+           "findings (a list of objects with summary and explanation). Reply again with only that JSON object.")
+
+
+@dataclass
+class ReportStats:
+    generated: int = 0
+    repaired: int = 0  # needed a second request to get valid JSON
+    reused: int = 0  # carried-down communities share their report
+    failed: int = 0
+    substitutions: list[dict] = field(default_factory=list)
+
+
+def parse_report(reply: str | None) -> dict | None:
+    """The report as a dict with the expected fields, repairing broken JSON; None if it cannot be."""
+    if not reply:
+        return None
+    data = json_repair.loads(reply)
+    if not isinstance(data, dict) or not isinstance(data.get("title"), str) or not isinstance(data.get("summary"), str):
+        return None
+    findings = data.get("findings")
+    if not isinstance(findings, list):
+        return None
+    try:
+        rating = float(data.get("rating", 0))
+    except (TypeError, ValueError):
+        rating = 0.0
+    return {
+        "title": data["title"], "summary": data["summary"], "rating": max(0.0, min(10.0, rating)),
+        "rating_explanation": str(data.get("rating_explanation", "")),
+        "findings": [{"summary": str(f.get("summary", "")), "explanation": str(f.get("explanation", ""))}
+                     for f in findings if isinstance(f, dict)],
+    }
+
+
+def markdown(report: dict) -> str:
+    parts = [f"# {report['title']}", report["summary"]]
+    parts += [f"## {f['summary']}\n\n{f['explanation']}" for f in report["findings"]]
+    return "\n\n".join(parts)
+
+
+async def llm_report(chat: ChatModel, context: CommunityContext, max_report_length: int) -> tuple[dict | None, bool]:
+    """(report, needed repair). A malformed reply gets one more request asking for valid JSON."""
+    messages = [{"role": "user", "content": load_prompt("community_report").format(
+        input_text=context.text, max_report_length=max_report_length)}]
+    reply = await chat.complete(messages, response_format={"type": "json_object"})
+    report = parse_report(reply)
+    if report is not None or reply is None:
+        return report, False
+    retry = await chat.complete(messages + [{"role": "assistant", "content": reply},
+                                            {"role": "user", "content": _REPAIR}],
+                                response_format={"type": "json_object"})
+    return parse_report(retry), True
+
+
+async def generate_reports(
+    chat: ChatModel | None,
+    communities: pd.DataFrame,
+    entities: pd.DataFrame,
+    relationships: pd.DataFrame,
+    covariates: pd.DataFrame,
+    text_units: pd.DataFrame,
+    max_context_tokens: int = 8000,
+    max_report_length: int = 1500,
+) -> tuple[pd.DataFrame, ReportStats]:
+    """One report per community; with no chat model, extractive reports from the community's text."""
+    graph = GraphIndex(entities, relationships, covariates)
+    stats = ReportStats()
+    reports: dict[int, dict] = {}
+    by_number = {row.community: row for row in communities.itertuples(index=False)}
+    titles_of = {n: {graph.entity[e].title for e in row.entity_ids} for n, row in by_number.items()}
+    units = text_units.set_index("id")["text"].to_dict() if chat is None else {}
+
+    async def one(row) -> dict:
+        children = list(row.children)
+        if len(children) == 1 and by_number[children[0]].carried_from == row.community:
+            stats.reused += 1
+            return {**reports[children[0]], "substituted_communities": []}
+        if chat is None:
+            report = extractive_report(row, graph, titles_of[row.community], units)
+            stats.generated += 1
+            return {**report, "status": "ok", "error": None, "context_tokens": 0, "substituted_communities": []}
+        subs = [(c, titles_of[c], reports[c]["title"], reports[c]["summary"])
+                for c in children if reports.get(c, {}).get("status") == "ok"]
+        context = build_context(graph.elements(list(row.entity_ids), list(row.relationship_ids)),
+                                max_context_tokens, subs)
+        if context.substituted:
+            stats.substitutions.append({"community": row.community, "replaced_by_reports": context.replaced_elements})
+        report, repaired = await llm_report(chat, context, max_report_length)
+        stats.repaired += repaired
+        common = {"context_tokens": context.tokens, "substituted_communities": context.substituted}
+        if report is None:
+            stats.failed += 1
+            return {"title": f"Community {row.community}", "summary": "", "rating": 0.0, "rating_explanation": "",
+                    "findings": [], "status": "failed",
+                    "error": "no valid JSON report after a repair request, or the model call failed", **common}
+        stats.generated += 1
+        return {**report, "status": "ok", "error": None, **common}
+
+    for level in sorted(communities["level"].unique(), reverse=True):
+        rows = [r for r in communities.itertuples(index=False) if r.level == level]
+        for row, report in zip(rows, await asyncio.gather(*(one(r) for r in rows))):
+            reports[row.community] = report
+
+    table = []
+    for number, report in sorted(reports.items()):
+        row = by_number[number]
+        table.append({
+            "id": hashlib.sha256(f"report:{row.id}".encode()).hexdigest()[:32], "human_readable_id": number,
+            "community": number, "level": row.level, "parent": row.parent, "children": list(row.children),
+            "title": report["title"], "summary": report["summary"],
+            "full_content": markdown(report) if report["status"] == "ok" else "",
+            "rank": report["rating"], "rating_explanation": report["rating_explanation"],
+            "findings": json.dumps(report["findings"]),
+            "full_content_json": json.dumps({k: report[k] for k in ("title", "summary", "rating",
+                                                                     "rating_explanation", "findings")}),
+            "size": row.size, "status": report["status"], "error": report["error"],
+            "context_tokens": report["context_tokens"], "substituted_communities": report["substituted_communities"],
+        })
+    return pd.DataFrame(table, columns=REPORT_COLUMNS), stats
