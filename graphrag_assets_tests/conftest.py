@@ -21,6 +21,10 @@ def chat_resource(base_url: str | None, cache_dir: Path, **overrides) -> ChatMod
                              **{"max_retries": 4, "timeout_seconds": 10, **UNLIMITED, **overrides})
 
 
+def embedding_resource(base_url: str | None, cache_dir: Path, **overrides) -> EmbeddingModelResource:
+    return EmbeddingModelResource(base_url=base_url, cache_dir=str(cache_dir), **{**UNLIMITED, **overrides})
+
+
 class Workspace:
     """A data folder, a DuckDB file and a response cache in a temporary directory."""
 

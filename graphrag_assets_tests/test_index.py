@@ -5,19 +5,20 @@ import pytest
 
 from graphrag_assets_tests.model_server import Faults, FakeOpenAIServer
 
-from .conftest import SAMPLE_CORPUS, Workspace, chat_resource, materialization_metadata
+from .conftest import SAMPLE_CORPUS, Workspace, chat_resource, embedding_resource, materialization_metadata
 
 GRAPH_TABLES = ("entities", "relationships", "covariates")
 
 
-def index(root, faults: Faults | None = None, offline: bool = False):
+def index(root, faults: Faults | None = None, offline: bool = False, timeout_seconds: float = 30.0):
     workspace = Workspace(root)
     workspace.add_sample_corpus()
     if offline:
         return workspace, workspace.materialize(SAMPLE_CORPUS), None
     with FakeOpenAIServer(faults) as server:
         result = workspace.materialize(SAMPLE_CORPUS, chat=chat_resource(server.base_url, workspace.cache,
-                                                                         timeout_seconds=1.0))
+                                                                         timeout_seconds=timeout_seconds),
+                                       embeddings=embedding_resource(server.base_url, workspace.cache))
     return workspace, result, server
 
 
@@ -76,8 +77,9 @@ def test_model_usage_is_in_the_metadata_and_the_lineage(llm_index):
     assert metadata["prompt_tokens"] > 0 and metadata["completion_tokens"] > 0
     assert metadata["engine"] == "llm:gpt-4o-mini" and "SCROOGE" in metadata["top_entities_by_degree"]
     lineage = workspace.sql("SELECT * FROM lineage ORDER BY materialized_at")
-    assert list(lineage["asset"].sort_values()) == sorted(
-        ["documents", "base_text_units", "entities", "relationships", "covariates", "text_units"])
+    assert lineage["asset"].is_unique  # one row per materialization, and this was one run
+    assert {"documents", "base_text_units", "entities", "relationships", "covariates", "text_units",
+            "communities", "community_reports", "text_embeddings", "layouts"} <= set(lineage["asset"])
     entities_row = lineage.set_index("asset").loc["entities"]
     assert entities_row.engine == "llm:gpt-4o-mini" and '"calls"' in entities_row.model_usage
     assert "base_text_units" in entities_row.upstream_versions and entities_row.code_version.startswith("1-")
@@ -93,10 +95,10 @@ def test_offline_engine_records_itself_and_extracts_no_claims(offline_index):
 def test_transient_faults_give_the_fault_free_result(llm_index, tmp_path):
     clean, _, _ = llm_index
     faulty, result, server = index(tmp_path, Faults(transient_every=4, retry_after_seconds=0.01,
-                                                    slow_every=25, slow_seconds=2.0))
+                                                    slow_every=25, slow_seconds=2.0), timeout_seconds=1.0)
     assert {s.kind for s in server.served} >= {"fault"}
     assert materialization_metadata(result, "entities")["retries"] > 0
-    for name in GRAPH_TABLES + ("text_units",):
+    for name in GRAPH_TABLES + ("text_units", "communities", "community_reports", "text_embeddings"):
         pd.testing.assert_frame_equal(table(faulty, name), table(clean, name))
 
 
@@ -106,3 +108,9 @@ def test_malformed_and_truncated_replies_are_counted_not_fatal(tmp_path):
     metadata = materialization_metadata(result, "entities")
     assert metadata["dropped_records"] > 10 and metadata["failed_text_units"] == 0
     assert len(table(workspace, "entities")) > 50
+    # A malformed report gets a repair request; one that stays malformed is recorded, not dropped.
+    reports = materialization_metadata(result, "community_reports")
+    assert reports["repaired_json"] > 0 and reports["failed"] > 0
+    failed = workspace.sql("SELECT * FROM community_reports WHERE status = 'failed'")
+    assert len(failed) == reports["failed"] and failed["error"].str.contains("no valid JSON").all()
+    assert len(table(workspace, "community_reports")) == len(table(workspace, "communities"))

@@ -82,7 +82,7 @@ def text_embeddings(context: dg.AssetExecutionContext, config: TextEmbeddingConf
             # The fitted offline model is kept so that questions can be embedded in the same space.
             write_table(conn, "embedding_models", corpus,
                         pd.DataFrame([{"id": "offline", "dimensions": dimensions, "model": local_model.dumps()}]),
-                        lineage_for(context, conn, "text_embeddings", upstream=[], engine=engine))
+                        lineage_for(context, conn, "embedding_models", upstream=[], engine=engine))
         yield publish(context, conn, "text_embeddings", table, upstream=["entities", "text_units", "community_reports"],
                       engine=engine, model=embeddings if embeddings.configured else None, usage=usage,
                       metadata={"failed_batches": failed_batches,

@@ -30,7 +30,7 @@ class ReportStats:
     generated: int = 0
     repaired: int = 0  # needed a second request to get valid JSON
     reused: int = 0  # carried-down communities share their report
-    failed: int = 0
+    failed: int = 0  # rows with status "failed"
     substitutions: list[dict] = field(default_factory=list)
 
 
@@ -113,7 +113,6 @@ async def generate_reports(
         stats.repaired += repaired
         common = {"context_tokens": context.tokens, "substituted_communities": context.substituted}
         if report is None:
-            stats.failed += 1
             return {"title": f"Community {row.community}", "summary": "", "rating": 0.0, "rating_explanation": "",
                     "findings": [], "status": "failed",
                     "error": "no valid JSON report after a repair request, or the model call failed", **common}
@@ -140,4 +139,6 @@ async def generate_reports(
             "size": row.size, "status": report["status"], "error": report["error"],
             "context_tokens": report["context_tokens"], "substituted_communities": report["substituted_communities"],
         })
-    return pd.DataFrame(table, columns=REPORT_COLUMNS), stats
+    table = pd.DataFrame(table, columns=REPORT_COLUMNS)
+    stats.failed = int((table["status"] == "failed").sum())  # carried-down copies of a failure count too
+    return table, stats

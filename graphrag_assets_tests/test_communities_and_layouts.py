@@ -1,0 +1,148 @@
+"""The second half of the index: communities, reports, embeddings, layouts, exports and their checks."""
+
+import json
+
+import networkx as nx
+import numpy as np
+import pandas as pd
+import pyarrow.parquet as pq
+import pytest
+
+from graphrag_assets.method.community_context import Element, build_context
+from graphrag_assets.method.community_reports import parse_report
+from graphrag_assets.method.embeddings import document_embeddings
+
+from .conftest import SAMPLE_CORPUS, Workspace
+from .test_index import llm_index, offline_index, table  # noqa: F401  (module fixtures reused)
+
+
+@pytest.mark.parametrize("engine", ["llm_index", "offline_index"])
+def test_every_asset_check_passes(engine, request):
+    _, result, _ = request.getfixturevalue(engine)
+    evaluations = {e.check_name: e.passed for e in result.get_asset_check_evaluations()}
+    assert evaluations == {name: True for name in (
+        "one_community_per_level", "every_community_reported", "text_embeddings_complete",
+        "document_embeddings_valid", "graph_embeddings_valid", "one_row_per_node")}
+
+
+@pytest.mark.parametrize("engine", ["llm_index", "offline_index"])
+def test_communities_form_a_hierarchy_with_provenance(engine, request):
+    workspace, _, _ = request.getfixturevalue(engine)
+    communities = table(workspace, "communities").set_index("community")
+    entities = set(table(workspace, "entities")["id"])
+    relationships = table(workspace, "relationships").set_index("id")
+    assert communities["level"].min() == 0 and communities["level"].nunique() >= 2
+    assert (communities.loc[communities["level"] == 0, "parent"] == -1).all()
+    for number, row in communities.iterrows():
+        assert set(row.entity_ids) <= entities and row["size"] == len(row.entity_ids)
+        if row.parent >= 0:
+            parent = communities.loc[row.parent]
+            assert parent.level == row.level - 1 and number in parent.children
+            assert set(row.entity_ids) <= set(parent.entity_ids)
+        titles = set(table(workspace, "entities").set_index("id").loc[list(row.entity_ids), "title"])
+        for rel in row.relationship_ids:  # relationships inside the community have both ends in it
+            assert {relationships.loc[rel, "source"], relationships.loc[rel, "target"]} <= titles
+    reports = table(workspace, "community_reports")
+    assert sorted(reports["community"]) == sorted(communities.index) and (reports["status"] == "ok").all()
+    assert reports["full_content"].str.startswith("# ").all()
+
+
+def test_llm_reports_are_built_from_their_community(llm_index):
+    workspace, _, server = llm_index
+    reports = table(workspace, "community_reports")
+    assert {"report"} <= {s.kind for s in server.served}
+    findings = [f for fs in reports["findings"] for f in json.loads(fs)]
+    assert findings and all(set(f) == {"summary", "explanation"} for f in findings)
+    assert reports["context_tokens"].between(1, 8000).all()
+
+
+def test_offline_reports_are_extractive_and_say_so(offline_index):
+    workspace, _, _ = offline_index
+    reports = table(workspace, "community_reports")
+    assert reports["rating_explanation"].str.contains("Extractive report").all()
+    corpus_text = table(workspace, "documents")["text"].iloc[0]
+    collapsed = " ".join(corpus_text.split())
+    # Every summary sentence is quoted from the corpus, not generated.
+    for summary in reports["summary"].head(10):
+        assert summary.split(". ")[0][:60] in collapsed
+
+
+def elements(prefix: str, count: int, words: int = 20) -> list[Element]:
+    return [Element("relationship", f"{prefix}{i}", f"{i},{prefix}{i},X," + "word " * words + ",3",
+                    frozenset([f"{prefix}{i}", "X" if prefix == "cross" else f"{prefix}{i}b"])) for i in range(count)]
+
+
+def test_sub_community_reports_replace_the_largest_sub_communities_first():
+    big, small, cross = elements("big", 12), elements("small", 3), elements("cross", 2)
+    titles = lambda group: {t for e in group for t in e.owners}
+    subs = [(7, titles(big), "Big community", "A short report of the big one."),
+            (8, titles(small), "Small community", "A short report of the small one.")]
+    everything = big + small + cross
+    generous = build_context(everything, budget=5000, sub_communities=subs)
+    assert generous.substituted == [] and "-----Reports-----" not in generous.text
+
+    budget = build_context(everything, 5000).tokens - sum(e.tokens for e in big) + 60
+    tight = build_context(everything, budget=budget, sub_communities=subs)
+    # The big sub-community's 12 elements gave way to its report; the small one's stayed.
+    assert tight.substituted == [7] and tight.replaced_elements == {7: 12}
+    assert "A short report of the big one." in tight.text and "small0" in tight.text and "big0" not in tight.text
+    assert tight.tokens <= budget and not tight.truncated
+
+    tighter = build_context(everything, budget=budget - 60, sub_communities=subs)
+    assert tighter.substituted == [7, 8] and "small0" not in tighter.text and tighter.tokens <= budget - 60
+
+
+def test_a_leaf_context_is_cut_at_the_budget_in_order_of_prominence():
+    leaf = build_context(elements("big", 12), budget=150)
+    assert leaf.truncated and leaf.tokens <= 150 and "big0" in leaf.text and "big11" not in leaf.text
+
+
+@pytest.mark.parametrize("reply,ok", [
+    ('{"title": "T", "summary": "S", "rating": 7, "rating_explanation": "R", "findings": []}', True),
+    ('```json\n{"title": "T", "summary": "S", "rating": "8.5", "findings": [{"summary": "a", "explanation": "b"}],}', True),
+    ('{"title": "T", "summary": "S", "rating": 7, "findings": [{"summary": "a", "explanation": "b"}', True),  # cut off
+    ("Sorry, I cannot help with that.", False),
+    ('{"title": "T"}', False),
+])
+def test_report_json_is_repaired_when_it_can_be(reply, ok):
+    assert (parse_report(reply) is not None) == ok
+
+
+def test_document_embedding_is_the_token_weighted_mean():
+    units = pd.DataFrame({"id": ["a", "b"], "document_id": ["d", "d"], "n_tokens": [300, 100]})
+    vectors = pd.DataFrame({"id": ["a", "b"], "embedding": [[1.0, 0.0], [0.0, 1.0]]})
+    row = document_embeddings(units, vectors).iloc[0]
+    assert row.id == "d" and row.n_tokens == 400 and np.allclose(row.embedding, [0.75, 0.25])
+
+
+def test_same_seed_gives_the_same_communities_and_layouts(offline_index, tmp_path):
+    first, _, _ = offline_index
+    second = Workspace(tmp_path)
+    second.add_sample_corpus()
+    second.materialize(SAMPLE_CORPUS)
+    for name in ("communities", "community_reports", "graph_embeddings", "layouts"):
+        pd.testing.assert_frame_equal(table(first, name), table(second, name))
+
+
+def test_vector_search_in_duckdb(offline_index):
+    workspace, _, _ = offline_index
+    nearest = workspace.sql("""
+        WITH q AS (SELECT embedding FROM text_embeddings t JOIN entities e USING (id, corpus) WHERE e.title = 'SCROOGE')
+        SELECT e.title, list_cosine_similarity(t.embedding, q.embedding) AS similarity
+        FROM text_embeddings t, q JOIN entities e ON e.id = t.id AND e.corpus = t.corpus
+        ORDER BY similarity DESC LIMIT 3""")
+    assert nearest["title"].iloc[0] == "SCROOGE" and nearest["similarity"].iloc[0] == pytest.approx(1.0, abs=1e-5)
+
+
+def test_exports_open_in_networkx_and_pyarrow(offline_index):
+    workspace, _, _ = offline_index
+    folder = workspace.root / "exports" / SAMPLE_CORPUS
+    graph = nx.read_graphml(folder / "graph.graphml")
+    scrooge = graph.nodes["SCROOGE"]
+    assert {"community", "community_level_0", "x", "y", "degree", "type"} <= set(scrooge)
+    assert graph.number_of_nodes() == len(table(workspace, "entities"))
+    reports = pq.read_table(folder / "parquet" / "community_reports.parquet")
+    assert {"community", "level", "title", "summary", "full_content", "rank", "findings"} <= set(reports.column_names)
+    assert reports.schema.field("findings").type.value_type.num_fields == 2  # list<struct<summary, explanation>>
+    assert {"id", "text", "n_tokens", "document_id", "entity_ids", "relationship_ids", "covariate_ids"} <= set(
+        pq.read_schema(folder / "parquet" / "text_units.parquet").names)
