@@ -10,7 +10,7 @@ import os
 import dagster as dg
 from dagster_duckdb import DuckDBResource
 
-from .assets import communities, embeddings, exports, index
+from .assets import communities, embeddings, exports, index, query
 from .assets.common import corpus_partitions
 from .resources import ChatModelResource, CorporaResource, EmbeddingModelResource
 
@@ -44,9 +44,18 @@ index_corpus_job = dg.define_asset_job(
     description="Index one corpus: documents, entity graph, claims, communities, reports, embeddings, layouts, exports.",
 )
 
+query_assets = dg.load_assets_from_modules([query])
+
+# One job per query method, so the launchpad, the CLI and the GraphQL API can each launch a question.
+query_jobs = [
+    dg.define_asset_job(f"ask_{asset.key.path[-1]}", selection=[asset], partitions_def=corpus_partitions,
+                        description=asset.descriptions_by_key[asset.key])
+    for asset in query_assets
+]
+
 defs = dg.Definitions(
-    assets=index_assets,
-    jobs=[index_corpus_job],
+    assets=[*index_assets, *query_assets],
+    jobs=[index_corpus_job, *query_jobs],
     resources={
         "duckdb": DuckDBResource(database=DATABASE),
         "corpora": CorporaResource(root=os.getenv("GRAPHRAG_DATA_DIR", "data")),

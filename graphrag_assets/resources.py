@@ -72,17 +72,23 @@ class _OpenAIEndpoint(dg.ConfigurableResource):
 
         With no endpoint configured, `work` gets None (the offline engine) and the usage is None.
         """
-        if not self.configured:
-            return asyncio.run(work(None)), None
+        result, (usage,) = run_with_models([self], work)
+        return result, usage
 
-        async def main() -> tuple[T, Usage]:
-            client = ModelClient(self.settings())
-            try:
-                return await work(client), client.usage
-            finally:
-                await client.close()
 
-        return asyncio.run(main())
+def run_with_models(endpoints: list[_OpenAIEndpoint], work: Callable[..., Awaitable[T]]) -> tuple[T, list[Optional[Usage]]]:
+    """Run `work(client, ...)` with one client per endpoint (None where none is configured) in one event loop."""
+
+    async def main() -> tuple[T, list[Optional[Usage]]]:
+        clients = [ModelClient(e.settings()) if e.configured else None for e in endpoints]
+        try:
+            return await work(*clients), [c.usage if c else None for c in clients]
+        finally:
+            for client in clients:
+                if client is not None:
+                    await client.close()
+
+    return asyncio.run(main())
 
 
 class ChatModelResource(_OpenAIEndpoint):

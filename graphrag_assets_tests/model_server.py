@@ -129,6 +129,46 @@ def report_reply(prompt: str) -> str:
     })
 
 
+def _question_words(question: str) -> set[str]:
+    return {w for w in re.findall(r"[a-z]{4,}", question.lower())} - {"what", "does", "from", "about", "with", "that"}
+
+
+def _hits(question: str, text: str) -> int:
+    lowered = text.lower()
+    return sum(1 for w in _question_words(question) if w in lowered)
+
+
+def query_reply(prompt: str) -> tuple[str, str]:
+    """Answers to the query prompts, derived from the question and the data the prompt carries."""
+    question = _between(prompt, "---Question---\n", "\n---").strip()
+    if "list of key points" in prompt:  # global search map: one point per data row that mentions the question
+        rows = [r for r in _between(prompt, "---Data tables---\n", "\n---Question---").splitlines()[1:] if "|" in r]
+        points = [{"description": f"{r.split('|')[1][:80]} bears on the question [Data: Reports ({r.split('|')[0]})]",
+                   "score": min(100, 10 * _hits(question, r))} for r in rows[:20]]
+        return "map", json.dumps({"points": points})
+    if "---Analyst Reports---" in prompt:
+        analysts = _between(prompt, "---Analyst Reports---\n", "\n---Question---").count("----Analyst")
+        return "reduce", f"Answer to '{question}', merged from {analysts} analyst reports."
+    if "rating how relevant a community report" in prompt:
+        return "rate", json.dumps({"reason": "word overlap", "rating": min(5, _hits(question, _between(prompt, "---Report---", "---Question---")))})
+    if "starting a DRIFT search" in prompt:
+        names = names_in(_between(prompt, "---Community reports---", "---Question---"), limit=3)
+        return "drift_primer", json.dumps({"intermediate_answer": f"A first answer to '{question}'.", "score": 50,
+                                           "follow_up_queries": [f"What is the role of {n}?" for n in names]})
+    if "one follow-up question of a DRIFT search" in prompt:
+        follow_up = _between(prompt, "---Follow-up question---\n", "\n").strip()
+        return "drift_local", json.dumps({"response": f"On '{follow_up}': the tables answer it.", "score": 60,
+                                          "follow_up_queries": []})
+    if "combining the intermediate answers" in prompt:
+        answers = _between(prompt, "---Intermediate answers---\n", "\n---Question---").count("\n----") + 1
+        return "drift_reduce", f"Answer to '{question}' combined from {answers} intermediate answers."
+    if "bulleted list of" in prompt:
+        names = names_in(_between(prompt, "---Data tables---", "---Example questions---"), limit=5)
+        return "questions", "\n".join(f"- What happens to {n}?" for n in names)
+    records = _between(prompt, "---Data tables---\n", "\n---").count("\n")
+    return "answer", f"Answer to '{question}' from {records} records [Data: Sources (0, 1)]."
+
+
 def chat_reply(messages: list[dict]) -> tuple[str, str]:
     """(kind, reply) for a conversation."""
     first, last = messages[0]["content"], messages[-1]["content"]
@@ -144,6 +184,8 @@ def chat_reply(messages: list[dict]) -> tuple[str, str]:
         return ("report_repair" if len(messages) > 1 else "report"), report_reply(first)
     if "Description List:" in first:
         return "summarize", summary_reply(first)
+    if "---Role---" in first:
+        return query_reply(first)
     return "other", "I have no answer for this prompt."
 
 

@@ -45,7 +45,43 @@ TABLES: dict[str, dict[str, str]] = {
         "id": "VARCHAR", "kind": "VARCHAR", "title": "VARCHAR", "x": "DOUBLE", "y": "DOUBLE",
         "community": "INTEGER", "degree": "INTEGER",
     },
+    "query_answers": {
+        "id": "VARCHAR", "question": "VARCHAR", "method": "VARCHAR", "community_level": "INTEGER",
+        "config": "JSON", "answer": "VARCHAR", "extractive": "BOOLEAN", "context": "JSON", "context_tokens": "INTEGER",
+        "details": "JSON", "model_calls": "INTEGER", "cache_hits": "INTEGER", "prompt_tokens": "BIGINT",
+        "completion_tokens": "BIGINT", "latency_seconds": "DOUBLE", "run_id": "VARCHAR", "created_at": "TIMESTAMP",
+    },
 }
+
+# Any answer traced to the documents behind it: answer -> reports/entities/relationships/claims/text units
+# -> text units -> documents. Reports reach text units through their community's entities.
+ANSWER_SOURCES_VIEW = """
+CREATE OR REPLACE VIEW answer_sources AS
+WITH ctx AS (SELECT id AS answer_id, corpus, context FROM query_answers),
+cited AS (
+    SELECT answer_id, corpus, 'report' AS via, unnest(from_json(context->'reports', '["VARCHAR"]')) AS element_id FROM ctx
+    UNION ALL SELECT answer_id, corpus, 'entity', unnest(from_json(context->'entities', '["VARCHAR"]')) FROM ctx
+    UNION ALL SELECT answer_id, corpus, 'relationship', unnest(from_json(context->'relationships', '["VARCHAR"]')) FROM ctx
+    UNION ALL SELECT answer_id, corpus, 'claim', unnest(from_json(context->'claims', '["VARCHAR"]')) FROM ctx
+    UNION ALL SELECT answer_id, corpus, 'text_unit', unnest(from_json(context->'text_units', '["VARCHAR"]')) FROM ctx
+),
+units AS (
+    SELECT c.answer_id, c.corpus, c.via, c.element_id, unnest(e.text_unit_ids) AS text_unit_id
+      FROM cited c JOIN community_reports r ON c.via = 'report' AND r.id = c.element_id AND r.corpus = c.corpus
+      JOIN communities m ON m.community = r.community AND m.corpus = r.corpus
+      JOIN entities e ON list_contains(m.entity_ids, e.id) AND e.corpus = m.corpus
+    UNION ALL SELECT c.answer_id, c.corpus, c.via, c.element_id, unnest(e.text_unit_ids)
+      FROM cited c JOIN entities e ON c.via = 'entity' AND e.id = c.element_id AND e.corpus = c.corpus
+    UNION ALL SELECT c.answer_id, c.corpus, c.via, c.element_id, unnest(x.text_unit_ids)
+      FROM cited c JOIN relationships x ON c.via = 'relationship' AND x.id = c.element_id AND x.corpus = c.corpus
+    UNION ALL SELECT c.answer_id, c.corpus, c.via, c.element_id, v.text_unit_id
+      FROM cited c JOIN covariates v ON c.via = 'claim' AND v.id = c.element_id AND v.corpus = c.corpus
+    UNION ALL SELECT answer_id, corpus, via, element_id, element_id FROM cited WHERE via = 'text_unit'
+)
+SELECT DISTINCT u.answer_id, u.corpus, u.via, u.element_id, u.text_unit_id, t.document_id, d.title AS document_title
+  FROM units u JOIN text_units t ON t.id = u.text_unit_id AND t.corpus = u.corpus
+  JOIN documents d ON d.id = t.document_id AND d.corpus = t.corpus
+"""
 
 LINEAGE_DDL = """
 CREATE TABLE IF NOT EXISTS lineage (

@@ -63,17 +63,26 @@ def write_table(conn: duckdb.DuckDBPyConnection, table: str, corpus: str, df: pd
         ensure_table(conn, table)
         conn.execute(f'DELETE FROM "{table}" WHERE corpus = ?', [corpus])
         if len(df):
-            rows = df.assign(corpus=corpus)
-            conn.register("_incoming", rows)
-            columns = ", ".join(f'"{c}"' for c in rows.columns)
-            conn.execute(f'INSERT INTO "{table}" ({columns}) SELECT {columns} FROM _incoming')
-            conn.unregister("_incoming")
+            _insert(conn, table, corpus, df)
         record_lineage(conn, lineage, corpus, version, len(df))
         conn.execute("COMMIT")
     except Exception:
         conn.execute("ROLLBACK")
         raise
     return version
+
+
+def _insert(conn: duckdb.DuckDBPyConnection, table: str, corpus: str, df: pd.DataFrame) -> None:
+    conn.register("_incoming", df.assign(corpus=corpus))
+    columns = ", ".join(f'"{c}"' for c in [*df.columns, "corpus"])
+    conn.execute(f'INSERT INTO "{table}" ({columns}) SELECT {columns} FROM _incoming')
+    conn.unregister("_incoming")
+
+
+def append_rows(conn: duckdb.DuckDBPyConnection, table: str, corpus: str, df: pd.DataFrame) -> None:
+    """Add rows (no replacement): for logs such as query_answers."""
+    ensure_table(conn, table)
+    _insert(conn, table, corpus, df)
 
 
 def read_table(conn: duckdb.DuckDBPyConnection, table: str, corpus: str) -> pd.DataFrame:

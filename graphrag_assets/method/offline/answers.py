@@ -1,0 +1,51 @@
+"""Extractive answers: the offline engine answers by quoting the index, never by generating text."""
+
+from __future__ import annotations
+
+import re
+
+from .nlp_graph import _STOPWORDS, split_sentences
+
+_WORD = re.compile(r"[a-z][a-z'\-]+")
+
+
+def terms(text: str) -> set[str]:
+    return {w for w in _WORD.findall(text.lower()) if w not in _STOPWORDS and len(w) > 2}
+
+
+def overlap_score(question: str, text: str) -> float:
+    """Share of the question's content words that the text contains (0-1)."""
+    wanted = terms(question)
+    return len(wanted & terms(text)) / len(wanted) if wanted else 0.0
+
+
+def best_sentences(question: str, sourced_texts: list[tuple[str, str]], limit: int = 5) -> list[tuple[float, str, str]]:
+    """(score, sentence, source id) of the sentences sharing most words with the question, best first."""
+    scored, seen = [], set()
+    for position, (source, text) in enumerate(sourced_texts):
+        for sentence in split_sentences(text):
+            sentence = " ".join(sentence.split())
+            if sentence in seen or len(sentence) < 20 or len(sentence) > 500:
+                continue
+            seen.add(sentence)
+            score = overlap_score(question, sentence)
+            if score > 0:
+                scored.append((-score, position, sentence, source))
+    return [(-s, sentence, source) for s, _, sentence, source in sorted(scored)[:limit]]
+
+
+def extractive_answer(points: list[tuple[float, str, str]], cite: str) -> str:
+    """A labelled bullet list of quoted points, each with its data reference (human-readable record ids)."""
+    from ..search.context import EXTRACTIVE_LABEL, NO_ANSWER
+
+    if not points:
+        return NO_ANSWER
+    lines = [EXTRACTIVE_LABEL, ""] + [f"- {text} [Data: {cite} ({source})]" for _, text, source in points]
+    return "\n".join(lines)
+
+
+def cited_sentences(index, question: str, kind: str, ids: list[str], texts: dict[str, str], limit: int = 6) -> str:
+    """The best sentences of the given records, cited as the context tables number them."""
+    sentences = best_sentences(question, [(i, texts[i]) for i in ids if i in texts], limit)
+    return extractive_answer([(score, text, index.cite(kind, [source])) for score, text, source in sentences],
+                             "Reports" if kind == "reports" else "Sources")

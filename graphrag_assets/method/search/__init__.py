@@ -1,0 +1,1 @@
+"""Query methods: global, local, DRIFT, basic (SS), text summarization (TS), question generation."""

@@ -1,0 +1,132 @@
+"""What every query method shares: the index it reads, nearest neighbours, packing, results."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+
+import numpy as np
+import pandas as pd
+import json_repair
+
+from ..embeddings import LocalEmbedder
+from ..records import ChatModel
+from ..tokens import count_tokens
+
+EXTRACTIVE_LABEL = "**Extractive answer (offline engine: no model wrote this; sentences are quoted from the index).**"
+NO_ANSWER = "I do not know: no relevant information was found in the index for this question."
+
+
+@dataclass
+class Index:
+    """The tables of one indexed corpus that the query methods read."""
+
+    entities: pd.DataFrame
+    relationships: pd.DataFrame
+    covariates: pd.DataFrame
+    communities: pd.DataFrame
+    reports: pd.DataFrame
+    text_units: pd.DataFrame
+    documents: pd.DataFrame
+    embeddings: pd.DataFrame  # id, kind, embedding
+    local_embedder: LocalEmbedder | None = None
+
+    def cite(self, kind: str, ids: list[str]) -> str:
+        """Record ids as the context tables show them: report community numbers, text unit positions."""
+        if kind == "reports":
+            numbers = self.reports.set_index("id")["community"]
+        else:
+            numbers = pd.Series(range(len(self.text_units)), index=self.text_units["id"])
+        return ", ".join(str(numbers[i]) for i in ids if i in numbers.index)
+
+    def report_text(self) -> dict[str, str]:
+        """Report summaries and findings as plain sentences, for extractive answers."""
+        return {r.id: " ".join([r.summary] + [f["explanation"] for f in json.loads(r.findings or "[]")])
+                for r in self.reports.itertuples(index=False)}
+
+    @property
+    def levels(self) -> list[int]:
+        return sorted(int(level) for level in self.communities["level"].unique())
+
+    def vectors(self, kind: str) -> tuple[list[str], np.ndarray]:
+        rows = self.embeddings[self.embeddings["kind"] == kind]
+        if rows.empty:
+            return [], np.zeros((0, 1), dtype=np.float32)
+        return rows["id"].tolist(), np.stack(rows["embedding"].map(lambda v: np.asarray(v, dtype=np.float32)))
+
+
+@dataclass
+class SearchResult:
+    answer: str
+    extractive: bool
+    context_tokens: int
+    context: dict = field(default_factory=dict)  # ids by kind ("reports", "entities", ...), "points" with scores
+    details: dict = field(default_factory=dict)  # method-specific figures (reports rated, follow-ups, ...)
+
+    def context_json(self) -> str:
+        return json.dumps(self.context, sort_keys=True, default=str)
+
+
+async def embed_query(chat_or_embedder, index: Index, text: str) -> np.ndarray:
+    """The question in the same vector space as the index: the embedding model, or the offline model."""
+    if chat_or_embedder is None:
+        if index.local_embedder is None:
+            raise LookupError("the index has no offline embedding model: materialize text_embeddings first")
+        return index.local_embedder.embed([text])[0]
+    vectors = await chat_or_embedder.embed([text])
+    if vectors is None:
+        raise RuntimeError("the embedding model failed to embed the question after retries")
+    return np.asarray(vectors[0], dtype=np.float32)
+
+
+def nearest(query: np.ndarray, ids: list[str], matrix: np.ndarray, k: int) -> list[tuple[str, float]]:
+    """The k ids most similar to the query by cosine similarity, best first."""
+    if not ids:
+        return []
+    norms = np.linalg.norm(matrix, axis=1) * (np.linalg.norm(query) or 1.0)
+    scores = matrix @ query / np.where(norms == 0, 1.0, norms)
+    order = np.argsort(-scores, kind="stable")[:k]
+    return [(ids[i], float(scores[i])) for i in order]
+
+
+def pack(records: list[tuple[str, str]], header: str, budget: int) -> tuple[str, list[str], int]:
+    """Records (id, line) under a header until the token budget is full: (text, ids packed, tokens)."""
+    lines, ids, used = [header], [], count_tokens(header)
+    for record_id, line in records:
+        cost = count_tokens(line) + 1
+        if used + cost > budget:
+            break
+        lines.append(line)
+        ids.append(record_id)
+        used += cost
+    return "\n".join(lines), ids, used
+
+
+def windows(records: list[tuple[str, str]], header: str, budget: int) -> list[tuple[str, list[str], int]]:
+    """Consecutive packs covering all records; a record larger than a window is cut to fit."""
+    result, start = [], 0
+    while start < len(records):
+        text, ids, used = pack(records[start:], header, budget)
+        if not ids:  # one record alone exceeds the window: keep its beginning
+            from ..tokens import truncate_to_tokens
+            record_id, line = records[start]
+            line = truncate_to_tokens(line, budget - count_tokens(header) - 2)
+            text, ids, used = f"{header}\n{line}", [record_id], count_tokens(header) + count_tokens(line) + 1
+        result.append((text, ids, used))
+        start += len(ids)
+    return result
+
+
+def parse_json(reply: str | None) -> dict | list | None:
+    if not reply:
+        return None
+    value = json_repair.loads(reply)
+    return value if isinstance(value, (dict, list)) and value != "" else None
+
+
+async def answer_with_prompt(chat: ChatModel, prompt: str) -> str | None:
+    return await chat.complete([{"role": "user", "content": prompt}])
+
+
+def csv_line(*values: object) -> str:
+    return "|".join(str(v).replace("\n", " ").replace("|", "/") for v in values)

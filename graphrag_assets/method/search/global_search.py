@@ -1,0 +1,178 @@
+"""Global search: map-reduce over the community reports of one level (or over text units: TS).
+
+Map: records are shuffled with a seed and packed into windows; each window yields points with
+a 0-100 helpfulness score. Reduce: points scored 0 are dropped, the rest sorted by score and
+packed into one window from which the answer is written. Dynamic community selection rates
+reports from the root down and keeps only the relevant branches.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import random
+
+from ..offline.answers import best_sentences, extractive_answer
+from ..prompts import load_prompt
+from ..records import ChatModel
+from .context import NO_ANSWER, Index, SearchResult, csv_line, embed_query, nearest, pack, parse_json, windows
+
+MAP_HEADERS = {"reports": "id|title|rank|content", "text_units": "id|text"}
+
+
+def report_records(index: Index, report_ids: list[str] | None = None, level: int | None = None) -> list[tuple[str, str]]:
+    reports = index.reports[index.reports["status"] == "ok"]
+    if report_ids is not None:
+        reports = reports[reports["id"].isin(report_ids)]
+    if level is not None:
+        reports = reports[reports["level"] == level]
+    return [(r.id, csv_line(r.community, r.title, r.rank, r.full_content))
+            for r in reports.sort_values("community").itertuples(index=False)]
+
+
+def unit_records(index: Index) -> list[tuple[str, str]]:
+    return [(u.id, csv_line(u.human_id, u.text)) for u in index.text_units.assign(
+        human_id=range(len(index.text_units))).itertuples(index=False)]
+
+
+def parse_points(reply: str | None) -> list[dict] | None:
+    data = parse_json(reply)
+    points = data.get("points") if isinstance(data, dict) else data
+    if not isinstance(points, list):
+        return None
+    parsed = []
+    for point in points:
+        if isinstance(point, dict) and isinstance(point.get("description"), str):
+            try:
+                score = int(float(point.get("score", 0)))
+            except (TypeError, ValueError):
+                score = 0
+            parsed.append({"description": point["description"], "score": max(0, min(100, score))})
+    return parsed
+
+
+def reduce_points(points: list[dict], budget: int) -> tuple[str, list[dict], int]:
+    """Drop points scored 0, sort by score (stable), pack "analyst" sections into the reduce window."""
+    kept = sorted((p for p in points if p["score"] > 0), key=lambda p: -p["score"])
+    records = [(str(i), f"----Analyst {i + 1}----\nImportance Score: {p['score']}\n{p['description']}")
+               for i, p in enumerate(kept)]
+    text, ids, tokens = pack(records, "", budget)
+    return text.strip(), [kept[int(i)] for i in ids], tokens
+
+
+async def map_reduce(
+    chat: ChatModel | None, embedder, index: Index, question: str, records: list[tuple[str, str]], kind: str,
+    response_type: str, map_window_tokens: int, reduce_window_tokens: int, seed: int,
+) -> SearchResult:
+    shuffled = list(records)
+    random.Random(seed).shuffle(shuffled)
+    packed = windows(shuffled, MAP_HEADERS[kind], map_window_tokens)
+    map_tokens = sum(tokens for _, _, tokens in packed)
+    if chat is None:
+        points = await _extractive_map(embedder, index, question, packed, kind)
+    else:
+        prompt = load_prompt("global_search_map")
+        replies = await asyncio.gather(*(chat.complete(
+            [{"role": "user", "content": prompt.format(context_data=text, question=question)}],
+            response_format={"type": "json_object"}) for text, _, _ in packed))
+        points = []
+        for (_, ids, _), reply in zip(packed, replies):
+            for point in parse_points(reply) or []:
+                points.append({**point, "source_ids": ids})
+    report_data, used_points, reduce_tokens = reduce_points(points, reduce_window_tokens)
+    context = {kind: sorted({i for _, ids, _ in packed for i in ids}),
+               "points": [{"score": p["score"], "description": p["description"][:300], "source_ids": p["source_ids"]}
+                          for p in used_points]}
+    details = {"map_windows": len(packed), "points": len(points), "points_scored_0": sum(p["score"] == 0 for p in points),
+               "points_in_reduce": len(used_points), "map_context_tokens": map_tokens,
+               "reduce_context_tokens": reduce_tokens}
+    if not used_points:
+        return SearchResult(NO_ANSWER, chat is None, map_tokens, context, details)
+    if chat is None:
+        answer = extractive_answer([(p["score"], p["description"], index.cite(kind, p["source_ids"][:5]))
+                                    for p in used_points[:8]], "Reports" if kind == "reports" else "Sources")
+    else:
+        answer = await chat.complete([{"role": "user", "content": load_prompt("global_search_reduce").format(
+            report_data=report_data, question=question, response_type=response_type)}])
+        answer = answer or "The reduce step failed after retries; the scored points are in the context."
+    return SearchResult(answer, chat is None, map_tokens + reduce_tokens, context, details)
+
+
+async def _extractive_map(embedder, index: Index, question: str, packed, kind: str) -> list[dict]:
+    """Offline map: each record scores its question similarity (0-100); its best sentences are the points."""
+    query = await embed_query(embedder, index, question)
+    ids, matrix = index.vectors("community_report" if kind == "reports" else "text_unit")
+    similarity = dict(nearest(query, ids, matrix, len(ids)))
+    texts = index.report_text() if kind == "reports" else index.text_units.set_index("id")["text"].to_dict()
+    points = []
+    for _, window_ids, _ in packed:
+        for record_id in window_ids:
+            score = int(round(100 * max(0.0, similarity.get(record_id, 0.0))))
+            sentences = best_sentences(question, [(record_id, texts.get(record_id, ""))], limit=1)
+            description = sentences[0][1] if sentences else ""
+            points.append({"description": description, "score": score if description else 0, "source_ids": [record_id]})
+    return points
+
+
+async def select_communities(chat: ChatModel | None, embedder, index: Index, question: str,
+                             threshold: int = 1) -> tuple[list[str], int]:
+    """Dynamic community selection: rate level-0 reports, descend into relevant ones' children.
+
+    Returns (selected report ids, how many reports were rated). A relevant child replaces its parent.
+    """
+    reports = index.reports[index.reports["status"] == "ok"].set_index("community")
+    communities = index.communities.set_index("community")
+    query = None if chat else await embed_query(embedder, index, question)
+    ids, matrix = index.vectors("community_report")
+    similarity = dict(nearest(query, ids, matrix, len(ids))) if query is not None else {}
+    prompt = load_prompt("rate_community")
+
+    async def rate(number: int) -> int:
+        if chat is None:
+            return int(5 * max(0.0, similarity.get(reports.loc[number, "id"], 0.0)))
+        data = parse_json(await chat.complete([{"role": "user", "content": prompt.format(
+            report=reports.loc[number, "full_content"], question=question)}], response_format={"type": "json_object"}))
+        try:
+            return int(float(data.get("rating", 0))) if isinstance(data, dict) else 0
+        except (TypeError, ValueError):
+            return 0
+
+    frontier = [c for c in reports.index if communities.loc[c, "level"] == 0]
+    selected, rated = set(), 0
+    while frontier:
+        ratings = await asyncio.gather(*(rate(c) for c in frontier))
+        rated += len(frontier)
+        relevant = [c for c, r in zip(frontier, ratings) if r >= threshold]
+        selected.update(relevant)
+        for c in relevant:
+            parent = communities.loc[c, "parent"]
+            selected.discard(parent)
+        # Carried-down copies repeat their parent's report: rating them again would tell nothing new.
+        frontier = [child for c in relevant for child in communities.loc[c, "children"]
+                    if child in reports.index and communities.loc[child, "carried_from"] != c]
+    return [reports.loc[c, "id"] for c in sorted(selected)], rated
+
+
+async def global_search(chat, embedder, index: Index, question: str, level: int, response_type: str,
+                        map_window_tokens: int = 8000, reduce_window_tokens: int = 8000, seed: int = 42,
+                        dynamic: bool = False, dynamic_threshold: int = 1) -> SearchResult:
+    if dynamic:
+        selected, rated = await select_communities(chat, embedder, index, question, dynamic_threshold)
+        records = report_records(index, report_ids=selected)
+    else:
+        records = report_records(index, level=level)
+    result = await map_reduce(chat, embedder, index, question, records, "reports", response_type,
+                              map_window_tokens, reduce_window_tokens, seed)
+    if dynamic:
+        level_size = int((index.reports["level"] == level).sum())
+        result.details.update({"reports_rated": rated, "reports_selected": len(records),
+                               f"reports_at_level_{level}": level_size})
+    return result
+
+
+async def text_summary_search(chat, embedder, index: Index, question: str, response_type: str,
+                              map_window_tokens: int = 8000, reduce_window_tokens: int = 8000,
+                              seed: int = 42) -> SearchResult:
+    """The paper's TS baseline: the same map-reduce over shuffled source text units."""
+    return await map_reduce(chat, embedder, index, question, unit_records(index), "text_units", response_type,
+                            map_window_tokens, reduce_window_tokens, seed)
+

@@ -1,0 +1,34 @@
+"""Question generation: candidate next questions from the local context of the previous ones."""
+
+from __future__ import annotations
+
+import re
+
+from ..prompts import load_prompt
+from ..records import ChatModel
+from .context import Index, SearchResult
+from .local_search import local_context_for
+
+
+async def generate_questions(chat: ChatModel | None, embedder, index: Index, previous_questions: list[str],
+                             level: int, count: int = 5, top_k_entities: int = 10,
+                             max_context_tokens: int = 8000) -> SearchResult:
+    context = await local_context_for(embedder, index, "\n".join(previous_questions), level, top_k_entities,
+                                      max_context_tokens, 0.25, 0.5)
+    if chat is None:
+        # Offline: questions from templates over the context's strongest relationships and entities.
+        rels = index.relationships.set_index("id").loc[context.ids["relationships"]]
+        questions = [f"How are {r.source.title()} and {r.target.title()} related?" for r in rels.itertuples()]
+        entities = index.entities.set_index("id").loc[context.ids["entities"], "title"]
+        questions += [f"What role does {t.title()} play?" for t in entities]
+        questions = list(dict.fromkeys(questions))[:count]
+        label = "**Template questions (offline engine: filled from the strongest relationships and entities).**"
+    else:
+        reply = await chat.complete([{"role": "user", "content": load_prompt("question_generation").format(
+            context_data=context.text, question_count=count,
+            previous_questions="\n".join(f"- {q}" for q in previous_questions))}])
+        questions = [re.sub(r"^\s*(?:[-*•]|\d+[.)])\s*", "", line).strip() for line in (reply or "").splitlines()]
+        questions = [q for q in questions if q.endswith("?")][:count]
+        label = ""
+    answer = "\n".join(([label, ""] if label else []) + [f"- {q}" for q in questions])
+    return SearchResult(answer, chat is None, context.tokens, context.ids, {"questions": questions})
