@@ -3,10 +3,11 @@ from pathlib import Path
 
 import dagster as dg
 import duckdb
+import pandas as pd
 import pytest
 from dagster_duckdb import DuckDBResource
 
-from graphrag_assets.definitions import index_assets
+from graphrag_assets.definitions import index_assets, query_assets
 from graphrag_assets.resources import ChatModelResource, CorporaResource, EmbeddingModelResource
 from graphrag_assets_tests.model_server import Faults, FakeOpenAIServer
 
@@ -60,6 +61,15 @@ class Workspace:
                               resources=self.resources(chat, embeddings), selection=selection,
                               run_config=run_config, raise_on_error=raise_on_error)
 
+    def ask(self, corpus: str, asset: str, config: dict, chat: ChatModelResource | None = None,
+            embeddings: EmbeddingModelResource | None = None, raise_on_error: bool = True) -> dg.ExecuteInProcessResult:
+        """Materialize one query asset, as a launchpad run would."""
+        instance = dg.DagsterInstance.ephemeral()
+        instance.add_dynamic_partitions("corpus", [corpus])
+        return dg.materialize([*index_assets, *query_assets], selection=[asset], instance=instance,
+                              partition_key=corpus, resources=self.resources(chat, embeddings),
+                              run_config={"ops": {asset: {"config": config}}}, raise_on_error=raise_on_error)
+
     def sql(self, query: str, *params):
         with duckdb.connect(str(self.database), read_only=True) as conn:
             return conn.execute(query, list(params)).df()
@@ -76,6 +86,32 @@ def model_server():
         yield server
 
 
+def index(root, faults: Faults | None = None, offline: bool = False, timeout_seconds: float = 30.0):
+    workspace = Workspace(root)
+    workspace.add_sample_corpus()
+    if offline:
+        return workspace, workspace.materialize(SAMPLE_CORPUS), None
+    with FakeOpenAIServer(faults) as server:
+        result = workspace.materialize(SAMPLE_CORPUS, chat=chat_resource(server.base_url, workspace.cache,
+                                                                         timeout_seconds=timeout_seconds),
+                                       embeddings=embedding_resource(server.base_url, workspace.cache))
+    return workspace, result, server
+
+
+@pytest.fixture(scope="session")
+def llm_index(tmp_path_factory):
+    return index(tmp_path_factory.mktemp("llm"))
+
+
+@pytest.fixture(scope="session")
+def offline_index(tmp_path_factory):
+    return index(tmp_path_factory.mktemp("offline"), offline=True)
+
+
+def table(workspace: Workspace, name: str) -> pd.DataFrame:
+    return workspace.sql(f"SELECT * FROM {name} WHERE corpus = ? ORDER BY id", SAMPLE_CORPUS)
+
+
 def materialization_metadata(result: dg.ExecuteInProcessResult, asset: str) -> dict:
     for event in result.get_asset_materialization_events():
         if event.materialization.asset_key == dg.AssetKey(asset):
@@ -83,4 +119,3 @@ def materialization_metadata(result: dg.ExecuteInProcessResult, asset: str) -> d
     raise KeyError(asset)
 
 
-__all__ = ["Faults", "FakeOpenAIServer"]

@@ -12,8 +12,7 @@ from graphrag_assets.method.community_context import Element, build_context
 from graphrag_assets.method.community_reports import parse_report
 from graphrag_assets.method.embeddings import document_embeddings
 
-from .conftest import SAMPLE_CORPUS, Workspace
-from .test_index import llm_index, offline_index, table  # noqa: F401  (module fixtures reused)
+from .conftest import SAMPLE_CORPUS, Workspace, table
 
 
 @pytest.mark.parametrize("engine", ["llm_index", "offline_index"])

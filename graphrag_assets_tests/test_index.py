@@ -3,37 +3,11 @@
 import pandas as pd
 import pytest
 
-from graphrag_assets_tests.model_server import Faults, FakeOpenAIServer
+from graphrag_assets_tests.model_server import Faults
 
-from .conftest import SAMPLE_CORPUS, Workspace, chat_resource, embedding_resource, materialization_metadata
+from .conftest import index, materialization_metadata, table
 
 GRAPH_TABLES = ("entities", "relationships", "covariates")
-
-
-def index(root, faults: Faults | None = None, offline: bool = False, timeout_seconds: float = 30.0):
-    workspace = Workspace(root)
-    workspace.add_sample_corpus()
-    if offline:
-        return workspace, workspace.materialize(SAMPLE_CORPUS), None
-    with FakeOpenAIServer(faults) as server:
-        result = workspace.materialize(SAMPLE_CORPUS, chat=chat_resource(server.base_url, workspace.cache,
-                                                                         timeout_seconds=timeout_seconds),
-                                       embeddings=embedding_resource(server.base_url, workspace.cache))
-    return workspace, result, server
-
-
-@pytest.fixture(scope="module")
-def llm_index(tmp_path_factory):
-    return index(tmp_path_factory.mktemp("llm"))
-
-
-@pytest.fixture(scope="module")
-def offline_index(tmp_path_factory):
-    return index(tmp_path_factory.mktemp("offline"), offline=True)
-
-
-def table(workspace: Workspace, name: str) -> pd.DataFrame:
-    return workspace.sql(f"SELECT * FROM {name} WHERE corpus = ? ORDER BY id", SAMPLE_CORPUS)
 
 
 @pytest.mark.parametrize("engine", ["llm_index", "offline_index"])

@@ -1,0 +1,124 @@
+"""Query assets against the test model server and offline, on the indexed sample corpus."""
+
+import json
+
+import pytest
+
+from graphrag_assets.method.search.global_search import reduce_points
+from graphrag_assets.method.tokens import count_tokens
+from graphrag_assets_tests.model_server import FakeOpenAIServer
+
+from .conftest import SAMPLE_CORPUS, chat_resource, embedding_resource, materialization_metadata
+
+QUESTION = "What does Scrooge learn from the ghosts about Christmas?"
+METHODS = {
+    "global_search": {"question": QUESTION, "community_level": 0},
+    "local_search": {"question": QUESTION},
+    "drift_search": {"question": QUESTION},
+    "basic_search": {"question": QUESTION},
+    "text_summary_search": {"question": QUESTION},
+    "question_generation": {"previous_questions": [QUESTION]},
+}
+
+
+@pytest.fixture(scope="module")
+def llm_server():
+    with FakeOpenAIServer() as server:
+        yield server
+
+
+def ask(index_fixture, asset, config, server=None, **kwargs):
+    workspace = index_fixture[0]
+    models = {}
+    if server is not None:
+        models = {"chat": chat_resource(server.base_url, workspace.cache),
+                  "embeddings": embedding_resource(server.base_url, workspace.cache)}
+    return workspace.ask(SAMPLE_CORPUS, asset, config, **models, **kwargs)
+
+
+def answer_row(workspace, result):
+    return workspace.sql("SELECT * FROM query_answers WHERE run_id = ?", result.run_id).iloc[0]
+
+
+@pytest.mark.parametrize("asset", METHODS)
+def test_every_method_answers_offline_with_traceable_sources(offline_index, asset):
+    workspace = offline_index[0]
+    result = ask(offline_index, asset, METHODS[asset])
+    metadata = materialization_metadata(result, asset)
+    row = answer_row(workspace, result)
+    assert row.extractive and metadata["extractive"] and row.model_calls == 0
+    assert ("Extractive answer" in row.answer) or ("Template questions" in row.answer)
+    assert row.answer in metadata["answer"] and metadata["sources"] != ""
+    # Every answer traces back, through its context, to the sample document.
+    trace = workspace.sql(metadata["trace_sql"])
+    assert set(trace["document_title"]) == {"a-christmas-carol.txt"}
+
+
+@pytest.mark.parametrize("asset", METHODS)
+def test_every_method_answers_with_the_model(llm_index, llm_server, asset):
+    workspace = llm_index[0]
+    result = ask(llm_index, asset, METHODS[asset], server=llm_server)
+    row = answer_row(workspace, result)
+    assert not row.extractive and row.model_calls + row.cache_hits > 0 and row.context_tokens > 0
+    assert row.answer.startswith("Answer to") or row.answer.startswith("- What happens")
+    assert len(workspace.sql("SELECT * FROM answer_sources WHERE answer_id = ?", row.id)) > 0
+    assert json.loads(row.config).get("question", QUESTION) == QUESTION
+
+
+def test_global_search_at_every_level_records_context_tokens_against_ts(llm_index, llm_server):
+    workspace = llm_index[0]
+    levels = sorted(workspace.sql("SELECT DISTINCT level FROM communities")["level"])
+    tokens = {}
+    for level in levels:
+        result = ask(llm_index, "global_search", {"question": QUESTION, "community_level": level}, server=llm_server)
+        row = answer_row(workspace, result)
+        assert row.community_level == level
+        context = json.loads(row.context)
+        reports = workspace.sql("SELECT id FROM community_reports WHERE level = ? AND status = 'ok'", level)
+        assert sorted(context["reports"]) == sorted(reports["id"])  # the map step read exactly that level
+        tokens[level] = row.context_tokens
+    ts = answer_row(workspace, ask(llm_index, "text_summary_search", {"question": QUESTION}, server=llm_server))
+    # The paper's Table 2: root-level reports are far cheaper to read than the source texts.
+    assert tokens[0] * 5 < ts.context_tokens
+    assert tokens[levels[0]] <= tokens[levels[-1]]
+
+
+def test_dynamic_selection_reads_fewer_reports_than_the_level(llm_index, llm_server):
+    result = ask(llm_index, "global_search", {"question": QUESTION, "community_level": 1,
+                                              "dynamic_community_selection": True}, server=llm_server)
+    details = materialization_metadata(result, "global_search")["details"]
+    reports = int(llm_index[0].sql("SELECT count(*) AS n FROM community_reports")["n"][0])
+    # Irrelevant branches and carried-down copies are never read.
+    assert 0 < details["reports_selected"] <= details["reports_rated"] < reports
+
+
+def test_map_scores_of_zero_are_dropped_and_the_reduce_window_is_packed_by_score():
+    points = [{"description": f"point {i} " + "word " * 30, "score": score}
+              for i, score in enumerate([0, 40, 90, 0, 70, 10])]
+    one = count_tokens(f"----Analyst 1----\nImportance Score: 90\n{points[2]['description']}") + 1
+    text, kept, tokens = reduce_points(points, budget=2 * one + 2)
+    assert [p["score"] for p in kept] == [90, 70]  # room for two: the highest scores, in order
+    assert "Importance Score: 90" in text and "point 0" not in text and tokens <= 2 * one + 2
+    _, everything, _ = reduce_points(points, budget=10_000)
+    assert [p["score"] for p in everything] == [90, 70, 40, 10]
+
+
+@pytest.mark.parametrize("config,message", [
+    ({"question": QUESTION, "community_level": 99}, "community level 99 does not exist"),
+    ({"question": "   ", "community_level": 0}, "the question is empty"),
+])
+def test_bad_config_fails_before_any_model_call(llm_index, config, message):
+    with FakeOpenAIServer() as server:
+        result = ask(llm_index, "global_search", config, server=server, raise_on_error=False)
+        assert not server.served
+    assert not result.success
+    assert message in result.get_step_failure_events()[0].step_failure_data.user_failure_data.description
+
+
+def test_a_corpus_never_indexed_is_refused(workspace):
+    (workspace.data / "unindexed").mkdir()
+    workspace.add_sample_corpus()
+    workspace.materialize(SAMPLE_CORPUS, selection=["documents", "base_text_units"])
+    result = workspace.ask("unindexed", "local_search", {"question": QUESTION}, raise_on_error=False)
+    description = result.get_step_failure_events()[0].step_failure_data.user_failure_data.description
+    assert "corpus 'unindexed' is not indexed" in description
