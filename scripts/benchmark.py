@@ -3,11 +3,15 @@ measured in the same run.
 
     .venv/bin/python scripts/benchmark.py models [--latency 0.05] [--rpm 3000] [--tpm 2000000]
     .venv/bin/python scripts/benchmark.py graph [--nodes 8500] [--edges 20000]
+    .venv/bin/python scripts/benchmark.py queries [--latency 0.2]
 
 models: the whole index of the sample corpus against the test model server, concurrent (the
   project's defaults) against the lower bound the rate limit allows, max(requests / RPM,
   tokens / TPM); baseline: the same index with one call at a time; plus a re-run answered from
   the response cache, and the offline engine.
+queries: one question answered by every method against the test model server: context tokens,
+  model calls and wall time per method and community level; baseline: the TS condition (map-reduce
+  over source texts), as in the paper's Table 2 ("C0 needs 9-43x fewer context tokens than TS").
 graph: each non-model step (communities, node2vec, UMAP, offline text embeddings) on the sample
   corpus graph and on a synthetic graph the size of the paper's podcast graph, each in a fresh
   process for its peak memory; baseline: the bare library call on the same input.
@@ -97,6 +101,53 @@ def models_benchmark(args) -> None:
     print("peak RSS is the process high-water mark so far, so later rows include earlier ones")
 
 
+def queries_benchmark(args) -> None:
+    from graphrag_assets.definitions import query_assets
+    from graphrag_assets.resources import EmbeddingModelResource
+
+    question = "What are the main themes of the story, and how does Scrooge change?"
+    work = Path(tempfile.mkdtemp(prefix="graphrag-bench-"))
+    rows = []
+    try:
+        with FakeOpenAIServer(latency_seconds=args.latency) as server:
+            limits = dict(base_url=server.base_url, cache_dir=str(work / "cache"), requests_per_minute=100_000,
+                          tokens_per_minute=100_000_000)
+            chat, embeddings = ChatModelResource(**limits), EmbeddingModelResource(**limits)
+            resources = {"duckdb": DuckDBResource(database=str(work / "graphrag.duckdb")),
+                         "corpora": CorporaResource(root=str(REPO / "data")), "chat": chat, "embeddings": embeddings}
+            instance = dg.DagsterInstance.ephemeral()
+            instance.add_dynamic_partitions("corpus", [CORPUS])
+            export = {"config": {"folder": str(work / "exports")}}
+            dg.materialize(index_assets, instance=instance, partition_key=CORPUS, resources=resources,
+                           run_config={**QUIET, "ops": {"graphml_export": export, "parquet_export": export}})
+            import duckdb
+            with duckdb.connect(str(work / "graphrag.duckdb"), read_only=True) as conn:
+                levels = [r[0] for r in conn.execute("SELECT DISTINCT level FROM communities ORDER BY 1").fetchall()]
+            cases = [(f"C{level} global", "global_search", {"community_level": level}) for level in levels]
+            cases += [(f"C{levels[-1]} dynamic global", "global_search",
+                       {"community_level": levels[-1], "dynamic_community_selection": True}),
+                      ("TS text summary", "text_summary_search", {}), ("SS basic", "basic_search", {}),
+                      ("local", "local_search", {}), ("DRIFT", "drift_search", {})]
+            for name, asset, config in cases:
+                started = time.perf_counter()
+                result = dg.materialize([*index_assets, *query_assets], selection=[asset], instance=instance,
+                                        partition_key=CORPUS, resources=resources,
+                                        run_config={**QUIET, "ops": {asset: {"config": {"question": question, **config}}}})
+                wall = time.perf_counter() - started
+                metadata = result.get_asset_materialization_events()[0].materialization.metadata
+                rows.append((name, metadata["context_tokens"].value, metadata["model_calls"].value, wall))
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+    ts_tokens = next(tokens for name, tokens, _, _ in rows if name.startswith("TS"))
+    print(f"question: {question!r}; test server latency {args.latency}s per call\n")
+    header = f"{'condition':<22}{'context tokens':>15}{'TS / this':>11}{'model calls':>13}{'wall s':>8}"
+    print(header)
+    print("-" * len(header))
+    for name, tokens, calls, wall in rows:
+        print(f"{name:<22}{tokens:>15}{ts_tokens / max(tokens, 1):>10.1f}x{calls:>13}{wall:>8.2f}")
+    print("\nThe test server writes short reports, so report tokens are lower than a real model's would be.")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     commands = parser.add_subparsers(dest="command", required=True)
@@ -105,12 +156,16 @@ def main() -> None:
     models.add_argument("--rpm", type=int, default=3000, help="requests per minute, enforced by client and server")
     models.add_argument("--tpm", type=int, default=2_000_000, help="tokens per minute the client allows")
     models.add_argument("--concurrency", type=int, default=8)
+    queries = commands.add_parser("queries", help="context tokens, calls and time per query method and level")
+    queries.add_argument("--latency", type=float, default=0.2, help="seconds the server takes per reply")
     graph = commands.add_parser("graph", help="time and memory of the non-model steps")
     graph.add_argument("--nodes", type=int, default=8500)
     graph.add_argument("--edges", type=int, default=20000)
     args = parser.parse_args()
     if args.command == "models":
         models_benchmark(args)
+    elif args.command == "queries":
+        queries_benchmark(args)
     else:
         from graph_benchmark import graph_benchmark
 
