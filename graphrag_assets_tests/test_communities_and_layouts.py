@@ -8,7 +8,7 @@ import pandas as pd
 import pyarrow.parquet as pq
 import pytest
 
-from graphrag_assets.method.community_context import Element, build_context
+from graphrag_assets.method.community_context import Element, SubReport, build_context
 from graphrag_assets.method.community_reports import parse_report
 from graphrag_assets.method.embeddings import document_embeddings
 
@@ -74,8 +74,8 @@ def elements(prefix: str, count: int, words: int = 20) -> list[Element]:
 def test_sub_community_reports_replace_the_largest_sub_communities_first():
     big, small, cross = elements("big", 12), elements("small", 3), elements("cross", 2)
     titles = lambda group: {t for e in group for t in e.owners}
-    subs = [(7, titles(big), "Big community", "A short report of the big one."),
-            (8, titles(small), "Small community", "A short report of the small one.")]
+    subs = [SubReport(7, "c7", frozenset(titles(big)), "Big community", "A short report of the big one."),
+            SubReport(8, "c8", frozenset(titles(small)), "Small community", "A short report of the small one.")]
     everything = big + small + cross
     generous = build_context(everything, budget=5000, sub_communities=subs)
     assert generous.substituted == [] and "-----Reports-----" not in generous.text

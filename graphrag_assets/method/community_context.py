@@ -15,6 +15,21 @@ import pandas as pd
 
 from .tokens import count_tokens
 
+# Record ids in the context are short content-derived ids, not row numbers: adding a document to a corpus
+# then leaves the context of an untouched community unchanged, and its report is served from the cache.
+def short_id(element_id: str) -> str:
+    return element_id[:8]
+
+
+@dataclass(frozen=True)
+class SubReport:
+    community: int
+    key: str  # the community's stable id
+    titles: frozenset[str]  # its entities
+    title: str
+    summary: str
+
+
 SECTIONS = (
     ("report", "-----Reports-----\ncommunity,title,report"),
     ("entity", "-----Entities-----\nid,entity,description,degree"),
@@ -66,10 +81,10 @@ class GraphIndex:
             if ("entity", title) in seen:
                 return
             seen.add(("entity", title))
-            ordered.append(Element("entity", title, _csv(row.human_readable_id, title, row.description, row.degree),
+            ordered.append(Element("entity", title, _csv(short_id(row.id), title, row.description, row.degree),
                                    frozenset([title])))
             for claim in self.claims_by_subject.get(title, []):
-                ordered.append(Element("claim", claim.id, _csv(claim.human_readable_id, title, claim.type,
+                ordered.append(Element("claim", claim.id, _csv(short_id(claim.id), title, claim.type,
                                                                claim.status, claim.description), frozenset([title])))
 
         by_title = {self.entity[e].title: self.entity[e] for e in entity_ids}
@@ -78,7 +93,7 @@ class GraphIndex:
         for rel in relationships:
             add_entity(rel.source, by_title[rel.source])
             add_entity(rel.target, by_title[rel.target])
-            ordered.append(Element("relationship", rel.id, _csv(rel.human_readable_id, rel.source, rel.target,
+            ordered.append(Element("relationship", rel.id, _csv(short_id(rel.id), rel.source, rel.target,
                                                                 rel.description, rel.combined_degree),
                                    frozenset([rel.source, rel.target])))
         for title, row in sorted(by_title.items(), key=lambda kv: (-kv[1].degree, kv[0])):
@@ -86,9 +101,13 @@ class GraphIndex:
         return ordered
 
 
-def render(elements: list[Element], reports: list[tuple[int, str, str]] = ()) -> str:
+def _report_line(report: SubReport) -> str:
+    return _csv(short_id(report.key), report.title, report.summary)
+
+
+def render(elements: list[Element], reports: list[SubReport] = ()) -> str:
     parts = []
-    lines = {"report": [_csv(c, title, text) for c, title, text in reports]}
+    lines = {"report": [_report_line(r) for r in reports]}
     for element in elements:
         lines.setdefault(element.kind, []).append(element.line)
     for kind, header in SECTIONS:
@@ -107,16 +126,8 @@ def _pack(elements: list[Element], budget: int) -> tuple[list[Element], bool]:
     return packed, False
 
 
-def build_context(
-    elements: list[Element],
-    budget: int,
-    sub_communities: list[tuple[int, set[str], str, str]] = (),
-) -> CommunityContext:
-    """The context of one community within `budget` tokens.
-
-    sub_communities: (community number, its entity titles, report title, report text) for each
-    sub-community that already has a report.
-    """
+def build_context(elements: list[Element], budget: int, sub_communities: list[SubReport] = ()) -> CommunityContext:
+    """The context of one community within `budget` tokens, given the reports of its sub-communities."""
     overhead = sum(count_tokens(header) + 2 for _, header in SECTIONS)
     if sum(e.tokens for e in elements) + overhead <= budget or not sub_communities:
         packed, truncated = _pack(elements, budget - overhead)
@@ -124,36 +135,36 @@ def build_context(
         return CommunityContext(text, count_tokens(text), truncated=truncated)
 
     def owner(element: Element) -> int | None:
-        for number, titles, _, _ in sub_communities:
-            if element.owners <= titles:
-                return number
+        for sub in sub_communities:
+            if element.owners <= sub.titles:
+                return sub.community
         return None  # an edge between two sub-communities stays with the community itself
 
-    owned: dict[int, list[Element]] = {number: [] for number, *_ in sub_communities}
+    owned: dict[int, list[Element]] = {sub.community: [] for sub in sub_communities}
     for element in elements:
         number = owner(element)
         if number is not None:
             owned[number].append(element)
-    largest_first = sorted(sub_communities, key=lambda s: (-sum(e.tokens for e in owned[s[0]]), s[0]))
-    substituted: list[tuple[int, str, str]] = []
-    for number, _, title, report in largest_first:
-        substituted.append((number, title, report))
-        replaced = {number for number, *_ in substituted}
+    largest_first = sorted(sub_communities, key=lambda s: (-sum(e.tokens for e in owned[s.community]), s.community))
+    substituted: list[SubReport] = []
+    for sub in largest_first:
+        substituted.append(sub)
+        replaced = {s.community for s in substituted}
         remaining = [e for e in elements if owner(e) not in replaced]
-        report_tokens = sum(count_tokens(_csv(*r)) + 1 for r in substituted)
+        report_tokens = sum(count_tokens(_report_line(r)) + 1 for r in substituted)
         if report_tokens + sum(e.tokens for e in remaining) + overhead <= budget:
             break
     # Whatever still does not fit is cut, reports first kept, then elements by prominence.
     kept_reports, used = [], overhead
     for report in substituted:
-        cost = count_tokens(_csv(*report)) + 1
+        cost = count_tokens(_report_line(report)) + 1
         if used + cost <= budget:
             kept_reports.append(report)
             used += cost
     packed, truncated = _pack(remaining, budget - used)
     text = render(packed, kept_reports)
     return CommunityContext(
-        text, count_tokens(text), substituted=[n for n, _, _ in substituted],
-        replaced_elements={n: len(owned[n]) for n, _, _ in substituted},
+        text, count_tokens(text), substituted=[s.community for s in substituted],
+        replaced_elements={s.community: len(owned[s.community]) for s in substituted},
         truncated=truncated or len(kept_reports) < len(substituted),
     )

@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 import json_repair
 import pandas as pd
 
-from .community_context import CommunityContext, GraphIndex, build_context
+from .community_context import CommunityContext, GraphIndex, SubReport, build_context
 from .offline.extractive import extractive_report
 from .prompts import load_prompt
 from .records import ChatModel
@@ -103,7 +103,7 @@ async def generate_reports(
             report = extractive_report(row, graph, titles_of[row.community], units)
             stats.generated += 1
             return {**report, "status": "ok", "error": None, "context_tokens": 0, "substituted_communities": []}
-        subs = [(c, titles_of[c], reports[c]["title"], reports[c]["summary"])
+        subs = [SubReport(c, by_number[c].id, frozenset(titles_of[c]), reports[c]["title"], reports[c]["summary"])
                 for c in children if reports.get(c, {}).get("status") == "ok"]
         context = build_context(graph.elements(list(row.entity_ids), list(row.relationship_ids)),
                                 max_context_tokens, subs)
