@@ -10,8 +10,8 @@ import os
 import dagster as dg
 from dagster_duckdb import DuckDBResource
 
-from .assets import communities, embeddings, exports, index, query
-from .assets.common import corpus_partitions
+from .automation.corpora import new_corpus_sensor, nightly_reindex
+from .automation.jobs import index_assets, index_corpus_job, query_assets, query_jobs
 from .resources import ChatModelResource, CorporaResource, EmbeddingModelResource
 
 DATABASE = os.getenv("GRAPHRAG_DUCKDB", ".graphrag/graphrag.duckdb")
@@ -35,27 +35,11 @@ def _endpoint_settings(model_variable: str, default_model: str) -> dict:
 
 os.makedirs(os.path.dirname(DATABASE) or ".", exist_ok=True)
 
-index_assets = dg.load_assets_from_modules([index, communities, embeddings, exports])
-
-index_corpus_job = dg.define_asset_job(
-    "index_corpus",
-    selection=dg.AssetSelection.assets(*index_assets),
-    partitions_def=corpus_partitions,
-    description="Index one corpus: documents, entity graph, claims, communities, reports, embeddings, layouts, exports.",
-)
-
-query_assets = dg.load_assets_from_modules([query])
-
-# One job per query method, so the launchpad, the CLI and the GraphQL API can each launch a question.
-query_jobs = [
-    dg.define_asset_job(f"ask_{asset.key.path[-1]}", selection=[asset], partitions_def=corpus_partitions,
-                        description=asset.descriptions_by_key[asset.key])
-    for asset in query_assets
-]
-
 defs = dg.Definitions(
     assets=[*index_assets, *query_assets],
     jobs=[index_corpus_job, *query_jobs],
+    sensors=[new_corpus_sensor],
+    schedules=[nightly_reindex],
     resources={
         "duckdb": DuckDBResource(database=DATABASE),
         "corpora": CorporaResource(root=os.getenv("GRAPHRAG_DATA_DIR", "data")),

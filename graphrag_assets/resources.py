@@ -33,9 +33,22 @@ class CorporaResource(dg.ConfigurableResource):
             raise FileNotFoundError(f"corpus folder {Path(self.root) / corpus} does not exist")
         return folder
 
-    def names(self) -> list[str]:
+    def scan(self) -> tuple[list[str], dict[str, str]]:
+        """(corpus names, {refused folder: why}) for the folders under the root."""
         root = Path(self.root)
-        return sorted(p.name for p in root.iterdir() if p.is_dir() and _SAFE_CORPUS_NAME.match(p.name)) if root.is_dir() else []
+        names, refused = [], {}
+        for entry in sorted(root.iterdir()) if root.is_dir() else []:
+            if entry.name.startswith(".") or not entry.is_dir():
+                continue
+            try:
+                self.folder(entry.name)
+                names.append(entry.name)
+            except (ValueError, FileNotFoundError) as problem:
+                refused[entry.name] = str(problem)
+        return names, refused
+
+    def names(self) -> list[str]:
+        return self.scan()[0]
 
 
 class _OpenAIEndpoint(dg.ConfigurableResource):

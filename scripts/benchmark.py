@@ -4,6 +4,7 @@ measured in the same run.
     .venv/bin/python scripts/benchmark.py models [--latency 0.05] [--rpm 3000] [--tpm 2000000]
     .venv/bin/python scripts/benchmark.py graph [--nodes 8500] [--edges 20000]
     .venv/bin/python scripts/benchmark.py queries [--latency 0.2]
+    .venv/bin/python scripts/benchmark.py incremental [--parts 20]
 
 models: the whole index of the sample corpus against the test model server, concurrent (the
   project's defaults) against the lower bound the rate limit allows, max(requests / RPM,
@@ -12,6 +13,8 @@ models: the whole index of the sample corpus against the test model server, conc
 queries: one question answered by every method against the test model server: context tokens,
   model calls and wall time per method and community level; baseline: the TS condition (map-reduce
   over source texts), as in the paper's Table 2 ("C0 needs 9-43x fewer context tokens than TS").
+incremental: the sample cut into many documents; after a full index, one more document is added and the
+  corpus re-indexed: model calls and tokens of the re-index against the full index (the baseline).
 graph: each non-model step (communities, node2vec, UMAP, offline text embeddings) on the sample
   corpus graph and on a synthetic graph the size of the paper's podcast graph, each in a fresh
   process for its peak memory; baseline: the bare library call on the same input.
@@ -148,6 +151,51 @@ def queries_benchmark(args) -> None:
     print("\nThe test server writes short reports, so report tokens are lower than a real model's would be.")
 
 
+def incremental_benchmark(args) -> None:
+    from graphrag_assets.resources import EmbeddingModelResource
+    from graphrag_assets_tests.corpora import split_sample
+
+    work = Path(tempfile.mkdtemp(prefix="graphrag-bench-"))
+    rows = []
+    try:
+        names = split_sample(work / "data" / "many", args.parts)
+        held_out = work / "data" / "many" / names[-1]
+        held_text = held_out.read_text()
+        held_out.unlink()
+        with FakeOpenAIServer(latency_seconds=0.01) as server:
+            limits = dict(base_url=server.base_url, cache_dir=str(work / "cache"), requests_per_minute=100_000,
+                          tokens_per_minute=100_000_000)
+            resources = {"duckdb": DuckDBResource(database=str(work / "graphrag.duckdb")),
+                         "corpora": CorporaResource(root=str(work / "data")), "chat": ChatModelResource(**limits),
+                         "embeddings": EmbeddingModelResource(**limits)}
+            export = {"config": {"folder": str(work / "exports")}}
+            for name in (f"full index, {args.parts - 1} documents", "re-index, nothing changed",
+                         "re-index, one document added"):
+                if name.endswith("added"):
+                    held_out.write_text(held_text)
+                instance = dg.DagsterInstance.ephemeral()
+                instance.add_dynamic_partitions("corpus", ["many"])
+                started = time.perf_counter()
+                result = dg.materialize(index_assets, instance=instance, partition_key="many", resources=resources,
+                                        run_config={**QUIET, "ops": {"graphml_export": export, "parquet_export": export}})
+                wall = time.perf_counter() - started
+                calls = tokens = 0
+                for event in result.get_asset_materialization_events():
+                    metadata = event.materialization.metadata
+                    if "model_calls" in metadata:
+                        calls += metadata["model_calls"].value
+                        tokens += metadata["prompt_tokens"].value + metadata["completion_tokens"].value
+                rows.append((name, calls, tokens, wall))
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+    full_calls, full_tokens = rows[0][1], rows[0][2]
+    header = f"{'run':<34}{'model calls':>12}{'tokens':>10}{'vs full (calls)':>17}{'wall s':>8}"
+    print(header)
+    print("-" * len(header))
+    for name, calls, tokens, wall in rows:
+        print(f"{name:<34}{calls:>12}{tokens:>10}{calls / max(full_calls, 1):>16.1%}{wall:>8.1f}")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     commands = parser.add_subparsers(dest="command", required=True)
@@ -158,6 +206,8 @@ def main() -> None:
     models.add_argument("--concurrency", type=int, default=8)
     queries = commands.add_parser("queries", help="context tokens, calls and time per query method and level")
     queries.add_argument("--latency", type=float, default=0.2, help="seconds the server takes per reply")
+    incremental = commands.add_parser("incremental", help="model calls of a re-index after adding one document")
+    incremental.add_argument("--parts", type=int, default=20)
     graph = commands.add_parser("graph", help="time and memory of the non-model steps")
     graph.add_argument("--nodes", type=int, default=8500)
     graph.add_argument("--edges", type=int, default=20000)
@@ -166,6 +216,8 @@ def main() -> None:
         models_benchmark(args)
     elif args.command == "queries":
         queries_benchmark(args)
+    elif args.command == "incremental":
+        incremental_benchmark(args)
     else:
         from graph_benchmark import graph_benchmark
 

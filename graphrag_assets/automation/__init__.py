@@ -1,0 +1,1 @@
+"""Jobs, the sensor that finds new corpora and the nightly re-index schedule."""

@@ -1,0 +1,25 @@
+"""Jobs: index one corpus, and one job per query method."""
+
+import dagster as dg
+
+from ..assets import communities, embeddings, exports, index, query
+from ..assets.common import corpus_partitions
+
+index_assets = dg.load_assets_from_modules([index, communities, embeddings, exports])
+query_assets = dg.load_assets_from_modules([query])
+
+index_corpus_job = dg.define_asset_job(
+    "index_corpus",
+    selection=dg.AssetSelection.assets(*index_assets),
+    partitions_def=corpus_partitions,
+    description="Index one corpus: documents, entity graph, claims, communities, reports, embeddings, layouts, exports.",
+    # Run monitoring (dagster.yaml) fails a run that hangs past this many seconds.
+    tags={"dagster/max_runtime": str(6 * 3600)},
+)
+
+# One job per query method, so the launchpad, the CLI and the GraphQL API can each launch a question.
+query_jobs = [
+    dg.define_asset_job(f"ask_{asset.key.path[-1]}", selection=[asset], partitions_def=corpus_partitions,
+                        description=asset.descriptions_by_key[asset.key], tags={"dagster/max_runtime": "1800"})
+    for asset in query_assets
+]

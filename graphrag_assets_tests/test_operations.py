@@ -1,0 +1,85 @@
+"""Operating the index: the new-corpus sensor, the nightly schedule, incremental re-indexing."""
+
+import datetime
+
+import dagster as dg
+import pytest
+
+from graphrag_assets.automation.corpora import new_corpus_sensor, nightly_reindex
+from graphrag_assets.resources import CorporaResource
+from graphrag_assets_tests.corpora import split_sample
+from graphrag_assets_tests.model_server import FakeOpenAIServer
+
+from .conftest import SAMPLE_CORPUS, chat_resource, embedding_resource, materialization_metadata
+
+
+def test_the_sensor_registers_new_corpora_and_refuses_unsafe_folders(workspace, tmp_path):
+    (workspace.data / "reports-2024").mkdir()
+    (workspace.data / "Not Safe").mkdir()
+    (tmp_path / "elsewhere").mkdir()
+    (workspace.data / "escape").symlink_to(tmp_path / "elsewhere")
+    workspace.add_sample_corpus()
+    instance = dg.DagsterInstance.ephemeral()
+    context = dg.build_sensor_context(instance=instance, resources={"corpora": CorporaResource(root=str(workspace.data))})
+    result = new_corpus_sensor(context)
+    assert sorted(r.partition_key for r in result.run_requests) == [SAMPLE_CORPUS, "reports-2024"]
+    assert sorted(result.dynamic_partitions_requests[0].partition_keys) == [SAMPLE_CORPUS, "reports-2024"]
+
+    instance.add_dynamic_partitions("corpus", [SAMPLE_CORPUS, "reports-2024"])
+    again = new_corpus_sensor(dg.build_sensor_context(
+        instance=instance, resources={"corpora": CorporaResource(root=str(workspace.data))}))
+    assert isinstance(again, dg.SkipReason) and "refused: Not Safe, escape" in again.skip_message
+    names, refused = CorporaResource(root=str(workspace.data)).scan()
+    assert "not a safe identifier" in refused["Not Safe"] and "outside" in refused["escape"]
+
+
+def test_the_nightly_schedule_reindexes_every_corpus():
+    with dg.instance_for_test() as instance:
+        assert isinstance(nightly_reindex(dg.build_schedule_context(instance=instance)), dg.SkipReason)
+        instance.add_dynamic_partitions("corpus", ["a", "b"])
+        tick = datetime.datetime(2026, 11, 30, 2, tzinfo=datetime.timezone.utc)
+        requests = nightly_reindex(dg.build_schedule_context(instance=instance, scheduled_execution_time=tick))
+    assert sorted(r.partition_key for r in requests) == ["a", "b"]
+    assert requests[0].run_key == "nightly-a-2026-11-30"
+    assert nightly_reindex.default_status == dg.DefaultScheduleStatus.RUNNING
+
+
+@pytest.mark.slow
+def test_reindexing_pays_only_for_what_changed(workspace):
+    names = split_sample(workspace.data / "parts", 6)
+    held_out = workspace.data / "parts" / names[-1]
+    held_text = held_out.read_text()
+    held_out.unlink()
+
+    def reindex():
+        with FakeOpenAIServer() as server:
+            result = workspace.materialize("parts", chat=chat_resource(server.base_url, workspace.cache),
+                                           embeddings=embedding_resource(server.base_url, workspace.cache))
+            return result, server.successes("extract"), server.successes("report")
+
+    first, first_extracts, first_reports = reindex()
+    assert first.success and len(first_extracts) > 0
+
+    unchanged, extracts, reports = reindex()
+    assert not extracts and not reports  # nothing changed: every call is answered by the cache
+    assert materialization_metadata(unchanged, "entities")["model_calls"] == 0
+
+    held_out.write_text(held_text)  # a new document arrives
+    added, extracts, reports = reindex()
+    new_units = workspace.sql("""SELECT t.id FROM text_units t JOIN documents d ON d.id = t.document_id
+                                 WHERE d.title = ? AND t.corpus = 'parts'""", names[-1])
+    assert len(extracts) == len(new_units) and all(n == 1 for n in extracts.values())
+    total_reports = len(workspace.sql("SELECT id FROM community_reports WHERE corpus = 'parts'"))
+    assert len(reports) < total_reports  # only communities whose context changed were written again
+
+    gone = workspace.data / "parts" / names[0]
+    gone_id = workspace.sql("SELECT id FROM documents WHERE title = ?", names[0])["id"][0]
+    gone.unlink()  # a document is deleted
+    reindex()
+    assert workspace.sql("SELECT count(*) AS n FROM text_units WHERE document_id = ?", gone_id)["n"][0] == 0
+    units = set(workspace.sql("SELECT id FROM text_units WHERE corpus = 'parts'")["id"])
+    for table in ("entities", "relationships"):
+        referenced = {u for ids in workspace.sql(f"SELECT text_unit_ids FROM {table} WHERE corpus = 'parts'")[
+            "text_unit_ids"] for u in ids}
+        assert referenced <= units
+    assert set(workspace.sql("SELECT text_unit_id FROM covariates WHERE corpus = 'parts'")["text_unit_id"]) <= units
