@@ -1,25 +1,38 @@
-"""A question launched through the Dagster webserver's GraphQL API, as the UI's launchpad does."""
+"""The Dagster webserver: runs launched through its GraphQL API, staleness, and the UI in a real browser.
+
+One webserver serves the module: the sample corpus is indexed through GraphQL as a user would from
+the UI, then questions are launched, prompts and settings edited, and pages opened in headless
+Chromium (Debian's package, driven by Playwright; .ci/run installs both).
+"""
 
 import os
+import shutil
 import socket
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 import dagster as dg
 import pytest
 from dagster_graphql import DagsterGraphQLClient, DagsterGraphQLClientError
 
-from .conftest import REPO, SAMPLE_CORPUS
+from .conftest import REPO, SAMPLE_CORPUS, Workspace
 
-# Runs launch straight away: the queued coordinator of the repo's dagster.yaml needs the daemon.
+pytestmark = pytest.mark.slow
+CHROMIUM = "/usr/bin/chromium"
+# The repo's dagster.yaml queues runs for the daemon; here runs launch straight away.
 INSTANCE_YAML = """
 run_coordinator:
   module: dagster.core.run_coordinator
   class: DefaultRunCoordinator
 telemetry:
   enabled: false
+nux:
+  enabled: false
 """
+LOCATION = "graphrag_assets.definitions"
+STALENESS = """query ($partition: String!) { assetNodes { assetKey { path } staleStatus(partition: $partition) } }"""
 
 
 def free_port() -> int:
@@ -28,24 +41,52 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-@pytest.fixture
-def webserver(offline_index, tmp_path):
-    workspace = offline_index[0]
-    home = tmp_path / "dagster_home"
+class UI:
+    def __init__(self, client: DagsterGraphQLClient, url: str, workspace: Workspace, prompts: Path):
+        self.client, self.url, self.workspace, self.prompts = client, url, workspace, prompts
+
+    def run(self, job: str, run_config: dict | None = None, timeout: float = 300, assets: list[str] | None = None) -> str:
+        run_id = self.client.submit_job_execution(job, run_config=run_config or {}, asset_selection=assets,
+                                                  tags={"dagster/partition": SAMPLE_CORPUS})
+        deadline = time.monotonic() + timeout
+        while (status := self.client.get_run_status(run_id)) not in (dg.DagsterRunStatus.SUCCESS,
+                                                                      dg.DagsterRunStatus.FAILURE):
+            assert time.monotonic() < deadline, f"run {run_id} of {job} still {status}"
+            time.sleep(1)
+        assert status == dg.DagsterRunStatus.SUCCESS, f"run {run_id} of {job} failed"
+        return run_id
+
+    def staleness(self) -> dict[str, str]:
+        nodes = self.client._execute(STALENESS, {"partition": SAMPLE_CORPUS})["assetNodes"]
+        return {node["assetKey"]["path"][-1]: node["staleStatus"] for node in nodes}
+
+    def reload(self) -> None:
+        self.client.reload_repository_location(LOCATION)
+
+
+@pytest.fixture(scope="module")
+def ui(tmp_path_factory):
+    root = tmp_path_factory.mktemp("ui")
+    workspace = Workspace(root)
+    workspace.add_sample_corpus()
+    prompts = root / "prompts"
+    shutil.copytree(REPO / "prompts", prompts)
+    home = root / "dagster_home"
     home.mkdir()
     (home / "dagster.yaml").write_text(INSTANCE_YAML)
     with dg.DagsterInstance.from_config(str(home)) as instance:
         instance.add_dynamic_partitions("corpus", [SAMPLE_CORPUS])
     port = free_port()
     env = {**os.environ, "DAGSTER_HOME": str(home), "GRAPHRAG_DUCKDB": str(workspace.database),
-           "GRAPHRAG_CACHE_DIR": str(workspace.cache), "GRAPHRAG_DATA_DIR": str(workspace.data)}
+           "GRAPHRAG_CACHE_DIR": str(workspace.cache), "GRAPHRAG_DATA_DIR": str(workspace.data),
+           "GRAPHRAG_PROMPTS_DIR": str(prompts)}
     for variable in ("GRAPHRAG_API_BASE", "GRAPHRAG_API_KEY"):
         env.pop(variable, None)
     server = subprocess.Popen([sys.executable, "-m", "dagster_webserver", "-h", "127.0.0.1", "-p", str(port),
                                "-w", str(REPO / "workspace.yaml")], cwd=REPO, env=env,
                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    client = DagsterGraphQLClient("127.0.0.1", port_number=port, timeout=30)
-    deadline = time.monotonic() + 120
+    client = DagsterGraphQLClient("127.0.0.1", port_number=port, timeout=60)
+    deadline = time.monotonic() + 180
     while True:
         assert server.poll() is None, "the webserver exited"
         try:
@@ -54,31 +95,86 @@ def webserver(offline_index, tmp_path):
         except Exception:
             assert time.monotonic() < deadline, "the webserver did not start in time"
             time.sleep(1)
-    yield client, workspace
+    ui = UI(client, f"http://127.0.0.1:{port}", workspace, prompts)
+    ui.run("index_corpus", timeout=600)  # the whole index of the sample corpus, launched like the UI does
+    yield ui
     server.terminate()
     server.wait(timeout=30)
 
 
-@pytest.mark.slow
-def test_a_question_launched_through_graphql_is_answered_and_recorded(webserver):
-    client, workspace = webserver
-    run_id = client.submit_job_execution(
-        "ask_global_search", run_config={"ops": {"global_search": {"config": {
-            "question": "Who is Tiny Tim?", "community_level": 1}}}},
-        tags={"dagster/partition": SAMPLE_CORPUS})
-    deadline = time.monotonic() + 240
-    while (status := client.get_run_status(run_id)) not in (dg.DagsterRunStatus.SUCCESS, dg.DagsterRunStatus.FAILURE):
-        assert time.monotonic() < deadline, f"run {run_id} still {status}"
-        time.sleep(1)
-    assert status == dg.DagsterRunStatus.SUCCESS
-    row = workspace.sql("SELECT * FROM query_answers WHERE run_id = ?", run_id).iloc[0]
+def test_a_question_launched_through_graphql_is_answered_and_recorded(ui):
+    run_id = ui.run("ask_global_search", {"ops": {"global_search": {"config": {
+        "question": "Who is Tiny Tim?", "community_level": 1}}}})
+    row = ui.workspace.sql("SELECT * FROM query_answers WHERE run_id = ?", run_id).iloc[0]
     assert row.question == "Who is Tiny Tim?" and row.method == "global" and row.community_level == 1
     assert "Extractive answer" in row.answer
 
 
-@pytest.mark.slow
-def test_graphql_refuses_a_config_the_launchpad_would_flag(webserver):
-    client, _ = webserver
+def test_graphql_refuses_a_config_the_launchpad_would_flag(ui):
     with pytest.raises(DagsterGraphQLClientError):
-        client.submit_job_execution("ask_global_search", run_config={"ops": {"global_search": {"config": {
+        ui.client.submit_job_execution("ask_global_search", run_config={"ops": {"global_search": {"config": {
             "community_level": 0}}}}, tags={"dagster/partition": SAMPLE_CORPUS})  # no question
+
+
+def test_the_ui_in_a_real_browser(ui, tmp_path):
+    if not Path(CHROMIUM).exists():
+        if os.environ.get("CI"):
+            pytest.fail(f"{CHROMIUM} is missing: .ci/run installs Debian's chromium package")
+        pytest.skip(f"{CHROMIUM} is not installed here (apt-get install chromium)")
+    from playwright.sync_api import sync_playwright
+
+    ui.run("ask_global_search", {"ops": {"global_search": {"config": {
+        "question": "What does Scrooge learn?", "community_level": 0}}}})
+    shots = Path(os.environ.get("GRAPHRAG_SCREENSHOTS", tmp_path))
+    shots.mkdir(parents=True, exist_ok=True)
+    flags = ["--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run", "--disable-background-networking",
+             "--disable-component-update", "--disable-sync"]
+    with sync_playwright() as playwright:
+        browser = playwright.chromium.launch(executable_path=CHROMIUM, args=flags)
+        page = browser.new_page(viewport={"width": 1500, "height": 1000})
+
+        page.goto(f"{ui.url}/asset-groups")
+        for group in ("ingest", "graph", "communities", "embeddings", "query"):
+            page.get_by_text(group, exact=True).first.wait_for(timeout=60_000)
+        page.screenshot(path=shots / "asset_graph.png")
+
+        page.goto(f"{ui.url}/assets/layouts?partition={SAMPLE_CORPUS}")
+        page.locator("tr", has_text="entity_layout").get_by_text("[Show Markdown]").click()
+        plot = page.locator("img[src^='data:image/png']").first
+        plot.wait_for(timeout=30_000)
+        assert plot.evaluate("img => img.naturalWidth") > 300  # the UMAP plot decoded and rendered
+        page.screenshot(path=shots / "umap_layout.png")
+
+        page.goto(f"{ui.url}/assets/global_search?partition={SAMPLE_CORPUS}")
+        page.locator("tr", has_text="answer").get_by_text("[Show Markdown]").first.click()
+        page.get_by_text("What does Scrooge learn?").first.wait_for(timeout=30_000)
+        page.get_by_text("Extractive answer").first.wait_for(timeout=30_000)
+        page.screenshot(path=shots / "global_search_answer.png")
+        browser.close()
+    assert all((shots / name).stat().st_size > 10_000
+               for name in ("asset_graph.png", "umap_layout.png", "global_search_answer.png"))
+
+
+def test_editing_a_prompt_or_a_setting_marks_exactly_the_dependent_assets_stale(ui):
+    index_assets = {"documents", "base_text_units", "entities", "relationships", "covariates", "text_units",
+                    "communities", "community_reports", "text_embeddings", "document_embeddings",
+                    "graph_embeddings", "layouts", "graphml_export", "parquet_export"}
+    assert {a: s for a, s in ui.staleness().items() if a in index_assets and s != "FRESH"} == {}
+
+    prompt = ui.prompts / "community_report.txt"
+    original = prompt.read_text()
+    prompt.write_text(original + "\nWrite for a general audience.\n")
+    ui.reload()
+    stale = {a for a, s in ui.staleness().items() if a in index_assets and s == "STALE"}
+    prompt.write_text(original)
+    ui.reload()
+    assert "community_reports" in stale
+    assert stale.isdisjoint({"documents", "base_text_units", "entities", "relationships", "covariates",
+                             "communities", "graph_embeddings"})
+
+    # A setting: smaller chunks give base_text_units a new data version; what is built on it is stale.
+    ui.run("index_corpus", {"ops": {"corpus_documents": {"config": {"chunk_size": 300, "chunk_overlap": 50}}}},
+           assets=["documents", "base_text_units"])
+    after = ui.staleness()
+    assert after["documents"] == "FRESH" and after["base_text_units"] == "FRESH"
+    assert {after[a] for a in ("entities", "relationships", "covariates")} == {"STALE"}
