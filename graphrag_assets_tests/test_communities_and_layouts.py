@@ -2,12 +2,17 @@
 
 import json
 
+import dagster as dg
+
 import networkx as nx
 import numpy as np
 import pandas as pd
 import pyarrow.parquet as pq
 import pytest
 
+from graphrag_assets.assets.communities import one_community_per_level
+from graphrag_assets.assets.embeddings import vectors_check
+from graphrag_assets.assets.index import relationship_endpoints_are_entities
 from graphrag_assets.method.community_context import Element, SubReport, build_context
 from graphrag_assets.method.community_reports import parse_report
 from graphrag_assets.method.embeddings import document_embeddings
@@ -20,7 +25,7 @@ def test_every_asset_check_passes(engine, request):
     _, result, _ = request.getfixturevalue(engine)
     evaluations = {e.check_name: e.passed for e in result.get_asset_check_evaluations()}
     assert evaluations == {name: True for name in (
-        "one_community_per_level", "every_community_reported", "text_embeddings_complete",
+        "relationship_endpoints_are_entities", "one_community_per_level", "every_community_reported", "text_embeddings_complete",
         "document_embeddings_valid", "graph_embeddings_valid", "one_row_per_node")}
 
 
@@ -145,3 +150,19 @@ def test_exports_open_in_networkx_and_pyarrow(offline_index):
     assert reports.schema.field("findings").type.value_type.num_fields == 2  # list<struct<summary, explanation>>
     assert {"id", "text", "n_tokens", "document_id", "entity_ids", "relationship_ids", "covariate_ids"} <= set(
         pq.read_schema(folder / "parquet" / "text_units.parquet").names)
+
+
+def test_failing_checks_say_what_is_wrong():
+    entities = pd.DataFrame({"title": ["A", "B"]})
+    relationships = pd.DataFrame({"source": ["A", "A"], "target": ["B", "GHOST"]})
+    endpoints = relationship_endpoints_are_entities(entities, relationships)
+    assert not endpoints.passed and endpoints.metadata["examples"].value == "GHOST"
+    communities = pd.DataFrame({"level": [0, 0, 1], "entity_ids": [["a", "b"], ["b"], ["a"]]})
+    partition = one_community_per_level(communities)
+    assert not partition.passed
+    assert "level 0: 1 entities in two communities" in partition.metadata["problems"].value
+    vectors = pd.DataFrame({"id": ["x", "y"], "embedding": [[0.1, float("nan")], [0.2, 0.3, 0.4]]})
+    check = vectors_check("text_embeddings_complete", "text_embeddings", vectors, 2, {"x", "y", "z"})
+    assert not check.passed and check.severity == dg.AssetCheckSeverity.ERROR
+    assert {k: check.metadata[k].value for k in ("wrong_dimension", "rows_with_nan", "missing_rows")} == {
+        "wrong_dimension": 1, "rows_with_nan": 1, "missing_rows": 1}

@@ -10,7 +10,7 @@ import dagster as dg
 import diskcache
 import pytest
 
-from graphrag_assets_tests.model_server import FakeOpenAIServer
+from graphrag_assets_tests.model_server import Faults, FakeOpenAIServer
 
 from .conftest import REPO, SAMPLE_CORPUS, Workspace, chat_resource, materialization_metadata
 
@@ -55,3 +55,29 @@ def test_a_killed_run_resumes_from_the_response_cache(tmp_path):
     # Only replies that were on the wire when the process died, never cached, may be asked for again.
     assert len(answered_twice) <= answered_before_kill - cached_before_kill
     assert metadata["model_calls"] == sum(server.successes().values()) - answered_before_kill
+
+
+def test_a_step_failed_by_a_broken_endpoint_is_cheap_to_retry(tmp_path):
+    workspace = Workspace(tmp_path)
+    workspace.add_sample_corpus()
+    workspace.materialize(SAMPLE_CORPUS, selection=["documents", "base_text_units"])
+    selection = ["entities", "relationships"]
+    with FakeOpenAIServer(Faults(broken_every=4)) as broken:
+        result = workspace.materialize(SAMPLE_CORPUS, chat=chat_resource(broken.base_url, workspace.cache,
+                                                                         max_retries=1),
+                                       selection=selection, raise_on_error=False)
+        paid_for = set(broken.successes())
+    assert not result.success
+    failure = result.get_step_failure_events()[0].step_failure_data.user_failure_data
+    assert "text units failed after retries" in failure.description and "a re-run pays only" in failure.description
+    assert "injected" in str(failure.metadata["errors"].value) or "upstream failed" in str(failure.metadata["errors"].value)
+
+    with FakeOpenAIServer() as fixed:
+        retry = workspace.materialize(SAMPLE_CORPUS, chat=chat_resource(fixed.base_url, workspace.cache),
+                                      selection=selection)
+        asked_again = set(fixed.successes())
+    metadata = materialization_metadata(retry, "entities")
+    # No request that succeeded in the failed run was sent again; those answers came from the cache.
+    assert paid_for and not (paid_for & asked_again)
+    assert metadata["cache_hits"] > 0 and metadata["model_calls"] == len(asked_again)
+    assert metadata["failed_text_units"] == 0
