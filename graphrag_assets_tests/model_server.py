@@ -16,7 +16,7 @@ import re
 import threading
 import time
 from collections import Counter, deque
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 _NAME = re.compile(r"\b[A-Z][a-z]{2,}\b")

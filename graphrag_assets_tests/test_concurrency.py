@@ -1,6 +1,7 @@
 """Runs in separate processes share one DuckDB file and one model pool without failing."""
 
 import os
+import shutil
 import subprocess
 import sys
 import time
@@ -11,7 +12,7 @@ import pytest
 from graphrag_assets_tests.corpora import split_sample
 from graphrag_assets_tests.model_server import FakeOpenAIServer
 
-from .conftest import REPO, SAMPLE_CORPUS
+from .conftest import REPO, SAMPLE_CORPUS, Workspace
 
 MODEL_STEPS = {"entity_graph", "covariates", "community_reports", "text_embeddings"}
 INSTANCE_YAML = """
@@ -41,7 +42,11 @@ def step_intervals(instance: dg.DagsterInstance, run_id: str) -> dict[str, tuple
 
 @pytest.mark.slow
 def test_two_corpora_and_a_query_in_separate_processes(offline_index, tmp_path):
-    workspace = offline_index[0]  # holds the indexed sample corpus; the new runs write into the same file
+    # A copy of the indexed sample corpus; the new runs write into the same file.
+    (tmp_path / "workspace").mkdir()
+    workspace = Workspace(tmp_path / "workspace")
+    workspace.add_sample_corpus()
+    shutil.copy(offline_index[0].database, workspace.database)
     for name in ("one", "two"):
         split_sample(workspace.data / name, 8)
         for part in sorted((workspace.data / name).iterdir())[2:]:

@@ -2,7 +2,6 @@
 
 import json
 
-import dagster as dg
 import pytest
 
 from graphrag_assets.method.documents import TabularColumns, read_corpus

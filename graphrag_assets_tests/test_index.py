@@ -3,9 +3,9 @@
 import pandas as pd
 import pytest
 
-from graphrag_assets_tests.model_server import Faults
+from graphrag_assets_tests.model_server import Faults, FakeOpenAIServer
 
-from .conftest import index, materialization_metadata, table
+from .conftest import SAMPLE_CORPUS, Workspace, chat_resource, index, materialization_metadata, table
 
 GRAPH_TABLES = ("entities", "relationships", "covariates")
 
@@ -62,7 +62,8 @@ def test_model_usage_is_in_the_metadata_and_the_lineage(llm_index):
 def test_offline_engine_records_itself_and_extracts_no_claims(offline_index):
     workspace, result, _ = offline_index
     assert materialization_metadata(result, "covariates")["skipped_because"] == "the offline engine extracts no claims"
-    assert set(workspace.sql("SELECT engine FROM lineage WHERE asset = 'entities'")["engine"]) == {"offline"}
+    assert set(workspace.sql("SELECT engine FROM lineage WHERE asset = 'entities' AND corpus = ?",
+                             SAMPLE_CORPUS)["engine"]) == {"offline"}
     assert {"SCROOGE", "TINY TIM", "BOB CRATCHIT", "MARLEY"} <= set(table(workspace, "entities")["title"])
 
 
@@ -88,3 +89,21 @@ def test_malformed_and_truncated_replies_are_counted_not_fatal(tmp_path):
     failed = workspace.sql("SELECT * FROM community_reports WHERE status = 'failed'")
     assert len(failed) == reports["failed"] and failed["error"].str.contains("no valid JSON").all()
     assert len(table(workspace, "community_reports")) == len(table(workspace, "communities"))
+
+
+def test_the_api_key_never_reaches_duckdb_logs_or_metadata(tmp_path, caplog):
+    secret = "sk-test-DO-NOT-LEAK-0123456789"
+    workspace = Workspace(tmp_path)
+    workspace.add_sample_corpus()
+    workspace.materialize(SAMPLE_CORPUS, selection=["documents", "base_text_units"])
+    with FakeOpenAIServer(Faults(broken_every=3)) as server:  # failures echo the Authorization header
+        result = workspace.materialize(SAMPLE_CORPUS, chat=chat_resource(server.base_url, workspace.cache,
+                                                                         api_key=secret, max_retries=0),
+                                       selection=["covariates"], run_config={"ops": {"covariates": {"config": {
+                                           "max_failed_unit_fraction": 1.0}}}})
+    metadata = materialization_metadata(result, "covariates")
+    assert metadata["failed_calls"] > 0  # the leaky errors happened...
+    assert secret not in repr(metadata) and secret not in caplog.text  # ...and were redacted everywhere
+    assert secret.encode() not in workspace.database.read_bytes()
+    usage = workspace.sql("SELECT model_usage FROM lineage WHERE asset = 'covariates'")["model_usage"][0]
+    assert "***" in usage and secret not in usage

@@ -41,6 +41,8 @@ def test_a_killed_run_resumes_from_the_response_cache(tmp_path):
             time.sleep(0.05)
         os.killpg(run.pid, signal.SIGKILL)
         run.wait()
+        while server.in_flight:  # requests the dead process had sent are still being answered
+            time.sleep(0.05)
         answered_before_kill = sum(server.successes().values())
         with diskcache.Cache(str(workspace.cache)) as cache:
             cached_before_kill = len(cache)

@@ -67,8 +67,10 @@ def _decode(path: Path, relative: str) -> tuple[str | None, Problem | None]:
 
 
 def _rows_from_csv(text: str, relative: str) -> tuple[list[dict], list[Problem]]:
-    reader = csv.DictReader(io.StringIO(text))
-    return list(reader), []
+    try:
+        return list(csv.DictReader(io.StringIO(text))), []
+    except csv.Error as err:
+        return [], [Problem(relative, f"unreadable CSV ({err}), file skipped")]
 
 
 def _rows_from_jsonl(text: str, relative: str) -> tuple[list[dict], list[Problem]]:

@@ -59,7 +59,7 @@ def build_local_context(index: Index, entity_ids: list[str], level: int, budget:
     # Text units of the chosen entities, nearest entity first, then those with more of the relationships.
     rel_units = {u for units in rels[rels["id"].isin(rel_ids)]["text_unit_ids"] for u in units}
     ordered, seen = [], set()
-    for rank, units in enumerate(entities["text_unit_ids"]):
+    for units in entities["text_unit_ids"]:
         for unit in sorted(units, key=lambda u: (u not in rel_units, u)):
             if unit not in seen:
                 seen.add(unit)
