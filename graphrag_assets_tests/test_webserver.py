@@ -32,6 +32,10 @@ nux:
   enabled: false
 """
 LOCATION = "graphrag_assets.definitions"
+BACKFILL = """mutation ($params: LaunchBackfillParams!) { launchPartitionBackfill(backfillParams: $params) {
+    __typename ... on LaunchBackfillSuccess { backfillId } ... on PythonError { message } } }"""
+BACKFILL_STATUS = """query ($id: String!) { partitionBackfillOrError(backfillId: $id) {
+    __typename ... on PartitionBackfill { status } } }"""
 STALENESS = """query ($partition: String!) { assetNodes { assetKey { path } staleStatus(partition: $partition) } }"""
 
 
@@ -42,8 +46,8 @@ def free_port() -> int:
 
 
 class UI:
-    def __init__(self, client: DagsterGraphQLClient, url: str, workspace: Workspace, prompts: Path):
-        self.client, self.url, self.workspace, self.prompts = client, url, workspace, prompts
+    def __init__(self, client: DagsterGraphQLClient, url: str, workspace: Workspace, prompts: Path, home: Path):
+        self.client, self.url, self.workspace, self.prompts, self.home = client, url, workspace, prompts, home
 
     def run(self, job: str, run_config: dict | None = None, timeout: float = 300, assets: list[str] | None = None) -> str:
         run_id = self.client.submit_job_execution(job, run_config=run_config or {}, asset_selection=assets,
@@ -85,6 +89,10 @@ def ui(tmp_path_factory):
     server = subprocess.Popen([sys.executable, "-m", "dagster_webserver", "-h", "127.0.0.1", "-p", str(port),
                                "-w", str(REPO / "workspace.yaml")], cwd=REPO, env=env,
                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    # The daemon runs backfills, sensors and run monitoring, as under `dagster dev`.
+    daemon = subprocess.Popen([str(Path(sys.executable).parent / "dagster-daemon"), "run", "-w",
+                               str(REPO / "workspace.yaml")],
+                              cwd=REPO, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     client = DagsterGraphQLClient("127.0.0.1", port_number=port, timeout=60)
     deadline = time.monotonic() + 180
     while True:
@@ -95,11 +103,12 @@ def ui(tmp_path_factory):
         except Exception:
             assert time.monotonic() < deadline, "the webserver did not start in time"
             time.sleep(1)
-    ui = UI(client, f"http://127.0.0.1:{port}", workspace, prompts)
+    ui = UI(client, f"http://127.0.0.1:{port}", workspace, prompts, home)
     ui.run("index_corpus", timeout=600)  # the whole index of the sample corpus, launched like the UI does
     yield ui
-    server.terminate()
-    server.wait(timeout=30)
+    for process in (daemon, server):
+        process.terminate()
+        process.wait(timeout=30)
 
 
 def test_a_question_launched_through_graphql_is_answered_and_recorded(ui):
@@ -114,6 +123,32 @@ def test_graphql_refuses_a_config_the_launchpad_would_flag(ui):
     with pytest.raises(DagsterGraphQLClientError):
         ui.client.submit_job_execution("ask_global_search", run_config={"ops": {"global_search": {"config": {
             "community_level": 0}}}}, tags={"dagster/partition": SAMPLE_CORPUS})  # no question
+
+
+def test_a_backfill_of_two_new_corpora_from_the_ui(ui):
+    from graphrag_assets_tests.corpora import split_sample
+
+    with dg.DagsterInstance.from_config(str(ui.home)) as instance:
+        instance.add_dynamic_partitions("corpus", ["north", "south"])
+    for name in ("north", "south"):
+        split_sample(ui.workspace.data / name, 10)
+        for part in sorted((ui.workspace.data / name).iterdir())[1:]:
+            part.unlink()
+    index_assets = ["documents", "base_text_units", "entities", "relationships", "covariates", "text_units",
+                    "communities", "community_reports"]
+    launched = ui.client._execute(BACKFILL, {"params": {
+        "assetSelection": [{"path": [a]} for a in index_assets], "partitionNames": ["north", "south"]}})
+    backfill = launched["launchPartitionBackfill"]
+    assert backfill["__typename"] == "LaunchBackfillSuccess", backfill
+    deadline = time.monotonic() + 400
+    while (status := ui.client._execute(BACKFILL_STATUS, {"id": backfill["backfillId"]})[
+            "partitionBackfillOrError"]["status"]) not in ("COMPLETED", "COMPLETED_SUCCESS", "FAILED",
+                                                          "COMPLETED_FAILED", "CANCELED"):
+        assert time.monotonic() < deadline, f"backfill still {status}"
+        time.sleep(2)
+    assert status in ("COMPLETED", "COMPLETED_SUCCESS")
+    reports = ui.workspace.sql("SELECT corpus, count(*) AS n FROM community_reports GROUP BY corpus")
+    assert {"north", "south"} <= set(reports["corpus"])
 
 
 def test_the_ui_in_a_real_browser(ui, tmp_path):
