@@ -178,12 +178,14 @@ def test_the_ui_in_a_real_browser(ui, tmp_path):
         plot = page.locator("img[src^='data:image/png']").first
         plot.wait_for(timeout=30_000)
         assert plot.evaluate("img => img.naturalWidth") > 300  # the UMAP plot decoded and rendered
+        page.wait_for_timeout(1000)  # let the dialog finish fading in
         page.screenshot(path=shots / "umap_layout.png")
 
         page.goto(f"{ui.url}/assets/global_search?partition={SAMPLE_CORPUS}")
         page.locator("tr", has_text="answer").get_by_text("[Show Markdown]").first.click()
         page.get_by_text("What does Scrooge learn?").first.wait_for(timeout=30_000)
         page.get_by_text("Extractive answer").first.wait_for(timeout=30_000)
+        page.wait_for_timeout(1000)
         page.screenshot(path=shots / "global_search_answer.png")
         browser.close()
     assert all((shots / name).stat().st_size > 10_000
