@@ -78,11 +78,12 @@ def text_embeddings(context: dg.AssetExecutionContext, config: TextEmbeddingConf
     table = table[table["embedding"].notna()].reset_index(drop=True)
     engine = embeddings.engine if embeddings.configured else "offline:tfidf-svd"
     with duckdb.get_connection() as conn:
-        if local_model is not None:
-            # The fitted offline model is kept so that questions can be embedded in the same space.
-            write_table(conn, "embedding_models", corpus,
-                        pd.DataFrame([{"id": "offline", "dimensions": dimensions, "model": local_model.dumps()}]),
-                        lineage_for(context, conn, "embedding_models", upstream=[], engine=engine))
+        # The fitted offline model is kept so that questions can be embedded in the same space; with an
+        # embedding model there is none, and an older offline one must not outlive its vectors.
+        models = pd.DataFrame([{"id": "offline", "dimensions": dimensions, "model": local_model.dumps()}]
+                              if local_model is not None else [], columns=["id", "dimensions", "model"])
+        write_table(conn, "embedding_models", corpus, models,
+                    lineage_for(context, conn, "embedding_models", upstream=[], engine=engine))
         yield publish(context, conn, "text_embeddings", table, upstream=["entities", "text_units", "community_reports"],
                       engine=engine, model=embeddings if embeddings.configured else None, usage=usage,
                       metadata={"failed_batches": failed_batches,

@@ -24,7 +24,7 @@ from ..method.search.local_search import basic_search as run_basic, local_search
 from ..method.search.questions import generate_questions
 from ..resources import ChatModelResource, EmbeddingModelResource, run_with_models
 from ..store.schema import ANSWER_SOURCES_VIEW
-from ..store.tables import append_rows, read_table
+from ..store.tables import append_rows, read_table, row_count
 from .common import code_version, corpus_partitions, usage_metadata
 
 INDEX_TABLES = ("entities", "relationships", "covariates", "communities", "community_reports", "text_units",
@@ -40,27 +40,31 @@ class LeveledQueryConfig(QueryConfig):
     community_level: int = Field(0, description="Community level: 0 is the root (C0), deeper levels are finer.")
 
 
-class GlobalSearchConfig(LeveledQueryConfig):
+class MapReduceOptions(dg.Config):
     map_window_tokens: int = 8000
     reduce_window_tokens: int = 8000
-    seed: int = 42
+    seed: int = Field(42, description="Seed of the shuffle that packs records into map windows.")
+
+
+class LocalContextOptions(dg.Config):
+    top_k_entities: int = 10
+    max_context_tokens: int = 8000
+
+
+class GlobalSearchConfig(LeveledQueryConfig, MapReduceOptions):
     dynamic_community_selection: bool = False
     dynamic_threshold: int = Field(1, description="Minimum 0-5 relevance rating to keep a report and descend.")
 
 
-class LocalSearchConfig(LeveledQueryConfig):
-    top_k_entities: int = 10
-    max_context_tokens: int = 8000
+class LocalSearchConfig(LeveledQueryConfig, LocalContextOptions):
     community_prop: float = 0.25
     text_unit_prop: float = 0.5
 
 
-class DriftSearchConfig(LeveledQueryConfig):
+class DriftSearchConfig(LeveledQueryConfig, LocalContextOptions):
     primer_reports: int = 5
     follow_ups: int = 3
     depth: int = 1
-    top_k_entities: int = 10
-    max_context_tokens: int = 8000
 
 
 class BasicSearchConfig(QueryConfig):
@@ -68,37 +72,28 @@ class BasicSearchConfig(QueryConfig):
     max_context_tokens: int = 8000
 
 
-class TextSummaryConfig(QueryConfig):
-    map_window_tokens: int = 8000
-    reduce_window_tokens: int = 8000
-    seed: int = 42
+class TextSummaryConfig(QueryConfig, MapReduceOptions):
+    pass
 
 
-class QuestionGenerationConfig(dg.Config):
+class QuestionGenerationConfig(LocalContextOptions):
     previous_questions: list[str] = Field(description="Questions asked so far.")
     question_count: int = 5
     community_level: int = 0
-    top_k_entities: int = 10
-    max_context_tokens: int = 8000
 
 
 def load_index(conn, corpus: str) -> Index:
-    missing = [t for t in INDEX_TABLES
-               if not conn.execute("SELECT count(*) FROM information_schema.tables WHERE table_name = ?", [t]).fetchone()[0]
-               or not conn.execute(f"SELECT count(*) FROM {t} WHERE corpus = ?", [corpus]).fetchone()[0]
-               and t != "covariates"]
+    missing = [t for t in INDEX_TABLES if t != "covariates" and not row_count(conn, t, corpus)]
     if missing:
         raise dg.Failure(description=f"corpus {corpus!r} is not indexed: no rows in {', '.join(missing)}. "
                                      "Run the index_corpus job for it first.")
     tables = {name: read_table(conn, name, corpus) for name in INDEX_TABLES}
-    model = conn.execute("SELECT model FROM embedding_models WHERE corpus = ? AND id = 'offline'", [corpus]).fetchone() \
-        if conn.execute("SELECT count(*) FROM information_schema.tables WHERE table_name = 'embedding_models'").fetchone()[0] \
-        else None
+    models = read_table(conn, "embedding_models", corpus) if row_count(conn, "embedding_models", corpus) else None
     return Index(
         entities=tables["entities"], relationships=tables["relationships"], covariates=tables["covariates"],
         communities=tables["communities"], reports=tables["community_reports"], text_units=tables["text_units"],
         documents=tables["documents"], embeddings=tables["text_embeddings"],
-        local_embedder=LocalEmbedder.loads(model[0]) if model else None,
+        local_embedder=LocalEmbedder.loads(models["model"].iloc[0]) if models is not None else None,
     )
 
 

@@ -85,10 +85,20 @@ def append_rows(conn: duckdb.DuckDBPyConnection, table: str, corpus: str, df: pd
     _insert(conn, table, corpus, df)
 
 
+def table_exists(conn: duckdb.DuckDBPyConnection, table: str) -> bool:
+    return bool(conn.execute("SELECT count(*) FROM information_schema.tables WHERE table_name = ?", [table]).fetchone()[0])
+
+
+def row_count(conn: duckdb.DuckDBPyConnection, table: str, corpus: str) -> int:
+    """How many rows the corpus has in a table; 0 when the table does not exist yet."""
+    if not table_exists(conn, table):
+        return 0
+    return conn.execute(f'SELECT count(*) FROM "{table}" WHERE corpus = ?', [corpus]).fetchone()[0]
+
+
 def read_table(conn: duckdb.DuckDBPyConnection, table: str, corpus: str) -> pd.DataFrame:
     """The corpus's rows of a table (without the corpus column); a clear error if never materialized."""
-    exists = conn.execute("SELECT count(*) FROM information_schema.tables WHERE table_name = ?", [table]).fetchone()[0]
-    if not exists:
+    if not table_exists(conn, table):
         raise LookupError(f"table {table} does not exist yet: materialize it for corpus {corpus!r} first")
     df = conn.execute(f'SELECT * EXCLUDE (corpus) FROM "{table}" WHERE corpus = ? ORDER BY id', [corpus]).df()
     for column, kind in TABLES[table].items():
