@@ -33,12 +33,17 @@ def test_the_sensor_registers_new_corpora_and_refuses_unsafe_folders(workspace, 
     assert "not a safe identifier" in refused["Not Safe"] and "outside" in refused["escape"]
 
 
-def test_the_nightly_schedule_reindexes_every_corpus():
+def test_the_nightly_schedule_reindexes_every_corpus_that_still_has_a_folder(workspace):
+    for name in ("a", "b"):
+        (workspace.data / name).mkdir()
+    corpora = {"corpora": CorporaResource(root=str(workspace.data))}
+    tick = datetime.datetime(2026, 11, 30, 2, tzinfo=datetime.timezone.utc)
     with dg.instance_for_test() as instance:
-        assert isinstance(nightly_reindex(dg.build_schedule_context(instance=instance)), dg.SkipReason)
-        instance.add_dynamic_partitions("corpus", ["a", "b"])
-        tick = datetime.datetime(2026, 11, 30, 2, tzinfo=datetime.timezone.utc)
-        requests = nightly_reindex(dg.build_schedule_context(instance=instance, scheduled_execution_time=tick))
+        assert isinstance(nightly_reindex(dg.build_schedule_context(instance=instance, resources=corpora,
+                                                                    scheduled_execution_time=tick)), dg.SkipReason)
+        instance.add_dynamic_partitions("corpus", ["a", "b", "deleted"])
+        requests = nightly_reindex(dg.build_schedule_context(instance=instance, resources=corpora,
+                                                             scheduled_execution_time=tick))
     assert sorted(r.partition_key for r in requests) == ["a", "b"]
     assert requests[0].run_key == "nightly-a-2026-11-30"
     assert nightly_reindex.default_status == dg.DefaultScheduleStatus.RUNNING

@@ -33,9 +33,13 @@ def new_corpus_sensor(context: dg.SensorEvaluationContext, corpora: CorporaResou
 @dg.schedule(job=index_corpus_job, cron_schedule="0 2 * * *", execution_timezone="UTC",
              default_status=dg.DefaultScheduleStatus.RUNNING,
              description="Re-index every corpus at 02:00 UTC; unchanged documents cost no model call.")
-def nightly_reindex(context: dg.ScheduleEvaluationContext):
-    corpora = context.instance.get_dynamic_partitions(corpus_partitions.name)
-    if not corpora:
-        return dg.SkipReason("no corpus registered yet")
+def nightly_reindex(context: dg.ScheduleEvaluationContext, corpora: CorporaResource):
+    registered = context.instance.get_dynamic_partitions(corpus_partitions.name)
+    present = set(corpora.names())
+    for name in sorted(set(registered) - present):
+        context.log.warning(f"corpus {name!r} has no folder under data/ any more: not re-indexed")
+    names = [name for name in registered if name in present]
+    if not names:
+        return dg.SkipReason("no registered corpus has a folder under data/")
     day = context.scheduled_execution_time.strftime("%Y-%m-%d")
-    return [dg.RunRequest(partition_key=name, run_key=f"nightly-{name}-{day}") for name in corpora]
+    return [dg.RunRequest(partition_key=name, run_key=f"nightly-{name}-{day}") for name in names]
