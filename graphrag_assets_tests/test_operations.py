@@ -38,12 +38,15 @@ def test_the_nightly_schedule_reindexes_every_corpus_that_still_has_a_folder(wor
         (workspace.data / name).mkdir()
     corpora = {"corpora": CorporaResource(root=str(workspace.data))}
     tick = datetime.datetime(2026, 11, 30, 2, tzinfo=datetime.timezone.utc)
-    with dg.instance_for_test() as instance:
-        assert isinstance(nightly_reindex(dg.build_schedule_context(instance=instance, resources=corpora,
-                                                                    scheduled_execution_time=tick)), dg.SkipReason)
-        instance.add_dynamic_partitions("corpus", ["a", "b", "deleted"])
-        requests = nightly_reindex(dg.build_schedule_context(instance=instance, resources=corpora,
-                                                             scheduled_execution_time=tick))
+    (workspace.root / "home").mkdir()
+    # Not entered as a context manager: Dagster would leave its state storage installed for later tests.
+    instance = dg.DagsterInstance.from_config(str(workspace.root / "home"))
+    assert isinstance(nightly_reindex(dg.build_schedule_context(instance=instance, resources=corpora,
+                                                                scheduled_execution_time=tick)), dg.SkipReason)
+    instance.add_dynamic_partitions("corpus", ["a", "b", "deleted"])
+    requests = nightly_reindex(dg.build_schedule_context(instance=instance, resources=corpora,
+                                                         scheduled_execution_time=tick))
+    instance.dispose()
     assert sorted(r.partition_key for r in requests) == ["a", "b"]
     assert requests[0].run_key == "nightly-a-2026-11-30"
     assert nightly_reindex.default_status == dg.DefaultScheduleStatus.RUNNING
