@@ -7,7 +7,7 @@ from dagster_duckdb import DuckDBResource
 from ..method.communities import DEFAULT_SEED, build_communities
 from ..method.community_reports import REPORT_PROMPTS, generate_reports
 from ..resources import ChatModelResource
-from ..store.tables import read_table
+from ..store.tables import read_table, read_tables
 from .common import code_version, corpus_partitions, markdown_table, publish
 from .index import MODEL_POOL
 
@@ -80,8 +80,8 @@ def community_reports(context: dg.AssetExecutionContext, config: ReportConfig, c
     """One report per community, written bottom-up (paper section 3.1.5); extractive offline."""
     corpus = context.partition_key
     with duckdb.get_connection() as conn:
-        inputs = {name: read_table(conn, name, corpus)
-                  for name in ("communities", "entities", "relationships", "covariates", "text_units")}
+        inputs = read_tables(conn, ("communities", "entities", "relationships", "covariates", "text_units"),
+                             corpus)
 
     def work(client):
         return generate_reports(client, **inputs, max_context_tokens=config.max_context_tokens,

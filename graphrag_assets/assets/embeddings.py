@@ -10,7 +10,7 @@ from ..method.embeddings import LocalEmbedder, document_embeddings as mean_docum
 from ..method.graph_embeddings import node2vec
 from ..method.layouts import layout_nodes, plot_layout
 from ..resources import EmbeddingModelResource
-from ..store.tables import read_table, write_table
+from ..store.tables import read_table, read_tables, write_table
 from .common import code_version, corpus_partitions, lineage_for, png, publish
 from .index import MODEL_POOL
 
@@ -146,7 +146,7 @@ def layouts(context: dg.AssetExecutionContext, config: LayoutConfig, duckdb: Duc
     corpus = context.partition_key
     upstream = ["graph_embeddings", "document_embeddings", "communities", "entities", "documents"]
     with duckdb.get_connection() as conn:
-        inputs = {name: read_table(conn, name, corpus) for name in upstream}
+        inputs = read_tables(conn, upstream, corpus)
     level_0 = inputs["communities"][inputs["communities"]["level"] == 0]
     top_community = {e: int(c) for c, ids in zip(level_0["community"], level_0["entity_ids"]) for e in ids}
     nodes = layout_nodes(inputs["graph_embeddings"], inputs["entities"], top_community,

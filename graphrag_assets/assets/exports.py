@@ -7,7 +7,7 @@ import dagster as dg
 from dagster_duckdb import DuckDBResource
 
 from ..method import exports
-from ..store.tables import read_table, record_lineage
+from ..store.tables import read_tables, record_lineage
 from .common import code_version, corpus_partitions, lineage_for
 
 PARQUET_TABLES = ("documents", "text_units", "entities", "relationships", "covariates", "communities",
@@ -30,7 +30,7 @@ def graphml_export(context: dg.AssetExecutionContext, config: ExportConfig, duck
     corpus = context.partition_key
     upstream = ["entities", "relationships", "communities", "layouts"]
     with duckdb.get_connection() as conn:
-        tables = {name: read_table(conn, name, corpus) for name in upstream}
+        tables = read_tables(conn, upstream, corpus)
     path = Path(config.folder) / corpus / "graph.graphml"
     graph = exports.graphml(tables["entities"], tables["relationships"], tables["communities"], tables["layouts"], path)
     with duckdb.get_connection() as conn:
@@ -51,7 +51,7 @@ def parquet_export(context: dg.AssetExecutionContext, config: ExportConfig, duck
     """Every index table as a parquet file, as GraphRAG writes its outputs."""
     corpus = context.partition_key
     with duckdb.get_connection() as conn:
-        tables = {name: read_table(conn, name, corpus) for name in PARQUET_TABLES}
+        tables = read_tables(conn, PARQUET_TABLES, corpus)
     # GraphRAG stores findings as a list of {summary, explanation}; DuckDB holds them as JSON text.
     tables["community_reports"]["findings"] = tables["community_reports"]["findings"].map(json.loads)
     written = exports.parquet(tables, Path(config.folder) / corpus / "parquet")

@@ -11,7 +11,7 @@ from ..method.graph import build_entity_graph, link_text_units
 from ..method.text_units import chunk_documents
 from ..models import Usage
 from ..resources import ChatModelResource, CorporaResource
-from ..store.tables import read_table
+from ..store.tables import read_table, read_tables
 from .common import code_version, corpus_partitions, markdown_table, publish
 
 MODEL_POOL = "model"
@@ -181,8 +181,7 @@ def text_units(context: dg.AssetExecutionContext, duckdb: DuckDBResource) -> dg.
     """Text units with the ids of the entities, relationships and claims extracted from each."""
     corpus = context.partition_key
     with duckdb.get_connection() as conn:
-        tables = {name: read_table(conn, name, corpus)
-                  for name in ("base_text_units", "entities", "relationships", "covariates")}
+        tables = read_tables(conn, ("base_text_units", "entities", "relationships", "covariates"), corpus)
         units = link_text_units(**tables)
         return publish(context, conn, "text_units", units, upstream=list(tables), engine="none", metadata={
             "units_without_entities": int((units["entity_ids"].map(len) == 0).sum()),

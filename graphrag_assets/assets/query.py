@@ -24,7 +24,7 @@ from ..method.search.local_search import basic_search as run_basic, local_search
 from ..method.search.questions import generate_questions
 from ..resources import ChatModelResource, EmbeddingModelResource, run_with_models
 from ..store.schema import ANSWER_SOURCES_VIEW
-from ..store.tables import append_rows, read_table, row_count
+from ..store.tables import append_rows, read_table, read_tables, row_count
 from .common import code_version, corpus_partitions, usage_metadata
 
 INDEX_TABLES = ("entities", "relationships", "covariates", "communities", "community_reports", "text_units",
@@ -87,7 +87,7 @@ def load_index(conn, corpus: str) -> Index:
     if missing:
         raise dg.Failure(description=f"corpus {corpus!r} is not indexed: no rows in {', '.join(missing)}. "
                                      "Run the index_corpus job for it first.")
-    tables = {name: read_table(conn, name, corpus) for name in INDEX_TABLES}
+    tables = read_tables(conn, INDEX_TABLES, corpus)
     models = read_table(conn, "embedding_models", corpus) if row_count(conn, "embedding_models", corpus) else None
     return Index(
         entities=tables["entities"], relationships=tables["relationships"], covariates=tables["covariates"],

@@ -107,6 +107,11 @@ def read_table(conn: duckdb.DuckDBPyConnection, table: str, corpus: str) -> pd.D
     return df
 
 
+def read_tables(conn: duckdb.DuckDBPyConnection, tables, corpus: str) -> dict[str, pd.DataFrame]:
+    """Several tables of one corpus, by name."""
+    return {table: read_table(conn, table, corpus) for table in tables}
+
+
 def latest_versions(conn: duckdb.DuckDBPyConnection, corpus: str, assets: list[str]) -> dict[str, str]:
     conn.execute(LINEAGE_DDL)
     rows = conn.execute(
