@@ -1,5 +1,7 @@
 import shutil
+from contextlib import contextmanager
 from pathlib import Path
+from typing import Iterator
 
 import dagster as dg
 import duckdb
@@ -15,6 +17,21 @@ REPO = Path(__file__).resolve().parents[1]
 SAMPLE_CORPUS = "a-christmas-carol"
 # Limits far above what the tests send, so the rate limiter never slows them down.
 UNLIMITED = dict(requests_per_minute=1_000_000, tokens_per_minute=1_000_000_000)
+
+
+@contextmanager
+def open_instance(home: Path) -> Iterator[dg.DagsterInstance]:
+    """A Dagster instance from a home folder, disposed afterwards.
+
+    Never `with instance:`: DagsterInstance.__exit__ leaves the instance's state storage in a context
+    variable, and once the instance is collected every later Definitions load in this process fails
+    on the dead weakref ("Attempted to resolve undefined DagsterInstance weakref").
+    """
+    instance = dg.DagsterInstance.from_config(str(home))
+    try:
+        yield instance
+    finally:
+        instance.dispose()
 
 
 def chat_resource(base_url: str | None, cache_dir: Path, **overrides) -> ChatModelResource:

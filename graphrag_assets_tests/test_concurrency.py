@@ -12,7 +12,7 @@ import pytest
 from graphrag_assets_tests.corpora import split_sample
 from graphrag_assets_tests.model_server import FakeOpenAIServer
 
-from .conftest import REPO, SAMPLE_CORPUS, Workspace
+from .conftest import REPO, SAMPLE_CORPUS, Workspace, open_instance
 
 MODEL_STEPS = {"entity_graph", "covariates", "community_reports", "text_embeddings"}
 INSTANCE_YAML = """
@@ -54,7 +54,7 @@ def test_two_corpora_and_a_query_in_separate_processes(offline_index, tmp_path):
     home = tmp_path / "home"
     home.mkdir()
     (home / "dagster.yaml").write_text(INSTANCE_YAML)
-    with dg.DagsterInstance.from_config(str(home)) as instance:
+    with open_instance(home) as instance:
         instance.add_dynamic_partitions("corpus", ["one", "two", SAMPLE_CORPUS])
     with FakeOpenAIServer(latency_seconds=0.02) as server:
         base = {**os.environ, "DAGSTER_HOME": str(home), "GRAPHRAG_DUCKDB": str(workspace.database),
@@ -81,7 +81,7 @@ def test_two_corpora_and_a_query_in_separate_processes(offline_index, tmp_path):
     assert workspace.sql("SELECT count(*) AS n FROM query_answers WHERE question = 'Who is Bob Cratchit?'")["n"][0] == 1
 
     # The model pool's limit of 1 held across the two runs: their model-calling steps never overlapped.
-    with dg.DagsterInstance.from_config(str(home)) as instance:
+    with open_instance(home) as instance:
         runs = [r for r in instance.get_runs() if r.job_name == "index_corpus"]
         intervals = sorted(i for run in runs for i in step_intervals(instance, run.run_id).values())
     assert len(runs) == 2 and len(intervals) == 2 * len(MODEL_STEPS)

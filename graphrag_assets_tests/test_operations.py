@@ -10,7 +10,7 @@ from graphrag_assets.resources import CorporaResource
 from graphrag_assets_tests.corpora import split_sample
 from graphrag_assets_tests.model_server import FakeOpenAIServer
 
-from .conftest import SAMPLE_CORPUS, chat_resource, embedding_resource, materialization_metadata
+from .conftest import SAMPLE_CORPUS, chat_resource, embedding_resource, materialization_metadata, open_instance
 
 
 def test_the_sensor_registers_new_corpora_and_refuses_unsafe_folders(workspace, tmp_path):
@@ -39,14 +39,12 @@ def test_the_nightly_schedule_reindexes_every_corpus_that_still_has_a_folder(wor
     corpora = {"corpora": CorporaResource(root=str(workspace.data))}
     tick = datetime.datetime(2026, 11, 30, 2, tzinfo=datetime.timezone.utc)
     (workspace.root / "home").mkdir()
-    # Not entered as a context manager: Dagster would leave its state storage installed for later tests.
-    instance = dg.DagsterInstance.from_config(str(workspace.root / "home"))
-    assert isinstance(nightly_reindex(dg.build_schedule_context(instance=instance, resources=corpora,
-                                                                scheduled_execution_time=tick)), dg.SkipReason)
-    instance.add_dynamic_partitions("corpus", ["a", "b", "deleted"])
-    requests = nightly_reindex(dg.build_schedule_context(instance=instance, resources=corpora,
-                                                         scheduled_execution_time=tick))
-    instance.dispose()
+    with open_instance(workspace.root / "home") as instance:
+        assert isinstance(nightly_reindex(dg.build_schedule_context(instance=instance, resources=corpora,
+                                                                    scheduled_execution_time=tick)), dg.SkipReason)
+        instance.add_dynamic_partitions("corpus", ["a", "b", "deleted"])
+        requests = nightly_reindex(dg.build_schedule_context(instance=instance, resources=corpora,
+                                                             scheduled_execution_time=tick))
     assert sorted(r.partition_key for r in requests) == ["a", "b"]
     assert requests[0].run_key == "nightly-a-2026-11-30"
     assert nightly_reindex.default_status == dg.DefaultScheduleStatus.RUNNING

@@ -6,13 +6,12 @@ import subprocess
 import sys
 import time
 
-import dagster as dg
 import diskcache
 import pytest
 
 from graphrag_assets_tests.model_server import Faults, FakeOpenAIServer
 
-from .conftest import REPO, SAMPLE_CORPUS, Workspace, chat_resource, materialization_metadata
+from .conftest import REPO, SAMPLE_CORPUS, Workspace, chat_resource, materialization_metadata, open_instance
 
 
 @pytest.mark.slow
@@ -27,7 +26,7 @@ def test_a_killed_run_resumes_from_the_response_cache(tmp_path):
                "GRAPHRAG_DUCKDB": str(workspace.database), "GRAPHRAG_CACHE_DIR": str(workspace.cache),
                "GRAPHRAG_DATA_DIR": str(workspace.data), "GRAPHRAG_MAX_CONCURRENCY": "4",
                "GRAPHRAG_RPM": "1000000", "GRAPHRAG_TPM": "1000000000"}
-        with dg.DagsterInstance.from_config(str(home)) as instance:
+        with open_instance(home) as instance:
             instance.add_dynamic_partitions("corpus", [SAMPLE_CORPUS])
         # The real Dagster CLI in its own process group, killed with SIGKILL: no chance to clean up.
         run = subprocess.Popen(

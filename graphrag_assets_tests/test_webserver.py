@@ -17,7 +17,7 @@ import dagster as dg
 import pytest
 from dagster_graphql import DagsterGraphQLClient, DagsterGraphQLClientError
 
-from .conftest import REPO, SAMPLE_CORPUS, Workspace
+from .conftest import REPO, SAMPLE_CORPUS, Workspace, open_instance
 
 pytestmark = pytest.mark.slow
 CHROMIUM = "/usr/bin/chromium"
@@ -78,7 +78,7 @@ def ui(tmp_path_factory):
     home = root / "dagster_home"
     home.mkdir()
     (home / "dagster.yaml").write_text(INSTANCE_YAML)
-    with dg.DagsterInstance.from_config(str(home)) as instance:
+    with open_instance(home) as instance:
         instance.add_dynamic_partitions("corpus", [SAMPLE_CORPUS])
     port = free_port()
     env = {**os.environ, "DAGSTER_HOME": str(home), "GRAPHRAG_DUCKDB": str(workspace.database),
@@ -128,7 +128,7 @@ def test_graphql_refuses_a_config_the_launchpad_would_flag(ui):
 def test_a_backfill_of_two_new_corpora_from_the_ui(ui):
     from graphrag_assets_tests.corpora import split_sample
 
-    with dg.DagsterInstance.from_config(str(ui.home)) as instance:
+    with open_instance(ui.home) as instance:
         instance.add_dynamic_partitions("corpus", ["north", "south"])
     for name in ("north", "south"):
         split_sample(ui.workspace.data / name, 10)
