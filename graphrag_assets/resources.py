@@ -7,8 +7,10 @@ from pathlib import Path
 from typing import Awaitable, Callable, Optional, TypeVar
 
 import dagster as dg
+from pydantic import Field
 
-from .models import ModelClient, ModelSettings, Usage
+from .failures import step_failure
+from .models import EndpointError, ModelClient, ModelSettings, Usage
 
 T = TypeVar("T")
 _SAFE_CORPUS_NAME = re.compile(r"^[a-z0-9][a-z0-9_\-]{0,63}$")
@@ -51,7 +53,7 @@ class CorporaResource(dg.ConfigurableResource):
         return self.scan()[0]
 
 
-class _OpenAIEndpoint(dg.ConfigurableResource):
+class ModelEndpointResource(dg.ConfigurableResource):
     """Any OpenAI-compatible endpoint (OpenAI, Azure OpenAI, Ollama, vLLM, llama.cpp's server)."""
 
     base_url: Optional[str] = None
@@ -62,7 +64,12 @@ class _OpenAIEndpoint(dg.ConfigurableResource):
     requests_per_minute: int = 500
     tokens_per_minute: int = 200_000
     max_retries: int = 6
+    invalid_reply_retries: int = Field(2, description="Re-asks after a reply that is cut off, refused or malformed.")
+    circuit_breaker_failures: int = Field(
+        5, description="Consecutive connection failures or timeouts after which a step stops calling the endpoint.")
     timeout_seconds: float = 60.0
+    step_deadline_seconds: Optional[float] = Field(
+        None, description="Fail a step whose model calls take longer than this; replies so far stay cached.")
     cache_dir: Optional[str] = ".graphrag/cache"
     prompt_price_per_million: float = 0.0
     completion_price_per_million: float = 0.0
@@ -89,27 +96,41 @@ class _OpenAIEndpoint(dg.ConfigurableResource):
         return result, usage
 
 
-def run_with_models(endpoints: list[_OpenAIEndpoint], work: Callable[..., Awaitable[T]]) -> tuple[T, list[Optional[Usage]]]:
-    """Run `work(client, ...)` with one client per endpoint (None where none is configured) in one event loop."""
+def run_with_models(endpoints: list[ModelEndpointResource],
+                    work: Callable[..., Awaitable[T]]) -> tuple[T, list[Optional[Usage]]]:
+    """Run `work(client, ...)` with one client per endpoint (None where none is configured) in one event loop.
+
+    An endpoint that cannot serve the step, or a step past its deadline, fails the step with a message
+    that names the endpoint and the problem.
+    """
+    deadlines = [e.step_deadline_seconds for e in endpoints if e.configured and e.step_deadline_seconds]
+    deadline = min(deadlines) if deadlines else None
 
     async def main() -> tuple[T, list[Optional[Usage]]]:
         clients = [ModelClient(e.settings()) if e.configured else None for e in endpoints]
         try:
-            return await work(*clients), [c.usage if c else None for c in clients]
+            return await asyncio.wait_for(work(*clients), deadline), [c.usage if c else None for c in clients]
         finally:
             for client in clients:
                 if client is not None:
                     await client.close()
 
-    return asyncio.run(main())
+    try:
+        return asyncio.run(main())
+    except EndpointError as error:
+        raise step_failure(f"{error}. Replies received so far are cached; a re-run continues from them.",
+                           retryable=error.retryable) from None
+    except asyncio.TimeoutError:
+        raise step_failure(f"the step's model calls passed step_deadline_seconds ({deadline:g} s); replies received "
+                           "so far are cached, so a re-run continues from them", retryable=True) from None
 
 
-class ChatModelResource(_OpenAIEndpoint):
+class ChatModelResource(ModelEndpointResource):
     model: str = "gpt-4o-mini"
     temperature: float = 0.0
     max_tokens: int = 2000
 
 
-class EmbeddingModelResource(_OpenAIEndpoint):
+class EmbeddingModelResource(ModelEndpointResource):
     model: str = "text-embedding-3-small"
     batch_size: int = 16

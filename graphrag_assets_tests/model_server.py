@@ -5,7 +5,10 @@ claims, embeddings) with well-formed content derived from the input text, always
 the same for the same request, and can be told to misbehave: 429 with Retry-After,
 500, replies slower than the client's timeout, malformed or truncated output, and a
 requests-per-minute limit like a real endpoint's. Faults are chosen by a hash of the
-request body, so a run with faults is as deterministic as one without.
+request body, so a run with faults is as deterministic as one without. It also misbehaves the
+way real endpoints do with HTTP 200: replies cut off at max_tokens, polite refusals, records
+of the wrong kind; and it can hang, or answer every request with one status (401, 404).
+A model asked again with a note that its reply could not be used answers the original request.
 """
 
 from __future__ import annotations
@@ -36,8 +39,13 @@ class Faults:
     slow_every: int = 0  # first attempt answers after slow_seconds (beyond the client's timeout)
     slow_seconds: float = 3.0
     malformed_every: int = 0  # always answers text that is not in the record format
-    truncated_every: int = 0  # always answers a reply cut off mid-record
-    broken_every: int = 0  # always 500, with the caller's Authorization header echoed (a leaky proxy)
+    truncated_every: int = 0  # always answers a reply cut off at max_tokens (finish_reason "length")
+    garbled_every: int = 0  # first attempt: HTTP 200 whose JSON body is cut off mid-way
+    refusal_every: int = 0  # always answers "I'm sorry, I can't help with that."
+    wrong_kind_every: int = 0  # answers entity records to a claims prompt, claim records to an extraction prompt
+    broken_every: int = 0  # always 500, with the caller's Authorization header echoed (a leaky proxy); not the probe
+    hang: bool = False  # accept every request and never answer (until the server stops)
+    status: int = 0  # answer every request with this HTTP status (401 bad key, 404 unknown model), echoing the key
 
 
 @dataclass
@@ -169,9 +177,29 @@ def query_reply(prompt: str) -> tuple[str, str]:
     return "answer", f"Answer to '{question}' from {records} records [Data: Sources (0, 1)]."
 
 
+CORRECTION_MARK = "Your previous reply could not be used"
+REFUSAL = "I'm sorry, I can't help with that."
+
+
+def wrong_kind_reply(kind: str, text: str) -> str | None:
+    """A well-formed reply to another prompt than the one asked, as a confused model gives."""
+    if kind in ("claims", "claims_gleaning"):
+        return graph_reply(text)
+    if kind in ("extract", "gleaning"):
+        return claims_reply(text) if names_in(text) else None
+    if kind == "report":
+        return json.dumps({"title": "A title", "summary": "A summary", "rating": 5.0, "rating_explanation": ""})
+    return None
+
+
 def chat_reply(messages: list[dict]) -> tuple[str, str]:
     """(kind, reply) for a conversation."""
+    if len(messages) > 2 and CORRECTION_MARK in messages[-1]["content"]:
+        kind, reply = chat_reply(messages[:-2])
+        return f"{kind}_corrected", reply
     first, last = messages[0]["content"], messages[-1]["content"]
+    if messages == [{"role": "user", "content": "ping"}]:
+        return "probe", "pong"
     if len(messages) > 1 and "Answer Y if" in last:
         return "loop", "N"
     if "-Target activity-" in first:
@@ -209,6 +237,7 @@ class FakeOpenAIServer:
         self.served: list[Served] = []
         self._failed_once: set[str] = set()
         self._recent: deque[float] = deque()
+        self._closing = threading.Event()
         self.in_flight = 0
         self.max_in_flight = 0
         self._lock = threading.Lock()
@@ -225,13 +254,20 @@ class FakeOpenAIServer:
         return self
 
     def __exit__(self, *exc) -> None:
+        self._closing.set()
         self._httpd.shutdown()
         self._httpd.server_close()
 
     def successes(self, kind: str | None = None) -> Counter:
-        """How many times each request body was answered with 200."""
+        """How many times each request body was answered with 200 (the probe aside)."""
         with self._lock:
-            return Counter(s.key for s in self.served if s.status == 200 and (kind is None or s.kind == kind))
+            return Counter(s.key for s in self.served
+                           if s.status == 200 and s.kind != "probe" and (kind is None or s.kind == kind))
+
+    def count(self, *kinds: str) -> int:
+        """Requests answered, of these kinds (of any kind when none is named)."""
+        with self._lock:
+            return sum(1 for s in self.served if not kinds or s.kind in kinds)
 
     def _record(self, kind: str, key: str, status: int) -> None:
         with self._lock:
@@ -265,8 +301,9 @@ class FakeOpenAIServer:
             def log_message(self, *args) -> None:  # keep test output quiet
                 pass
 
-            def _send(self, status: int, payload: dict, headers: dict | None = None) -> None:
+            def _send(self, status: int, payload: dict, headers: dict | None = None, cut_body: bool = False) -> None:
                 body = json.dumps(payload).encode()
+                body = body[: len(body) // 2] if cut_body else body
                 self.send_response(status)
                 self.send_header("Content-Type", "application/json")
                 self.send_header("Content-Length", str(len(body)))
@@ -293,6 +330,15 @@ class FakeOpenAIServer:
                 key = _key(body)
                 request = json.loads(body)
                 faults = server.faults
+                if faults.hang:
+                    server._record("hang", key, 0)
+                    server._closing.wait(600)
+                    return
+                if faults.status:
+                    server._record("status", key, faults.status)
+                    return self._send(faults.status, {"error": {
+                        "message": f"injected HTTP {faults.status} for {self.headers.get('Authorization')}",
+                                                                "code": "model_not_found" if faults.status == 404 else None}})
                 if server._over_rate_limit():
                     server._record("rate_limited", key, 429)
                     return self._send(429, {"error": {"message": "rate limit"}}, {"Retry-After": "1"})
@@ -301,7 +347,7 @@ class FakeOpenAIServer:
                     server._record("fault", key, status)
                     return self._send(status, {"error": {"message": "injected fault"}},
                                       {"Retry-After": str(faults.retry_after_seconds)} if status == 429 else {})
-                if _picked(key, faults.broken_every):
+                if _picked(key, faults.broken_every) and request.get("messages") != [{"role": "user", "content": "ping"}]:
                     server._record("broken", key, 500)
                     return self._send(500, {"error": {"message": f"upstream failed for {self.headers.get('Authorization')}"}})
                 if server._first_failure(key + ":slow", faults.slow_every):
@@ -317,16 +363,28 @@ class FakeOpenAIServer:
                     return self._send(200, {"object": "list", "data": data, "model": request["model"],
                                             "usage": {"prompt_tokens": tokens, "total_tokens": tokens}})
                 kind, reply = chat_reply(request["messages"])
-                if _picked(key, faults.malformed_every):
-                    reply = "Sorry, here is some prose instead of records. (unbalanced <|> nonsense"
+                finish_reason = "stop"
+                if kind == "probe":
+                    pass
+                elif _picked(key, faults.malformed_every):
+                    reply = "Here is some prose instead of what you asked for. (unbalanced <|> nonsense"
                 elif _picked(key, faults.truncated_every):
                     reply = reply[: max(1, int(len(reply) * 0.6))]
+                    finish_reason = "length"
+                elif _picked(key, faults.refusal_every):
+                    reply = REFUSAL
+                elif _picked(key, faults.wrong_kind_every):
+                    reply = wrong_kind_reply(kind, _between(request["messages"][0]["content"], "Text:", "Output:")) \
+                        or reply
+                if server._first_failure(key + ":garbled", faults.garbled_every):
+                    server._record("garbled", key, 200)
+                    return self._send(200, {"choices": [{"message": {"content": reply}}]}, cut_body=True)
                 server._record(kind, key, 200)
                 prompt_tokens = sum(len(m["content"]) // 4 + 1 for m in request["messages"])
                 completion_tokens = len(reply) // 4 + 1
                 self._send(200, {
                     "id": f"chatcmpl-{key[:12]}", "object": "chat.completion", "created": 0, "model": request["model"],
-                    "choices": [{"index": 0, "finish_reason": "stop",
+                    "choices": [{"index": 0, "finish_reason": finish_reason,
                                  "message": {"role": "assistant", "content": reply}}],
                     "usage": {"prompt_tokens": prompt_tokens, "completion_tokens": completion_tokens,
                               "total_tokens": prompt_tokens + completion_tokens},

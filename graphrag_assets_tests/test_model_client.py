@@ -1,9 +1,16 @@
-"""The model client against a real HTTP server: limits, retries, timeouts, cache, usage, secrets."""
+"""The model client against a real HTTP server: limits, retries, timeouts, checked replies, cache, usage, secrets."""
 
 import asyncio
+import time
 
-from graphrag_assets.models import ModelClient, ModelSettings
-from graphrag_assets_tests.model_server import Faults, FakeOpenAIServer
+import diskcache
+import pytest
+
+from graphrag_assets.method.extract_claims import check_claims_reply
+from graphrag_assets.method.extract_graph import check_graph_reply
+from graphrag_assets.method.records import check_free_text
+from graphrag_assets.models import EndpointError, ModelClient, ModelSettings
+from graphrag_assets_tests.model_server import REFUSAL, Faults, FakeOpenAIServer, _between, claims_reply
 
 PROMPTS = [[{"role": "user", "content": f"Entity name: E{i}\nDescription List:\n- fact number {i}\n#######"}]
            for i in range(24)]
@@ -37,7 +44,7 @@ def test_transient_faults_are_retried_to_the_same_answers(tmp_path):
     assert answers == expected
     assert faults and {s.status for s in faults} == {429, 500}
     assert usage.retries == len(faults) and usage.failures == 0
-    assert usage.calls == len(PROMPTS) + len(faults)
+    assert usage.calls == 1 + len(PROMPTS) + len(faults)  # the probe before the first request, too
 
 
 def test_a_reply_slower_than_the_timeout_is_retried(tmp_path):
@@ -51,10 +58,13 @@ def test_a_call_that_keeps_failing_returns_none_and_never_leaks_the_key(tmp_path
     with FakeOpenAIServer(Faults(broken_every=1)) as server:
         answers, usage = run(settings(server, tmp_path, api_key=secret, max_retries=1), complete_all)
     assert answers == [None] * len(PROMPTS)
-    assert usage.failures == len(PROMPTS) and usage.calls == 2 * len(PROMPTS)
+    assert usage.failures == len(PROMPTS) and usage.calls == 1 + 2 * len(PROMPTS)
     assert usage.errors and all(secret not in e for e in usage.errors)
     assert "***" in usage.errors[0]  # the proxy echoed the key; it was redacted
     assert secret not in caplog.text
+    with FakeOpenAIServer(Faults(status=500)) as server, pytest.raises(EndpointError) as raised:
+        run(settings(server, tmp_path, api_key=secret), complete_all)
+    assert secret not in str(raised.value) and "***" in str(raised.value) and server.base_url in str(raised.value)
 
 
 def test_the_cache_answers_a_rerun_without_calling_the_server(tmp_path):
@@ -63,7 +73,7 @@ def test_the_cache_answers_a_rerun_without_calling_the_server(tmp_path):
         again, usage = run(settings(server, tmp_path), complete_all)
         served = len(server.served)
     assert again == first and usage.cache_hits == len(PROMPTS) and usage.calls == 0
-    assert served == len(PROMPTS) and first_usage.prompt_tokens > 0
+    assert served == 1 + len(PROMPTS) and first_usage.prompt_tokens > 0  # the probe, then each prompt once
 
 
 def test_calls_run_concurrently_within_the_limit(tmp_path):
@@ -80,3 +90,120 @@ def test_embeddings_and_azure_style_endpoints(tmp_path):
         answer, _ = run(azure, lambda c: c.complete(PROMPTS[0]))
     assert len(vectors) == 2 and len(vectors[0]) == 16 and usage.prompt_tokens > 0
     assert answer == "E0: fact number 0"
+
+
+def texts(server: FakeOpenAIServer, kind: str) -> list[str]:
+    return [s.kind for s in server.served if s.kind == kind]
+
+
+EXTRACTION = [[{"role": "user", "content": f"-Goal- extract\nEntity_types: person\nText: {text}\nOutput:"}]
+              for text in ("Marley met Scrooge and Marley again. Scrooge laughed.",
+                           "Fezziwig danced with Belle while Fezziwig sang to Belle.",
+                           "Fred visited Scrooge, and Fred smiled at Scrooge.")]
+CLAIMS = [[{"role": "user", "content": f"-Target activity-\nText: {m[0]['content'].split('Text: ')[1]}"}]
+          for m in EXTRACTION]
+
+
+@pytest.mark.parametrize("faults,problem", [
+    (Faults(truncated_every=1), "cut off at max_tokens"),
+    (Faults(malformed_every=1), "cut off or is not in the record format"),
+    (Faults(refusal_every=1), "cut off or is not in the record format"),
+])
+def test_an_invalid_reply_is_asked_again_never_cached_and_fails_when_it_stays_invalid(tmp_path, faults, problem):
+    """Every re-ask of these stays invalid (the fault hits every request), so each prompt fails, loudly."""
+    work = lambda c: asyncio.gather(*(c.complete(m, parse=check_graph_reply) for m in EXTRACTION))  # noqa: E731
+    with FakeOpenAIServer(faults) as server:
+        answers, usage = run(settings(server, tmp_path, invalid_reply_retries=2), work)
+        asked = server.count("extract", "extract_corrected")
+    assert answers == [None] * len(EXTRACTION)
+    assert asked == 3 * len(EXTRACTION)  # the request, the same again, then with a note saying what was wrong
+    assert usage.invalid_replies == 3 * len(EXTRACTION) and usage.reasked == 2 * len(EXTRACTION)
+    assert usage.failures == len(EXTRACTION) and problem in usage.errors[0]
+    with diskcache.Cache(str(tmp_path / "cache")) as cache:
+        assert len(cache) == 0  # nothing invalid was cached
+
+
+def test_a_reply_that_becomes_valid_when_asked_again_is_the_one_cached(tmp_path):
+    work = lambda c: asyncio.gather(*(c.complete(m, parse=check_claims_reply) for m in CLAIMS))  # noqa: E731
+    with FakeOpenAIServer(Faults(wrong_kind_every=1)) as server:  # entity records to a claims prompt
+        answers, usage = run(settings(server, tmp_path), work)
+        corrected = server.count("claims_corrected")
+    expected = [claims_reply(_between(m[0]["content"], "Text:", "Output:")) for m in CLAIMS]
+    assert answers == expected and corrected == len(CLAIMS) and usage.failures == 0
+    with FakeOpenAIServer() as healthy:
+        again, usage = run(settings(healthy, tmp_path), work)
+        assert healthy.count() == 0  # the corrected replies were cached under the original requests
+    assert again == expected and usage.cache_hits == len(CLAIMS)
+
+
+def test_an_old_cache_entry_that_fails_the_check_is_asked_for_again(tmp_path):
+    work = lambda c: c.complete(EXTRACTION[0], parse=check_graph_reply)  # noqa: E731
+    with FakeOpenAIServer(Faults(truncated_every=1)) as server:
+        run(settings(server, tmp_path, invalid_reply_retries=0), lambda c: c.complete(EXTRACTION[0]))  # no check
+    with FakeOpenAIServer() as server:
+        # Without a check the first call accepted nothing cut off at max_tokens either: nothing was cached...
+        answer, usage = run(settings(server, tmp_path), work)
+    assert usage.cache_hits == 0 and answer.endswith("<|COMPLETE|>")
+    with diskcache.Cache(str(tmp_path / "cache")) as cache:  # ...and a poisoned entry from an older version
+        key = next(iter(cache))
+        cache.set(key, "(\"entity\"<|>MARLEY<|>PERSON<|>cut off")
+    with FakeOpenAIServer() as server:
+        answer, usage = run(settings(server, tmp_path), work)
+        assert server.count("extract") == 1
+    assert usage.cache_hits == 0 and answer.endswith("<|COMPLETE|>")
+
+
+def test_a_refused_summary_is_not_kept_as_a_description(tmp_path):
+    prompt = [{"role": "user", "content": "Entity name: E\nDescription List:\n- one\n- two\n#######"}]
+    with FakeOpenAIServer(Faults(refusal_every=1)) as server:
+        answer, usage = run(settings(server, tmp_path, invalid_reply_retries=1),
+                            lambda c: c.complete(prompt, parse=check_free_text))
+    assert answer is None and usage.invalid_replies == 2 and "declined" in usage.errors[0] and REFUSAL[:8] in usage.errors[0]
+
+
+def test_a_garbled_http_body_is_retried(tmp_path):
+    with FakeOpenAIServer(Faults(garbled_every=1)) as server:
+        answers, usage = run(settings(server, tmp_path), complete_all)
+    assert all(answers) and usage.retries >= len(PROMPTS) and usage.failures == 0
+
+
+@pytest.mark.parametrize("faults,words,retryable", [
+    (Faults(status=401), "refused the API key (HTTP 401)", False),
+    (Faults(status=404), "HTTP 404", False),
+    (Faults(hang=True), "did not answer within 1 s", True),
+])
+def test_a_misconfigured_or_hanging_endpoint_fails_fast_naming_it(tmp_path, faults, words, retryable):
+    secret = "sk-never-shown-0123456789"
+    with FakeOpenAIServer(faults) as server:
+        started = time.monotonic()
+        with pytest.raises(EndpointError) as raised:
+            run(settings(server, tmp_path, timeout_seconds=1, api_key=secret), complete_all)
+        elapsed = time.monotonic() - started
+        requests = server.count()
+    message = str(raised.value)
+    assert words in message and server.base_url in message and secret not in message
+    assert raised.value.retryable == retryable
+    assert elapsed < 2.0 and requests <= 3  # the probe alone, never one request per prompt
+
+
+def test_a_down_endpoint_fails_in_seconds(tmp_path):
+    with FakeOpenAIServer() as server:
+        url = server.base_url
+    started = time.monotonic()
+    with pytest.raises(EndpointError, match="cannot connect to model endpoint http://127.0.0.1"):
+        run(ModelSettings(model="m", base_url=url, cache_dir=str(tmp_path)), complete_all)
+    assert time.monotonic() - started < 10
+
+
+def test_the_circuit_breaker_stops_a_step_when_the_endpoint_starts_hanging(tmp_path):
+    with FakeOpenAIServer() as server:
+        async def work(client):
+            await client.complete(PROMPTS[0])  # the probe and one call succeed
+            server.faults.hang = True
+            return await complete_all(client)
+        started = time.monotonic()
+        with pytest.raises(EndpointError, match="requests in a row failed"):
+            run(settings(server, tmp_path, timeout_seconds=1, max_retries=6, max_concurrency=8), work)
+        elapsed = time.monotonic() - started
+        hung = server.count("hang")
+    assert elapsed < 2 * 1 + 1 and hung < 8 + 5  # about one timeout per slot, not 23 prompts x 7 attempts x 1 s

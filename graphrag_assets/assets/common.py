@@ -8,12 +8,16 @@ import dagster as dg
 import duckdb
 import pandas as pd
 
+from ..failures import step_failure
 from ..method.prompts import prompts_version
 from ..models import Usage
-from ..resources import _OpenAIEndpoint
+from ..resources import ModelEndpointResource
 from ..store.tables import Lineage, latest_versions, write_table
 
 corpus_partitions = dg.DynamicPartitionsDefinition(name="corpus")
+
+# Assets that call the model share this pool: dagster.yaml limits how many run at once across all runs.
+MODEL_POOL = "model"
 
 # Bump when a change to the method changes what an asset produces from the same inputs.
 METHOD_VERSION = "1"
@@ -36,27 +40,47 @@ def png(image: bytes, caption: str) -> dg.MetadataValue:
     return dg.MetadataValue.md(f"![{caption}](data:image/png;base64,{base64.b64encode(image).decode()})")
 
 
-def usage_metadata(model: _OpenAIEndpoint, usage: Usage | None) -> dict:
+def usage_metadata(model: ModelEndpointResource, usage: Usage | None) -> dict:
     if usage is None:
         return {}
     figures = usage.as_metadata(model.settings())
     return {
         "model_calls": figures["calls"], "cache_hits": figures["cache_hits"],
         "prompt_tokens": figures["prompt_tokens"], "completion_tokens": figures["completion_tokens"],
-        "retries": figures["retries"], "failed_calls": figures["failures"],
+        "retries": figures["retries"], "invalid_replies": figures["invalid_replies"],
+        "reasked": figures["reasked"], "failed_calls": figures["failures"],
         "estimated_cost_usd": dg.MetadataValue.float(figures["estimated_cost_usd"]),
     }
 
 
 def lineage_for(context: dg.AssetExecutionContext, conn: duckdb.DuckDBPyConnection, asset: str, *,
-                upstream: list[str], engine: str, model: _OpenAIEndpoint | None = None,
-                usage: Usage | None = None) -> Lineage:
+                upstream: list[str], engine: str, model: ModelEndpointResource | None = None,
+                usage: Usage | None = None, quality: dict | None = None) -> Lineage:
+    model_usage = usage.as_metadata(model.settings()) if usage and model else None
     return Lineage(
         asset=asset, corpus=context.partition_key, run_id=context.run_id,
         code_version=context.assets_def.code_versions_by_key.get(dg.AssetKey(asset)) or "",
         engine=engine, upstream_versions=latest_versions(conn, context.partition_key, upstream),
-        model_usage=usage.as_metadata(model.settings()) if usage and model else None,
+        model_usage={**model_usage, **(quality or {})} if model_usage else None,
     )
+
+
+def fail_if_too_many_failed(context: dg.AssetExecutionContext, what: str, failed: int, total: int,
+                            usage: Usage | None, max_fraction: float) -> None:
+    """A few failures are logged; more than `max_fraction` of `total` fail the step, so nobody ships a hollow index.
+
+    Every reply that was valid is in the response cache, so re-running the step pays only for the failures.
+    """
+    if not failed:
+        return
+    message = f"{failed} of {total} {what} got no valid model reply after retries"
+    if failed > max_fraction * total:
+        raise step_failure(
+            f"{message} (more than {max_fraction:.0%}); valid replies are cached, so a re-run pays only for the "
+            "failed ones", retryable=False,
+            metadata={f"failed_{what.replace(' ', '_')}": failed,
+                      "errors": dg.MetadataValue.json((usage.errors if usage else [])[:5])})
+    context.log.warning(message)
 
 
 def publish(
@@ -67,20 +91,25 @@ def publish(
     *,
     upstream: list[str],
     engine: str,
-    model: _OpenAIEndpoint | None = None,
+    model: ModelEndpointResource | None = None,
     usage: Usage | None = None,
+    quality: dict | None = None,
     metadata: dict | None = None,
 ) -> dg.MaterializeResult:
-    """Write the corpus's rows with a lineage row, and describe the result for the UI."""
+    """Write the corpus's rows with a lineage row, and describe the result for the UI.
+
+    `quality` (counts of invalid, repaired and failed model output) goes to both the metadata and the lineage row.
+    """
     corpus = context.partition_key
     key = dg.AssetKey(table)
-    lineage = lineage_for(context, conn, table, upstream=upstream, engine=engine, model=model, usage=usage)
+    lineage = lineage_for(context, conn, table, upstream=upstream, engine=engine, model=model, usage=usage,
+                          quality=quality)
     version = write_table(conn, table, corpus, df, lineage)
     return dg.MaterializeResult(
         asset_key=key,
         data_version=dg.DataVersion(version),
         metadata={
             "dagster/row_count": len(df), "engine": engine, "corpus": corpus,
-            **(usage_metadata(model, usage) if model else {}), **(metadata or {}),
+            **(usage_metadata(model, usage) if model else {}), **(quality or {}), **(metadata or {}),
         },
     )

@@ -8,8 +8,7 @@ from ..method.communities import DEFAULT_SEED, build_communities
 from ..method.community_reports import REPORT_PROMPTS, generate_reports
 from ..resources import ChatModelResource
 from ..store.tables import read_table, read_tables
-from .common import code_version, corpus_partitions, markdown_table, publish
-from .index import MODEL_POOL
+from .common import MODEL_POOL, code_version, corpus_partitions, fail_if_too_many_failed, markdown_table, publish
 
 
 class CommunityConfig(dg.Config):
@@ -21,6 +20,7 @@ class CommunityConfig(dg.Config):
 class ReportConfig(dg.Config):
     max_context_tokens: int = 8000
     max_report_length: int = 1500
+    max_failed_fraction: float = 0.05
 
 
 def per_level(df: pd.DataFrame, **aggregations) -> dg.MetadataValue:
@@ -73,7 +73,7 @@ def one_community_per_level(table: pd.DataFrame) -> dg.AssetCheckResult:
     kinds={"duckdb"},
     pool=MODEL_POOL,
     check_specs=[dg.AssetCheckSpec("every_community_reported", asset="community_reports",
-                                   description="Every community has a report or a recorded failure.")],
+                                   description="Every community has a report that the model wrote and that parsed.")],
 )
 def community_reports(context: dg.AssetExecutionContext, config: ReportConfig, chat: ChatModelResource,
                       duckdb: DuckDBResource):
@@ -88,21 +88,27 @@ def community_reports(context: dg.AssetExecutionContext, config: ReportConfig, c
                                 max_report_length=config.max_report_length)
 
     (reports, stats), usage = chat.run(work)
-    if stats.failed:
-        context.log.warning(f"{stats.failed} community reports failed; they are recorded with status 'failed'")
+    fail_if_too_many_failed(context, "community reports", stats.failed, len(reports), usage,
+                            config.max_failed_fraction)
     top = reports[reports["status"] == "ok"].sort_values(["level", "rank"], ascending=[True, False])
+    quality = {"generated": stats.generated, "reused_for_carried_down": stats.reused,
+               "repaired_json": stats.repaired_json, "failed": stats.failed}
     with duckdb.get_connection() as conn:
         yield publish(context, conn, "community_reports", reports, engine=chat.engine, model=chat, usage=usage,
-                      upstream=list(inputs), metadata={
-                          "generated": stats.generated, "reused_for_carried_down": stats.reused,
-                          "repaired_json": stats.repaired, "failed": stats.failed,
+                      upstream=list(inputs), quality=quality, metadata={
                           "communities_with_substituted_sub_reports": len(stats.substitutions),
                           "reports_per_level": per_level(reports, reports=("community", "count"),
                                                          mean_context_tokens=("context_tokens", "mean")),
                           "top_reports": markdown_table(top, ["community", "level", "rank", "title"]),
                           "sample_report": dg.MetadataValue.md(top["full_content"].iloc[0] if len(top) else "_none_"),
                       })
-    missing = set(inputs["communities"]["community"]) - set(reports["community"])
-    yield dg.AssetCheckResult(check_name="every_community_reported", passed=not missing,
-                              severity=dg.AssetCheckSeverity.ERROR,
-                              metadata={"missing": str(sorted(missing)[:20]), "failed": stats.failed})
+    yield every_community_reported(inputs["communities"], reports)
+
+
+def every_community_reported(communities: pd.DataFrame, reports: pd.DataFrame) -> dg.AssetCheckResult:
+    """A community without a row, or whose report failed, has no report a search could read."""
+    ok = set(reports.loc[reports["status"] == "ok", "community"])
+    missing = sorted(set(communities["community"]) - ok)
+    return dg.AssetCheckResult(check_name="every_community_reported", passed=not missing,
+                               severity=dg.AssetCheckSeverity.ERROR,
+                               metadata={"communities_without_report": len(missing), "examples": str(missing[:20])})

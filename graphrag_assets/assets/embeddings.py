@@ -11,8 +11,7 @@ from ..method.graph_embeddings import node2vec
 from ..method.layouts import layout_nodes, plot_layout
 from ..resources import EmbeddingModelResource
 from ..store.tables import read_table, read_tables, write_table
-from .common import code_version, corpus_partitions, lineage_for, png, publish
-from .index import MODEL_POOL
+from .common import MODEL_POOL, code_version, corpus_partitions, lineage_for, png, publish
 
 
 class TextEmbeddingConfig(dg.Config):

@@ -6,15 +6,13 @@ from dagster_duckdb import DuckDBResource
 
 from ..method.documents import TabularColumns, read_corpus
 from ..method.extract_claims import CLAIM_PROMPTS, DEFAULT_CLAIM_DESCRIPTION, extract_claims, COVARIATE_COLUMNS
-from ..method.extract_graph import DEFAULT_ENTITY_TYPES, EXTRACTION_PROMPTS, ExtractionStats
+from ..method.extract_graph import DEFAULT_ENTITY_TYPES, EXTRACTION_PROMPTS
 from ..method.graph import build_entity_graph, link_text_units
 from ..method.text_units import chunk_documents
-from ..models import Usage
+from ..failures import step_failure
 from ..resources import ChatModelResource, CorporaResource
 from ..store.tables import read_table, read_tables
-from .common import code_version, corpus_partitions, markdown_table, publish
-
-MODEL_POOL = "model"
+from .common import MODEL_POOL, code_version, corpus_partitions, fail_if_too_many_failed, markdown_table, publish
 
 
 class IngestConfig(dg.Config):
@@ -42,24 +40,6 @@ class ClaimsConfig(dg.Config):
     max_failed_unit_fraction: float = 0.05
 
 
-def fail_if_too_many_units_failed(context: dg.AssetExecutionContext, stats: ExtractionStats, usage: Usage | None,
-                                  max_fraction: float) -> None:
-    """A few failed units are logged; more than `max_fraction` fail the step, so nobody ships a hollow graph.
-
-    Every call that succeeded is in the response cache, so re-running the step pays only for the failures.
-    """
-    failed = len(stats.failed_units)
-    if not failed:
-        return
-    message = f"{failed} of {stats.units} text units failed after retries"
-    if failed > max_fraction * stats.units:
-        raise dg.Failure(
-            description=f"{message} (more than {max_fraction:.0%}); successful calls are cached, so a re-run pays "
-                        "only for the failed ones",
-            metadata={"failed_text_units": failed, "errors": dg.MetadataValue.json((usage.errors if usage else [])[:5])})
-    context.log.warning(message)
-
-
 @dg.multi_asset(
     specs=[
         dg.AssetSpec("documents", description="One row per document of the corpus; id is the content hash.",
@@ -79,7 +59,8 @@ def corpus_documents(context: dg.AssetExecutionContext, config: IngestConfig,
         context.log.warning(f"{folder.name}/{problem}")
     problems = dg.MetadataValue.md("\n".join(f"- `{p.path}`: {p.message}" for p in read.problems) or "none")
     if read.documents.empty:
-        raise dg.Failure(description=f"corpus folder {folder} has no readable documents", metadata={"problems": problems})
+        raise step_failure(f"corpus folder {folder} has no readable documents", retryable=False,
+                           metadata={"problems": problems})
     text_units, documents = chunk_documents(read.documents, config.chunk_size, config.chunk_overlap)
     with duckdb.get_connection() as conn:
         yield publish(context, conn, "documents", documents, upstream=[], engine="none", metadata={
@@ -102,8 +83,12 @@ def corpus_documents(context: dg.AssetExecutionContext, config: IngestConfig,
     partitions_def=corpus_partitions,
     group_name="graph",
     pool=MODEL_POOL,
-    check_specs=[dg.AssetCheckSpec("relationship_endpoints_are_entities", asset="relationships",
-                                   description="Every relationship's source and target is an extracted entity.")],
+    check_specs=[
+        dg.AssetCheckSpec("relationship_endpoints_are_entities", asset="relationships",
+                          description="Every relationship's source and target is an extracted entity."),
+        dg.AssetCheckSpec("entities_found", asset="entities", blocking=True,
+                          description="A corpus with text yields entities; an empty graph stops the run here."),
+    ],
 )
 def entity_graph(context: dg.AssetExecutionContext, config: GraphConfig, chat: ChatModelResource, duckdb: DuckDBResource):
     corpus = context.partition_key
@@ -113,14 +98,18 @@ def entity_graph(context: dg.AssetExecutionContext, config: GraphConfig, chat: C
                    summary_max_input_tokens=config.summary_max_input_tokens,
                    summary_max_tokens=config.summary_max_tokens, offline_min_mentions=config.offline_min_mentions)
     graph, usage = chat.run(lambda client: build_entity_graph(client, units, **options))
-    fail_if_too_many_units_failed(context, graph.extraction, usage, config.max_failed_unit_fraction)
+    fail_if_too_many_failed(context, "text units", len(graph.extraction.failed_units), graph.extraction.units,
+                            usage, config.max_failed_unit_fraction)
+    summarized = graph.summaries.summarized + graph.summaries.failed
+    fail_if_too_many_failed(context, "description summaries", graph.summaries.failed, summarized, usage,
+                            config.max_failed_unit_fraction)
     quality = {**graph.extraction.as_metadata(), "summarized_descriptions": graph.summaries.summarized,
                "failed_summaries": graph.summaries.failed}
     top = graph.entities.sort_values(["degree", "frequency"], ascending=False)
     with duckdb.get_connection() as conn:
         yield publish(context, conn, "entities", graph.entities, upstream=["base_text_units"], engine=chat.engine,
-                      model=chat, usage=usage, metadata={
-                          **quality, "top_entities_by_degree": markdown_table(top, ["title", "type", "degree", "frequency", "description"]),
+                      model=chat, usage=usage, quality=quality, metadata={
+                          "top_entities_by_degree": markdown_table(top, ["title", "type", "degree", "frequency", "description"]),
                       })
         yield publish(context, conn, "relationships", graph.relationships, upstream=["base_text_units"],
                       engine=chat.engine, metadata={
@@ -128,6 +117,13 @@ def entity_graph(context: dg.AssetExecutionContext, config: GraphConfig, chat: C
                                                    ["source", "target", "weight", "description"]),
                       })
     yield relationship_endpoints_are_entities(graph.entities, graph.relationships)
+    yield entities_found(units, graph.entities)
+
+
+def entities_found(units: pd.DataFrame, entities: pd.DataFrame) -> dg.AssetCheckResult:
+    tokens = int(units["n_tokens"].sum()) if len(units) else 0
+    return dg.AssetCheckResult(check_name="entities_found", asset_key="entities", passed=bool(len(entities) or not tokens),
+                               metadata={"entities": len(entities), "input_tokens": tokens})
 
 
 def relationship_endpoints_are_entities(entities: pd.DataFrame, relationships: pd.DataFrame) -> dg.AssetCheckResult:
@@ -160,11 +156,11 @@ def covariates(context: dg.AssetExecutionContext, config: ClaimsConfig, chat: Ch
         units = read_table(conn, "base_text_units", corpus)
     (claims, stats), usage = chat.run(lambda client: extract_claims(
         client, units, tuple(config.entity_specs), config.claim_description, config.max_gleanings))
-    fail_if_too_many_units_failed(context, stats, usage, config.max_failed_unit_fraction)
+    fail_if_too_many_failed(context, "text units", len(stats.failed_units), stats.units, usage,
+                            config.max_failed_unit_fraction)
     with duckdb.get_connection() as conn:
         return publish(context, conn, "covariates", claims, upstream=["base_text_units"], engine=chat.engine,
-                       model=chat, usage=usage, metadata={
-                           **stats.as_metadata(),
+                       model=chat, usage=usage, quality=stats.as_metadata(), metadata={
                            "claims_by_status": dg.MetadataValue.json(claims["status"].value_counts().to_dict()),
                            "sample": markdown_table(claims, ["subject_id", "type", "status", "description"]),
                        })

@@ -25,7 +25,7 @@ from ..method.search.questions import generate_questions
 from ..resources import ChatModelResource, EmbeddingModelResource, run_with_models
 from ..store.schema import ANSWER_SOURCES_VIEW
 from ..store.tables import append_rows, read_table, read_tables, row_count
-from .common import code_version, corpus_partitions, usage_metadata
+from .common import MODEL_POOL, code_version, corpus_partitions, usage_metadata
 
 INDEX_TABLES = ("entities", "relationships", "covariates", "communities", "community_reports", "text_units",
                 "documents", "text_embeddings")
@@ -174,7 +174,7 @@ def answer_query(context: dg.AssetExecutionContext, method: str, config: dg.Conf
 def query_asset(name: str, prompts: tuple[str, ...], description: str):
     return dg.asset(name=name, deps=list(INDEX_TABLES), partitions_def=corpus_partitions, group_name="query",
                     code_version=code_version(*prompts), kinds={"duckdb"}, description=description,
-                    pool="model")
+                    pool=MODEL_POOL)
 
 
 @query_asset("global_search", ("global_search_map", "global_search_reduce", "rate_community"),

@@ -7,13 +7,12 @@ import hashlib
 import json
 from dataclasses import dataclass, field
 
-import json_repair
 import pandas as pd
 
 from .community_context import CommunityContext, GraphIndex, SubReport, build_context
 from .offline.extractive import extractive_report
 from .prompts import load_prompt
-from .records import ChatModel
+from .records import ChatModel, InvalidReply, parse_json_reply
 
 REPORT_COLUMNS = [
     "id", "human_readable_id", "community", "level", "parent", "children", "title", "summary", "full_content",
@@ -21,39 +20,46 @@ REPORT_COLUMNS = [
     "substituted_communities",
 ]
 REPORT_PROMPTS = ("community_report",)
-_REPAIR = ("Your answer was not a JSON object with the fields title, summary, rating, rating_explanation and "
-           "findings (a list of objects with summary and explanation). Reply again with only that JSON object.")
 
 
 @dataclass
 class ReportStats:
     generated: int = 0
-    repaired: int = 0  # needed a second request to get valid JSON
+    repaired_json: int = 0  # complete replies whose JSON needed repair (a trailing comma, a code fence)
     reused: int = 0  # carried-down communities share their report
     failed: int = 0  # rows with status "failed"
     substitutions: list[dict] = field(default_factory=list)
 
 
-def parse_report(reply: str | None) -> dict | None:
-    """The report as a dict with the expected fields, repairing broken JSON; None if it cannot be."""
-    if not reply:
-        return None
-    data = json_repair.loads(reply)
-    if not isinstance(data, dict) or not isinstance(data.get("title"), str) or not isinstance(data.get("summary"), str):
-        return None
-    findings = data.get("findings")
-    if not isinstance(findings, list):
-        return None
+def _text(data: dict, name: str) -> str:
+    value = data.get(name)
+    if not isinstance(value, str) or not value.strip():
+        raise InvalidReply(f"the report has no {name}")
+    return value.strip()
+
+
+def parse_report(reply: str) -> tuple[dict, bool]:
+    """(the report, whether its JSON needed repair); InvalidReply unless it has every field the prompt asks for."""
+    data, repaired = parse_json_reply(reply)
+    if not isinstance(data, dict):
+        raise InvalidReply("the report is not a JSON object")
     try:
-        rating = float(data.get("rating", 0))
+        rating = float(data.get("rating"))
     except (TypeError, ValueError):
-        rating = 0.0
-    return {
-        "title": data["title"], "summary": data["summary"], "rating": max(0.0, min(10.0, rating)),
-        "rating_explanation": str(data.get("rating_explanation", "")),
-        "findings": [{"summary": str(f.get("summary", "")), "explanation": str(f.get("explanation", ""))}
-                     for f in findings if isinstance(f, dict)],
+        raise InvalidReply(f"the report's rating {data.get('rating')!r} is not a number") from None
+    if not 0 <= rating <= 10:
+        raise InvalidReply(f"the report's rating {rating:g} is outside 0-10")
+    findings = data.get("findings")
+    if not isinstance(findings, list) or not findings:
+        raise InvalidReply("the report has no findings")
+    if not all(isinstance(f, dict) for f in findings):
+        raise InvalidReply("a finding is not an object with summary and explanation")
+    report = {
+        "title": _text(data, "title"), "summary": _text(data, "summary"), "rating": rating,
+        "rating_explanation": str(data.get("rating_explanation") or ""),
+        "findings": [{"summary": _text(f, "summary"), "explanation": _text(f, "explanation")} for f in findings],
     }
+    return report, repaired
 
 
 def markdown(report: dict) -> str:
@@ -62,18 +68,12 @@ def markdown(report: dict) -> str:
     return "\n\n".join(parts)
 
 
-async def llm_report(chat: ChatModel, context: CommunityContext, max_report_length: int) -> tuple[dict | None, bool]:
-    """(report, needed repair). A malformed reply gets one more request asking for valid JSON."""
+async def llm_report(chat: ChatModel, context: CommunityContext,
+                     max_report_length: int) -> tuple[dict, bool] | None:
+    """(report, whether its JSON needed repair), or None when no valid report came after the re-asks."""
     messages = [{"role": "user", "content": load_prompt("community_report").format(
         input_text=context.text, max_report_length=max_report_length)}]
-    reply = await chat.complete(messages, response_format={"type": "json_object"})
-    report = parse_report(reply)
-    if report is not None or reply is None:
-        return report, False
-    retry = await chat.complete(messages + [{"role": "assistant", "content": reply},
-                                            {"role": "user", "content": _REPAIR}],
-                                response_format={"type": "json_object"})
-    return parse_report(retry), True
+    return await chat.complete(messages, parse=parse_report, response_format={"type": "json_object"})
 
 
 async def generate_reports(
@@ -109,13 +109,14 @@ async def generate_reports(
                                 max_context_tokens, subs)
         if context.substituted:
             stats.substitutions.append({"community": row.community, "replaced_by_reports": context.replaced_elements})
-        report, repaired = await llm_report(chat, context, max_report_length)
-        stats.repaired += repaired
+        parsed = await llm_report(chat, context, max_report_length)
         common = {"context_tokens": context.tokens, "substituted_communities": context.substituted}
-        if report is None:
+        if parsed is None:
             return {"title": f"Community {row.community}", "summary": "", "rating": 0.0, "rating_explanation": "",
                     "findings": [], "status": "failed",
-                    "error": "no valid JSON report after a repair request, or the model call failed", **common}
+                    "error": "no valid report after the re-asks, or the model call failed", **common}
+        report, repaired = parsed
+        stats.repaired_json += repaired
         stats.generated += 1
         return {**report, "status": "ok", "error": None, **common}
 

@@ -9,7 +9,10 @@ import pandas as pd
 
 from .extract_graph import ExtractionStats
 from .prompts import load_prompt
-from .records import COMPLETION_DELIMITER, RECORD_DELIMITER, TUPLE_DELIMITER, ChatModel, complete_with_gleaning, parse_records
+from .records import (
+    COMPLETION_DELIMITER, RECORD_DELIMITER, TUPLE_DELIMITER, ChatModel, check_records_reply, complete_with_gleaning,
+    parse_records,
+)
 
 COVARIATE_COLUMNS = [
     "id", "human_readable_id", "covariate_type", "type", "description", "subject_id", "object_id",
@@ -24,16 +27,25 @@ def _date(value: str) -> str | None:
     return None if not value or value.upper() in {"NONE", "NULL", "UNKNOWN"} else value
 
 
+CLAIM_FIELDS = 8  # subject, object, type, status, start, end, description, source text
+
+
+def check_claims_reply(reply: str) -> str:
+    """A claims reply holds claim records only (eight fields; not an entity or relationship tuple)."""
+    return check_records_reply(
+        reply, lambda r: len(r) >= CLAIM_FIELDS and r[0].lower() not in ("entity", "relationship"), "a claim")
+
+
 def records_to_claims(unit_id: str, replies: list[str]) -> tuple[list[dict], int]:
     claims, dropped = [], 0
     for reply in replies:
         parsed = parse_records(reply)
         dropped += parsed.dropped
         for record in parsed.records:
-            if len(record) < 8 or not record[0]:
+            if len(record) < CLAIM_FIELDS or not record[0]:
                 dropped += 1
                 continue
-            subject, obj, claim_type, status, start, end, description, source = record[:8]
+            subject, obj, claim_type, status, start, end, description, source = record[:CLAIM_FIELDS]
             status = status.upper() if status.upper() in _STATUSES else "SUSPECTED"
             claims.append({
                 "covariate_type": "claim", "type": claim_type.upper(), "description": description,
@@ -63,7 +75,8 @@ async def extract_claims(
             tuple_delimiter=TUPLE_DELIMITER, record_delimiter=RECORD_DELIMITER,
             completion_delimiter=COMPLETION_DELIMITER, input_text=text,
         )
-        return unit_id, await complete_with_gleaning(chat, first, continue_prompt, loop_prompt, max_gleanings)
+        return unit_id, await complete_with_gleaning(chat, first, continue_prompt, loop_prompt, max_gleanings,
+                                                     check_claims_reply)
 
     results = await asyncio.gather(*(one(u.id, u.text) for u in text_units.itertuples(index=False)))
     stats = ExtractionStats(units=len(results))

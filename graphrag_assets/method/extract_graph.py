@@ -10,7 +10,10 @@ from dataclasses import dataclass, field
 import pandas as pd
 
 from .prompts import load_prompt
-from .records import ChatModel, TUPLE_DELIMITER, RECORD_DELIMITER, COMPLETION_DELIMITER, complete_with_gleaning, parse_records
+from .records import (
+    COMPLETION_DELIMITER, RECORD_DELIMITER, TUPLE_DELIMITER, ChatModel, check_records_reply, complete_with_gleaning,
+    parse_records,
+)
 
 DEFAULT_ENTITY_TYPES = ("organization", "person", "geo", "event")
 EXTRACTION_PROMPTS = ("extract_graph", "extract_graph_continue", "gleaning_loop")
@@ -46,6 +49,12 @@ def _strength(value: str) -> float | None:
     except ValueError:
         return None
     return strength if strength > 0 else None
+
+
+def check_graph_reply(reply: str) -> str:
+    """An extraction reply holds entity and relationship records only, and is complete."""
+    return check_records_reply(reply, lambda record: record[0].lower() in ("entity", "relationship"),
+                               "an entity or a relationship")
 
 
 def records_to_graph(replies: list[str]) -> tuple[list[dict], list[dict], int]:
@@ -137,7 +146,7 @@ async def extract_graph(
 
     async def one(unit_id: str, text: str):
         replies = await complete_with_gleaning(
-            chat, extraction_prompt(text, entity_types), continue_prompt, loop_prompt, max_gleanings
+            chat, extraction_prompt(text, entity_types), continue_prompt, loop_prompt, max_gleanings, check_graph_reply
         )
         return unit_id, replies
 

@@ -1,15 +1,23 @@
-"""The tuple output format the field uses for extraction, and the gleaning loop that asks for more.
+"""What model replies must look like, and the gleaning loop that asks for more.
 
-A reply is records like ("entity"<|>NAME<|>TYPE<|>DESCRIPTION) separated by "##" and
-ending with <|COMPLETE|>. Parsing is lenient: a record that does not fit is dropped
-and counted, never fatal.
+An extraction reply is records like ("entity"<|>NAME<|>TYPE<|>DESCRIPTION) separated by "##"
+and ending with <|COMPLETE|>. A reply is checked before it is used or cached: without the
+completion marker it was cut off, and a record of a kind the prompt did not ask for means the
+model answered another question; both make the reply invalid, and it is asked for again.
+Within a valid reply parsing is lenient: a record of the right kind whose fields do not fit
+is dropped and counted.
 """
 
 from __future__ import annotations
 
+import json
 import re
 from dataclasses import dataclass
-from typing import Protocol
+from typing import Callable, Protocol, TypeVar
+
+import json_repair
+
+T = TypeVar("T")
 
 TUPLE_DELIMITER = "<|>"
 RECORD_DELIMITER = "##"
@@ -17,10 +25,26 @@ COMPLETION_DELIMITER = "<|COMPLETE|>"
 _RECORD = re.compile(r"^\s*\((.*)\)\s*$", re.DOTALL)
 
 
-class ChatModel(Protocol):
-    """What the method needs of a chat model: messages in, text out, None when the call failed for good."""
+class InvalidReply(ValueError):
+    """A reply that does not answer what the prompt asked: cut off, refused, empty or in the wrong format."""
 
-    async def complete(self, messages: list[dict], **params: object) -> str | None: ...
+
+class ChatModel(Protocol):
+    """What the method needs of a chat model.
+
+    `parse` turns the reply text into what the caller needs, raising InvalidReply when the reply does
+    not answer the prompt; the model then asks again, and caches only replies that parse. The result
+    is None when no valid reply came after every retry.
+    """
+
+    async def complete(self, messages: list[dict], *, parse: Callable[[str], T] | None = None,
+                       allow_truncated: bool = False, **params: object) -> T | str | None: ...
+
+
+class Embedder(Protocol):
+    """What the method needs of an embedding model: one vector per text, None when the batch failed for good."""
+
+    async def embed(self, texts: list[str]) -> list[list[float]] | None: ...
 
 
 @dataclass
@@ -49,21 +73,70 @@ def parse_records(reply: str) -> ParsedRecords:
     return ParsedRecords(records, dropped)
 
 
+def check_records_reply(reply: str, is_expected: Callable[[list[str]], bool], expected: str) -> str:
+    """The reply itself if it ends with the completion marker and holds only records of the expected kind."""
+    if COMPLETION_DELIMITER not in reply:
+        raise InvalidReply(f"the reply does not end with {COMPLETION_DELIMITER}: it was cut off or is not in the "
+                           "record format")
+    for record in parse_records(reply).records:
+        if not is_expected(record):
+            raise InvalidReply(f"the reply holds a record that is not {expected}: ({TUPLE_DELIMITER.join(record)[:80]})")
+    return reply
+
+
+def check_yes_no(reply: str) -> str:
+    answer = reply.strip().strip('"*').upper()[:1]
+    if answer not in ("Y", "N"):
+        raise InvalidReply(f"expected Y or N, got {reply.strip()[:40]!r}")
+    return answer
+
+
+_REFUSAL = re.compile(r"^\W*(I'?m sorry|I am sorry|sorry,|I can(?:no|')t|I can not|I'?m unable|I am unable|"
+                      r"I won'?t|As an AI)\b", re.IGNORECASE)
+
+
+def check_free_text(reply: str) -> str:
+    """Prose the index keeps (a description summary): not a refusal or an apology."""
+    if _REFUSAL.match(reply):
+        raise InvalidReply(f"the model declined to answer ({reply.strip()[:80]!r})")
+    return reply.strip()
+
+
+_FENCE = re.compile(r"^\s*```(?:json)?\s*(.*?)\s*```\s*$", re.DOTALL)
+
+
+def parse_json_reply(reply: str) -> tuple[dict | list, bool]:
+    """(value, whether it needed repair). A reply cut off mid-JSON is invalid, never completed by repair."""
+    fenced = _FENCE.match(reply)
+    text = (fenced.group(1) if fenced else reply).strip()
+    try:
+        value, repaired = json.loads(text), False
+    except json.JSONDecodeError:
+        if not text.endswith(("}", "]")):
+            raise InvalidReply("the JSON reply is cut off or is not JSON") from None
+        value, repaired = json_repair.loads(text), True
+    if not isinstance(value, (dict, list)):
+        raise InvalidReply("the reply is not a JSON object")
+    return value, repaired
+
+
 async def complete_with_gleaning(
     chat: ChatModel,
     prompt: str,
     continue_prompt: str,
     loop_prompt: str,
     max_gleanings: int,
+    check: Callable[[str], str],
 ) -> list[str] | None:
     """The first reply plus up to `max_gleanings` replies to "you missed some, add them".
 
-    Returns None when the first call failed; a failed gleaning round keeps what came before.
-    Every call carries the whole conversation, so each is cached on its own and a re-run
-    replays the conversation without paying again.
+    Every reply is checked with `check`. Returns None when any call of the conversation got no
+    valid reply, so the unit counts as failed rather than quietly losing what gleaning would add.
+    Every call carries the whole conversation, so each is cached on its own and a re-run replays
+    the conversation without paying again.
     """
     messages = [{"role": "user", "content": prompt}]
-    first = await chat.complete(messages)
+    first = await chat.complete(messages, parse=check)
     if first is None:
         return None
     replies = [first]
@@ -72,17 +145,19 @@ async def complete_with_gleaning(
             {"role": "assistant", "content": replies[-1]},
             {"role": "user", "content": continue_prompt},
         ]
-        more = await chat.complete(messages)
+        more = await chat.complete(messages, parse=check)
         if more is None:
-            break
+            return None
         replies.append(more)
         if round_number == max_gleanings - 1:
             break
         answer = await chat.complete(
             messages + [{"role": "assistant", "content": more}, {"role": "user", "content": loop_prompt}],
-            max_tokens=1,
+            parse=check_yes_no, allow_truncated=True, max_tokens=1,
         )
-        if answer is None or answer.strip().upper()[:1] != "Y":
+        if answer is None:
+            return None
+        if answer != "Y":
             break
     return replies
 

@@ -6,7 +6,7 @@ import asyncio
 from dataclasses import dataclass
 
 from .prompts import load_prompt
-from .records import ChatModel
+from .records import ChatModel, check_free_text
 from .tokens import count_tokens
 
 
@@ -43,11 +43,11 @@ async def summarize_one(
             [{"role": "user", "content": prompt.format(
                 entity_name=name, description_list="\n".join(f"- {d}" for d in listed),
                 max_length=max_summary_tokens)}],
-            max_tokens=max_summary_tokens,
+            parse=check_free_text, max_tokens=max_summary_tokens,
         )
-        if reply is None or not reply.strip():
+        if reply is None:
             return None
-        summary = reply.strip()
+        summary = reply
     return summary
 
 
@@ -57,7 +57,8 @@ async def summarize_descriptions(
     max_input_tokens: int = 4000,
     max_summary_tokens: int = 500,
 ) -> tuple[list[str], SummaryStats]:
-    """One description per item. Without a model, or when the model fails, descriptions are joined."""
+    """One description per item. Without a model descriptions are joined; when the model fails for an item,
+    its descriptions are joined too and the item is counted in `failed`, which the caller must judge."""
     stats = SummaryStats()
 
     async def one(name: str, descriptions: list[str]) -> str:

@@ -4,8 +4,14 @@
 - retries with exponential backoff on 429, 5xx, timeouts and dropped connections,
   honouring Retry-After (tenacity); the openai client's own retries are off so every
   attempt is counted here;
+- every reply is checked before it is used or cached: a cut-off, refused, empty or
+  malformed reply (the caller's `parse` says what malformed means) is asked for again,
+  first as it was, then with a note saying what was wrong, and is never cached;
 - a persistent response cache keyed by the full request (diskcache, safe across
   processes): a re-run or a crashed run never pays twice for a call that succeeded;
+- fail fast: the first request that misses the cache is preceded by a one-token probe that
+  names the endpoint and the problem (refused, hanging, bad key, unknown model), and a run
+  of consecutive connection failures or timeouts stops every call of the client;
 - usage counters for the asset's metadata. The API key never leaves the openai client:
   error messages are redacted before they are logged or stored.
 """
@@ -17,16 +23,22 @@ import hashlib
 import json
 import logging
 from dataclasses import asdict, dataclass, field
+from typing import Awaitable, Callable, TypeVar
 
 import diskcache
 import openai
 from aiolimiter import AsyncLimiter
 from tenacity import AsyncRetrying, retry_if_exception, stop_after_attempt, wait_random_exponential
 
+from ..method.records import InvalidReply
 from ..method.tokens import count_tokens
 
 log = logging.getLogger(__name__)
+T = TypeVar("T")
 _MAX_RETRY_AFTER_SECONDS = 120.0
+_PROBE_ATTEMPTS = 3
+_CORRECTION = ("Your previous reply could not be used: {problem}. Answer the original request again, "
+               "completely and exactly in the format it asks for.")
 
 
 @dataclass(frozen=True)
@@ -39,6 +51,8 @@ class ModelSettings:
     requests_per_minute: int = 500
     tokens_per_minute: int = 200_000
     max_retries: int = 6
+    invalid_reply_retries: int = 2  # re-asks after a reply that does not parse: once as it was, then corrected
+    circuit_breaker_failures: int = 5  # consecutive connection failures or timeouts that stop the client
     timeout_seconds: float = 60.0
     temperature: float = 0.0
     max_tokens: int = 2000
@@ -49,12 +63,14 @@ class ModelSettings:
 
 @dataclass
 class Usage:
-    calls: int = 0  # requests that reached the endpoint, retries included
+    calls: int = 0  # requests that reached the endpoint, retries, re-asks and the probe included
     cache_hits: int = 0
     prompt_tokens: int = 0
     completion_tokens: int = 0
-    retries: int = 0
-    failures: int = 0  # logical calls that failed after every retry
+    retries: int = 0  # requests sent again after a 429, 5xx, timeout or dropped connection
+    invalid_replies: int = 0  # replies that did not parse (cut off, refused, wrong format); never cached
+    reasked: int = 0  # requests sent again because the reply was invalid
+    failures: int = 0  # logical calls with no valid reply after every retry
     errors: list[str] = field(default_factory=list)
 
     def cost(self, settings: ModelSettings) -> float:
@@ -69,10 +85,57 @@ class Usage:
         return data
 
 
+class EndpointError(RuntimeError):
+    """The endpoint cannot serve this step: down, hanging, refusing the key, or without the model.
+
+    `retryable` is False for what waiting cannot fix (a bad key, an unknown model).
+    """
+
+    def __init__(self, message: str, retryable: bool):
+        super().__init__(message)
+        self.retryable = retryable
+
+
+@dataclass(frozen=True)
+class _Reply:
+    text: str
+    finish_reason: str | None = None
+    refusal: str | None = None
+
+
+def check_reply(reply: _Reply, allow_truncated: bool = False) -> str:
+    """The reply's text, or InvalidReply when no prompt of ours could use it."""
+    if reply.refusal:
+        raise InvalidReply(f"the model refused ({reply.refusal[:80]!r})")
+    if reply.finish_reason == "length" and not allow_truncated:
+        raise InvalidReply("the reply was cut off at max_tokens (finish_reason 'length')")
+    if reply.finish_reason == "content_filter":
+        raise InvalidReply("the reply was withheld by the endpoint's content filter")
+    if not reply.text.strip():
+        raise InvalidReply("the reply was empty")
+    return reply.text
+
+
+class GarbledResponse(openai.OpenAIError):
+    """An HTTP 200 whose body is not the JSON the API promises (cut off by a proxy, say): worth a retry."""
+
+
+async def _unless_garbled(response: Awaitable[T]) -> T:
+    try:
+        return await response
+    except json.JSONDecodeError as error:
+        raise GarbledResponse(f"the response body is not valid JSON ({error})") from None
+
+
 def _retryable(error: BaseException) -> bool:
-    if isinstance(error, (openai.APITimeoutError, openai.APIConnectionError, openai.RateLimitError)):
+    if isinstance(error, (openai.APITimeoutError, openai.APIConnectionError, openai.RateLimitError, GarbledResponse)):
         return True
     return isinstance(error, openai.APIStatusError) and error.status_code >= 500
+
+
+def _unreachable(error: BaseException) -> bool:
+    """Errors that say nothing answered: what the circuit breaker counts."""
+    return isinstance(error, (openai.APITimeoutError, openai.APIConnectionError))
 
 
 def _retry_after_seconds(error: BaseException | None) -> float | None:
@@ -103,6 +166,10 @@ class ModelClient:
         # which providers that enforce limits over sub-minute windows would refuse.
         self._requests = AsyncLimiter(settings.requests_per_minute / 60, 1)
         self._tokens = AsyncLimiter(settings.tokens_per_minute / 60, 1)
+        self._probe_lock = asyncio.Lock()
+        self._probed = False
+        self._consecutive_unreachable = 0
+        self._broken: EndpointError | None = None
         common = dict(api_key=settings.api_key or "not-needed", timeout=settings.timeout_seconds, max_retries=0)
         if settings.api_version:
             self._openai = openai.AsyncAzureOpenAI(
@@ -110,6 +177,11 @@ class ModelClient:
             )
         else:
             self._openai = openai.AsyncOpenAI(base_url=settings.base_url, **common)
+
+    @property
+    def endpoint(self) -> str:
+        """The base URL as a person would recognise it (never the key)."""
+        return str(self._openai.base_url).rstrip("/")
 
     async def close(self) -> None:
         await self._openai.close()
@@ -124,65 +196,184 @@ class ModelClient:
         retry_after = _retry_after_seconds(retry_state.outcome.exception())
         return retry_after if retry_after is not None else self._backoff(retry_state)
 
-    async def _cached_call(self, kind: str, request: dict, estimated_tokens: int, send):
-        """Answer from the cache, or send under the limits with retries and cache the reply."""
-        key = hashlib.sha256(json.dumps([kind, request], sort_keys=True).encode()).hexdigest()
-        if self._cache is not None:
-            cached = self._cache.get(key)
-            if cached is not None:
-                self.usage.cache_hits += 1
-                return cached
-        try:
-            async for attempt in AsyncRetrying(
-                retry=retry_if_exception(_retryable), wait=self._wait,
-                stop=stop_after_attempt(self.settings.max_retries + 1), reraise=True,
-            ):
-                with attempt:
-                    if attempt.retry_state.attempt_number > 1:
-                        self.usage.retries += 1
-                    async with self._semaphore:
-                        await self._requests.acquire()
-                        await self._tokens.acquire(min(estimated_tokens, self._tokens.max_rate))
-                        self.usage.calls += 1
-                        result, prompt_tokens, completion_tokens = await send()
-                    self.usage.prompt_tokens += prompt_tokens
-                    self.usage.completion_tokens += completion_tokens
-                    # The reply's tokens count against the budget too, once we know how many there were.
-                    if completion_tokens:
-                        await self._tokens.acquire(min(completion_tokens, self._tokens.max_rate))
-        except openai.OpenAIError as error:
-            self.usage.failures += 1
-            message = self._redact(f"{type(error).__name__}: {error}")
-            self.usage.errors.append(message)
-            log.warning("model call failed after retries: %s", message)
-            return None
-        if self._cache is not None:
-            self._cache.set(key, result)
+    def _describe(self, error: BaseException) -> tuple[str, bool]:
+        """What went wrong at the endpoint, in words, and whether trying later could help."""
+        where = f"model endpoint {self.endpoint} (model {self.settings.model!r})"
+        if isinstance(error, openai.APITimeoutError):
+            return f"{where} did not answer within {self.settings.timeout_seconds:g} s", True
+        if isinstance(error, openai.APIConnectionError):
+            cause = error.__cause__ or error.__context__
+            return f"cannot connect to {where}: {self._redact(str(cause or error))}", True
+        if isinstance(error, (openai.AuthenticationError, openai.PermissionDeniedError)):
+            return (f"{where} refused the API key (HTTP {error.status_code}): check GRAPHRAG_API_KEY "
+                    "(and GRAPHRAG_API_VERSION for Azure)"), False
+        if isinstance(error, openai.NotFoundError):
+            return (f"{where} answered HTTP 404: the model or deployment name, or the base URL path, is wrong "
+                    "(check GRAPHRAG_API_BASE and the model variables)"), False
+        status = getattr(error, "status_code", None)
+        return f"{where} failed: HTTP {status}: {self._redact(str(error))[:200]}", True
+
+    async def _probe(self, kind: str) -> None:
+        """One tiny request before the first real one, so a dead endpoint fails in seconds, with its name.
+
+        A refused connection or a 429/5xx is tried three times over a few seconds; a timeout twice, each
+        with 0.9 of the request timeout, so a hanging endpoint fails in under twice the request timeout.
+        """
+        async with self._probe_lock:
+            if self._probed:
+                return
+            probe = self._openai.with_options(timeout=0.9 * self.settings.timeout_seconds)
+            for attempt in range(_PROBE_ATTEMPTS):
+                try:
+                    self.usage.calls += 1
+                    self.usage.retries += attempt > 0
+                    if kind == "embed":
+                        await _unless_garbled(probe.embeddings.create(model=self.settings.model, input=["ping"]))
+                    else:
+                        await _unless_garbled(probe.chat.completions.create(
+                            model=self.settings.model, messages=[{"role": "user", "content": "ping"}], max_tokens=1))
+                    break
+                except openai.BadRequestError:
+                    break  # the endpoint and model answered; they only disliked the probe's parameters
+                except openai.OpenAIError as error:
+                    timed_out = isinstance(error, openai.APITimeoutError)
+                    if not _retryable(error) or attempt == _PROBE_ATTEMPTS - 1 or (timed_out and attempt == 1):
+                        message, retryable = self._describe(error)
+                        self._broken = EndpointError(message, retryable)
+                        raise self._broken from None
+                    if not timed_out:
+                        await asyncio.sleep(min(_retry_after_seconds(error) or 0.5 * 2 ** attempt, 5.0))
+            self._probed = True
+
+    def _note_unreachable(self, error: BaseException) -> None:
+        self._consecutive_unreachable += 1
+        if self._consecutive_unreachable >= self.settings.circuit_breaker_failures and self._broken is None:
+            message, _ = self._describe(error)
+            self._broken = EndpointError(
+                f"{self._consecutive_unreachable} requests in a row failed, last: {message}; stopped instead of "
+                "retrying every remaining call", retryable=True)
+
+    async def _send(self, kind: str, estimated_tokens: int, send: Callable[[], Awaitable[tuple]]):
+        """One logical request under the limits, with retries on transient errors."""
+        if self._broken:
+            raise self._broken
+        await self._probe(kind)
+        async for attempt in AsyncRetrying(
+            retry=retry_if_exception(_retryable), wait=self._wait,
+            stop=stop_after_attempt(self.settings.max_retries + 1), reraise=True,
+        ):
+            with attempt:
+                if attempt.retry_state.attempt_number > 1:
+                    self.usage.retries += 1
+                async with self._semaphore:
+                    if self._broken:  # checked after the wait for a slot, which outlasts a run of timeouts
+                        raise self._broken
+                    await self._requests.acquire()
+                    await self._tokens.acquire(min(estimated_tokens, self._tokens.max_rate))
+                    self.usage.calls += 1
+                    try:
+                        result, prompt_tokens, completion_tokens = await _unless_garbled(send())
+                    except openai.OpenAIError as error:
+                        if _unreachable(error):
+                            self._note_unreachable(error)
+                        raise
+                    self._consecutive_unreachable = 0
+                self.usage.prompt_tokens += prompt_tokens
+                self.usage.completion_tokens += completion_tokens
+                # The reply's tokens count against the budget too, once we know how many there were.
+                if completion_tokens:
+                    await self._tokens.acquire(min(completion_tokens, self._tokens.max_rate))
         return result
 
-    async def complete(self, messages: list[dict], **params: object) -> str | None:
-        """Chat completion text, or None when the call failed after every retry."""
+    def _failed(self, message: str) -> None:
+        self.usage.failures += 1
+        message = self._redact(message)
+        self.usage.errors.append(message)
+        log.warning("model call failed: %s", message)
+
+    async def complete(self, messages: list[dict], *, parse: Callable[[str], T] | None = None,
+                       allow_truncated: bool = False, **params: object) -> T | str | None:
+        """A checked chat completion: parse(text) (the text itself without parse), or None after every retry.
+
+        A reply that is cut off, refused, empty, or that `parse` rejects with InvalidReply is asked for
+        again, and is never cached; the first valid reply is cached under the original request.
+        """
         request = {
             "model": self.settings.model, "messages": messages,
             "temperature": self.settings.temperature, "max_tokens": self.settings.max_tokens, **params,
         }
-        estimated = sum(count_tokens(m["content"]) for m in messages)
+        key = hashlib.sha256(json.dumps(["chat", request], sort_keys=True).encode()).hexdigest()
 
-        async def send():
-            response = await self._openai.chat.completions.create(**request)
-            usage = response.usage
-            text = response.choices[0].message.content or ""
-            return text, (usage.prompt_tokens if usage else 0), (usage.completion_tokens if usage else 0)
+        def accept(reply: _Reply):
+            text = check_reply(reply, allow_truncated)
+            return parse(text) if parse else text
 
-        return await self._cached_call("chat", request, estimated, send)
+        cached = self._cache.get(key) if self._cache is not None else None
+        if cached is not None:
+            try:
+                value = accept(_Reply(cached))
+                self.usage.cache_hits += 1
+                return value
+            except InvalidReply:
+                pass  # cached before replies were checked: ask again, and the valid reply replaces it
+
+        async def send_request(body: dict):
+            response = await self._openai.chat.completions.create(**body)
+            usage, choice = response.usage, response.choices[0]
+            reply = _Reply(choice.message.content or "", choice.finish_reason, getattr(choice.message, "refusal", None))
+            return reply, (usage.prompt_tokens if usage else 0), (usage.completion_tokens if usage else 0)
+
+        body, problem = request, None
+        for attempt in range(self.settings.invalid_reply_retries + 1):
+            if attempt:
+                self.usage.reasked += 1
+            if attempt >= 2 or (attempt == 1 and "max_tokens" in str(problem)):
+                # Asking the same thing again did not help (or cannot, for a reply cut off at max_tokens).
+                body = {**request, "messages": messages + [
+                    {"role": "assistant", "content": reply.text},
+                    {"role": "user", "content": _CORRECTION.format(problem=problem)}]}
+            estimated = sum(count_tokens(m["content"]) for m in body["messages"])
+            try:
+                reply = await self._send("chat", estimated, lambda b=body: send_request(b))
+            except openai.OpenAIError as error:
+                self._failed(f"{type(error).__name__}: {error}")
+                return None
+            try:
+                value = accept(reply)
+            except InvalidReply as invalid:
+                self.usage.invalid_replies += 1
+                problem = invalid
+                continue
+            if self._cache is not None:
+                self._cache.set(key, reply.text)
+            return value
+        self._failed(f"InvalidReply: {problem} (after {self.settings.invalid_reply_retries} re-asks)")
+        return None
 
     async def embed(self, texts: list[str]) -> list[list[float]] | None:
         """Embeddings of one batch of texts, or None when the call failed after every retry."""
         request = {"model": self.settings.model, "input": texts}
+        key = hashlib.sha256(json.dumps(["embed", request], sort_keys=True).encode()).hexdigest()
+        cached = self._cache.get(key) if self._cache is not None else None
+        if cached is not None and len(cached) == len(texts):
+            self.usage.cache_hits += 1
+            return cached
 
         async def send():
             response = await self._openai.embeddings.create(**request)
             vectors = [item.embedding for item in sorted(response.data, key=lambda d: d.index)]
             return vectors, (response.usage.prompt_tokens if response.usage else 0), 0
 
-        return await self._cached_call("embed", request, sum(count_tokens(t) for t in texts), send)
+        try:
+            vectors = await self._send("embed", sum(count_tokens(t) for t in texts), send)
+        except openai.OpenAIError as error:
+            self._failed(f"{type(error).__name__}: {error}")
+            return None
+        dimensions = {len(v) for v in vectors}
+        if len(vectors) != len(texts) or len(dimensions) != 1 or 0 in dimensions:
+            self.usage.invalid_replies += 1
+            self._failed(f"InvalidReply: {len(vectors)} vectors of dimensions {sorted(dimensions)} for {len(texts)} texts")
+            return None
+        if self._cache is not None:
+            self._cache.set(key, vectors)
+        return vectors

@@ -7,7 +7,6 @@ from dataclasses import dataclass, field
 
 import numpy as np
 import pandas as pd
-import json_repair
 
 from ..embeddings import LocalEmbedder
 from ..records import ChatModel
@@ -115,13 +114,6 @@ def windows(records: list[tuple[str, str]], header: str, budget: int) -> list[tu
         result.append((text, ids, used))
         start += len(ids)
     return result
-
-
-def parse_json(reply: str | None) -> dict | list | None:
-    if not reply:
-        return None
-    value = json_repair.loads(reply)
-    return value if isinstance(value, (dict, list)) and value != "" else None
 
 
 async def answer_with_prompt(chat: ChatModel, prompt: str) -> str | None:

@@ -5,9 +5,19 @@ from __future__ import annotations
 import asyncio
 
 from ..prompts import load_prompt
-from ..records import ChatModel
-from .context import EXTRACTIVE_LABEL, NO_ANSWER, Index, SearchResult, csv_line, embed_query, nearest, pack, parse_json
+from ..records import ChatModel, InvalidReply, parse_json_reply
+from .context import EXTRACTIVE_LABEL, NO_ANSWER, Index, SearchResult, csv_line, embed_query, nearest, pack
 from .local_search import extractive_local_answer, local_context_for
+
+
+def answer_parser(field: str):
+    """A DRIFT reply: a JSON object whose `field` is the answer, with optional follow-up queries."""
+    def parse(reply: str) -> dict:
+        data, _ = parse_json_reply(reply)
+        if not isinstance(data, dict) or not isinstance(data.get(field), str):
+            raise InvalidReply(f"the reply is not a JSON object with a {field!r} text")
+        return data
+    return parse
 
 
 def _follow_ups(data, limit: int) -> list[str]:
@@ -42,10 +52,10 @@ async def drift_search(chat: ChatModel | None, embedder, index: Index, question:
                 titles.append(entity_rows.loc[members].sort_values("degree", ascending=False)["title"].iloc[0])
         queue = list(dict.fromkeys(f"{question} {t.title()}" for t in titles))[:follow_ups]
     else:
-        data = parse_json(await chat.complete([{"role": "user", "content": load_prompt("drift_primer").format(
+        data = await chat.complete([{"role": "user", "content": load_prompt("drift_primer").format(
             context_data=primer_text, question=question, follow_up_count=follow_ups)}],
-            response_format={"type": "json_object"}))
-        if isinstance(data, dict) and isinstance(data.get("intermediate_answer"), str):
+            parse=answer_parser("intermediate_answer"), response_format={"type": "json_object"})
+        if data is not None:
             intermediate.append(("primer", data["intermediate_answer"]))
         queue = _follow_ups(data, follow_ups)
 
@@ -57,8 +67,8 @@ async def drift_search(chat: ChatModel | None, embedder, index: Index, question:
                 return follow_up, local, {"response": extractive_local_answer(index, follow_up, local), "score": 0}
             reply = await chat.complete([{"role": "user", "content": load_prompt("drift_local").format(
                 global_question=question, context_data=local.text, question=follow_up,
-                follow_up_count=follow_ups)}], response_format={"type": "json_object"})
-            return follow_up, local, parse_json(reply)
+                follow_up_count=follow_ups)}], parse=answer_parser("response"), response_format={"type": "json_object"})
+            return follow_up, local, reply
 
         results = await asyncio.gather(*(answer(q) for q in queue))
         queue = []

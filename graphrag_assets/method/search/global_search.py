@@ -13,8 +13,8 @@ import random
 
 from ..offline.answers import best_sentences, extractive_answer
 from ..prompts import load_prompt
-from ..records import ChatModel
-from .context import NO_ANSWER, Index, SearchResult, csv_line, embed_query, nearest, pack, parse_json, windows
+from ..records import ChatModel, InvalidReply, parse_json_reply
+from .context import NO_ANSWER, Index, SearchResult, csv_line, embed_query, nearest, pack, windows
 
 MAP_HEADERS = {"reports": "id|title|rank|content", "text_units": "id|text"}
 
@@ -34,20 +34,32 @@ def unit_records(index: Index) -> list[tuple[str, str]]:
         human_id=range(len(index.text_units))).itertuples(index=False)]
 
 
-def parse_points(reply: str | None) -> list[dict] | None:
-    data = parse_json(reply)
+def parse_points(reply: str) -> list[dict]:
+    """The map step's points, each a description with a 0-100 score; InvalidReply for anything else."""
+    data, _ = parse_json_reply(reply)
     points = data.get("points") if isinstance(data, dict) else data
     if not isinstance(points, list):
-        return None
+        raise InvalidReply("the map reply has no list of points")
     parsed = []
     for point in points:
-        if isinstance(point, dict) and isinstance(point.get("description"), str):
-            try:
-                score = int(float(point.get("score", 0)))
-            except (TypeError, ValueError):
-                score = 0
-            parsed.append({"description": point["description"], "score": max(0, min(100, score))})
+        try:
+            score = int(float(point["score"]))
+            description = point["description"]
+        except (TypeError, KeyError, ValueError):
+            raise InvalidReply(f"a point is not a description with a score: {str(point)[:80]}") from None
+        if not isinstance(description, str):
+            raise InvalidReply("a point's description is not text")
+        parsed.append({"description": description, "score": max(0, min(100, score))})
     return parsed
+
+
+def parse_rating(reply: str) -> int:
+    """Dynamic selection's 0-5 relevance rating."""
+    data, _ = parse_json_reply(reply)
+    try:
+        return max(0, min(5, int(float(data["rating"]))))
+    except (TypeError, KeyError, ValueError):
+        raise InvalidReply("the reply has no numeric rating") from None
 
 
 def reduce_points(points: list[dict], budget: int) -> tuple[str, list[dict], int]:
@@ -73,16 +85,14 @@ async def map_reduce(
         prompt = load_prompt("global_search_map")
         replies = await asyncio.gather(*(chat.complete(
             [{"role": "user", "content": prompt.format(context_data=text, question=question)}],
-            response_format={"type": "json_object"}) for text, _, _ in packed))
-        points = []
-        for (_, ids, _), reply in zip(packed, replies):
-            for point in parse_points(reply) or []:
-                points.append({**point, "source_ids": ids})
+            parse=parse_points, response_format={"type": "json_object"}) for text, _, _ in packed))
+        points = [{**point, "source_ids": ids} for (_, ids, _), window in zip(packed, replies) for point in window or []]
+        map_failed = sum(reply is None for reply in replies)
     report_data, used_points, reduce_tokens = reduce_points(points, reduce_window_tokens)
     context = {kind: sorted({i for _, ids, _ in packed for i in ids}),
                "points": [{"score": p["score"], "description": p["description"][:300], "source_ids": p["source_ids"]}
                           for p in used_points]}
-    details = {"map_windows": len(packed), "points": len(points), "points_scored_0": sum(p["score"] == 0 for p in points),
+    details = {"map_windows": len(packed), "map_windows_failed": map_failed if chat else 0, "points": len(points), "points_scored_0": sum(p["score"] == 0 for p in points),
                "points_in_reduce": len(used_points), "map_context_tokens": map_tokens,
                "reduce_context_tokens": reduce_tokens}
     if not used_points:
@@ -129,12 +139,10 @@ async def select_communities(chat: ChatModel | None, embedder, index: Index, que
     async def rate(number: int) -> int:
         if chat is None:
             return int(5 * max(0.0, similarity.get(reports.loc[number, "id"], 0.0)))
-        data = parse_json(await chat.complete([{"role": "user", "content": prompt.format(
-            report=reports.loc[number, "full_content"], question=question)}], response_format={"type": "json_object"}))
-        try:
-            return int(float(data.get("rating", 0))) if isinstance(data, dict) else 0
-        except (TypeError, ValueError):
-            return 0
+        rating = await chat.complete([{"role": "user", "content": prompt.format(
+            report=reports.loc[number, "full_content"], question=question)}],
+            parse=parse_rating, response_format={"type": "json_object"})
+        return rating or 0
 
     frontier = [c for c in reports.index if communities.loc[c, "level"] == 0]
     selected, rated = set(), 0
