@@ -44,6 +44,7 @@ class Faults:
     refusal_every: int = 0  # always answers "I'm sorry, I can't help with that."
     wrong_kind_every: int = 0  # answers entity records to a claims prompt, claim records to an extraction prompt
     broken_every: int = 0  # always 500, with the caller's Authorization header echoed (a leaky proxy); not the probe
+    heeds_corrections: bool = True  # a request that says what was wrong with the last reply gets no content fault
     hang: bool = False  # accept every request and never answer (until the server stops)
     status: int = 0  # answer every request with this HTTP status (401 bad key, 404 unknown model), echoing the key
 
@@ -178,6 +179,8 @@ def query_reply(prompt: str) -> tuple[str, str]:
 
 
 CORRECTION_MARK = "Your previous reply could not be used"
+# Replies that are prose by design: "prose instead of the format" is no fault for them.
+PROSE_KINDS = frozenset({"summarize", "reduce", "answer", "drift_reduce", "questions", "other"})
 REFUSAL = "I'm sorry, I can't help with that."
 
 
@@ -364,9 +367,9 @@ class FakeOpenAIServer:
                                             "usage": {"prompt_tokens": tokens, "total_tokens": tokens}})
                 kind, reply = chat_reply(request["messages"])
                 finish_reason = "stop"
-                if kind == "probe":
+                if kind == "probe" or (faults.heeds_corrections and kind.endswith("_corrected")):
                     pass
-                elif _picked(key, faults.malformed_every):
+                elif _picked(key, faults.malformed_every) and kind not in PROSE_KINDS:
                     reply = "Here is some prose instead of what you asked for. (unbalanced <|> nonsense"
                 elif _picked(key, faults.truncated_every):
                     reply = reply[: max(1, int(len(reply) * 0.6))]

@@ -16,6 +16,7 @@ from graphrag_assets.assets.index import relationship_endpoints_are_entities
 from graphrag_assets.method.community_context import Element, SubReport, build_context
 from graphrag_assets.method.community_reports import parse_report
 from graphrag_assets.method.embeddings import document_embeddings
+from graphrag_assets.method.records import InvalidReply
 
 from .conftest import SAMPLE_CORPUS, Workspace, table
 
@@ -25,7 +26,7 @@ def test_every_asset_check_passes(engine, request):
     _, result, _ = request.getfixturevalue(engine)
     evaluations = {e.check_name: e.passed for e in result.get_asset_check_evaluations()}
     assert evaluations == {name: True for name in (
-        "relationship_endpoints_are_entities", "one_community_per_level", "every_community_reported", "text_embeddings_complete",
+        "relationship_endpoints_are_entities", "entities_found", "one_community_per_level", "every_community_reported", "text_embeddings_complete",
         "document_embeddings_valid", "graph_embeddings_valid", "one_row_per_node")}
 
 
@@ -101,15 +102,32 @@ def test_a_leaf_context_is_cut_at_the_budget_in_order_of_prominence():
     assert leaf.truncated and leaf.tokens <= 150 and "big0" in leaf.text and "big11" not in leaf.text
 
 
-@pytest.mark.parametrize("reply,ok", [
-    ('{"title": "T", "summary": "S", "rating": 7, "rating_explanation": "R", "findings": []}', True),
-    ('```json\n{"title": "T", "summary": "S", "rating": "8.5", "findings": [{"summary": "a", "explanation": "b"}],}', True),
-    ('{"title": "T", "summary": "S", "rating": 7, "findings": [{"summary": "a", "explanation": "b"}', True),  # cut off
-    ("Sorry, I cannot help with that.", False),
-    ('{"title": "T"}', False),
+FINDING = '[{"summary": "a", "explanation": "b"}]'
+
+
+@pytest.mark.parametrize("reply,repaired", [
+    ('{"title": "T", "summary": "S", "rating": 7, "rating_explanation": "R", "findings": ' + FINDING + '}', False),
+    ('```json\n{"title": "T", "summary": "S", "rating": 7, "findings": ' + FINDING + '}\n```', False),
+    ('```json\n{"title": "T", "summary": "S", "rating": "8.5", "findings": ' + FINDING + ',}', True),
 ])
-def test_report_json_is_repaired_when_it_can_be(reply, ok):
-    assert (parse_report(reply) is not None) == ok
+def test_a_complete_report_is_accepted_and_repairs_are_counted(reply, repaired):
+    report, was_repaired = parse_report(reply)
+    assert report["title"] == "T" and report["findings"] == [{"summary": "a", "explanation": "b"}]
+    assert was_repaired == repaired
+
+
+@pytest.mark.parametrize("reply,problem", [
+    ('{"title": "T", "summary": "S", "rating": 7, "findings": [{"summary": "a", "explanation": "b"', "cut off"),
+    ("Sorry, I cannot help with that.", "cut off or is not JSON"),
+    ('{"title": "T"}', "not a number"),
+    ('{"title": "T", "summary": "S", "rating": 7, "findings": []}', "no findings"),
+    ('{"title": "T", "summary": "S", "rating": 12, "findings": ' + FINDING + '}', "outside 0-10"),
+    ('{"title": "", "summary": "S", "rating": 1, "findings": ' + FINDING + '}', "no title"),
+    ('{"title": "T", "summary": "S", "rating": 1, "findings": [{"summary": "a"}]}', "no explanation"),
+])
+def test_a_report_missing_what_the_prompt_asked_for_is_invalid(reply, problem):
+    with pytest.raises(InvalidReply, match=problem):
+        parse_report(reply)
 
 
 def test_document_embedding_is_the_token_weighted_mean():

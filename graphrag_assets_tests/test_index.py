@@ -1,5 +1,7 @@
 """The first half of the index materialized with Dagster on the sample corpus, with the test model and offline."""
 
+from collections import Counter
+
 import pandas as pd
 import pytest
 
@@ -47,7 +49,7 @@ def test_model_usage_is_in_the_metadata_and_the_lineage(llm_index):
     workspace, result, server = llm_index
     metadata = materialization_metadata(result, "entities")
     extraction_calls = sum(1 for s in server.served if s.kind in {"extract", "gleaning", "summarize"})
-    assert metadata["model_calls"] == extraction_calls and metadata["failed_calls"] == 0
+    assert metadata["model_calls"] == extraction_calls + 1 and metadata["failed_calls"] == 0  # + the probe
     assert metadata["prompt_tokens"] > 0 and metadata["completion_tokens"] > 0
     assert metadata["engine"] == "llm:gpt-4o-mini" and "SCROOGE" in metadata["top_entities_by_degree"]
     lineage = workspace.sql("SELECT * FROM lineage ORDER BY materialized_at")
@@ -77,18 +79,44 @@ def test_transient_faults_give_the_fault_free_result(llm_index, tmp_path):
         pd.testing.assert_frame_equal(table(faulty, name), table(clean, name))
 
 
-def test_malformed_and_truncated_replies_are_counted_not_fatal(tmp_path):
-    workspace, result, _ = index(tmp_path, Faults(malformed_every=5, truncated_every=7))
+def test_an_endpoint_that_misbehaves_gives_the_fault_free_index(llm_index, tmp_path):
+    """20% transient 5xx/429, 10% HTTP 200 replies cut off at max_tokens or with a garbled body, plus replies in
+    prose, of the wrong record kind, or refused: every one is asked again, and the index equals the clean one."""
+    clean, _, clean_server = llm_index
+    faults = Faults(transient_every=5, retry_after_seconds=0.01, truncated_every=12, garbled_every=25,
+                    malformed_every=40, wrong_kind_every=40, refusal_every=40)
+    faulty, result, server = index(tmp_path, faults)
     assert result.success
-    metadata = materialization_metadata(result, "entities")
-    assert metadata["dropped_records"] > 10 and metadata["failed_text_units"] == 0
+    seen = {s.kind for s in server.served}
+    assert {"fault", "garbled", "extract_corrected", "report_corrected"} <= seen, Counter(s.kind for s in server.served)
+    for name in GRAPH_TABLES + ("text_units", "communities", "community_reports", "text_embeddings"):
+        pd.testing.assert_frame_equal(table(faulty, name), table(clean, name))
+    # Every valid reply was asked for exactly once in each run; the faulty run paid more only for re-asks.
+    assert set(server.successes()) >= set(clean_server.successes())
+    entities, reports = (materialization_metadata(result, a) for a in ("entities", "community_reports"))
+    assert entities["invalid_replies"] > 10 and entities["reasked"] >= entities["invalid_replies"]
+    assert entities["failed_calls"] == 0 and entities["failed_text_units"] == 0
+    assert reports["invalid_replies"] > 0 and reports["failed"] == 0
+    lineage = faulty.sql("SELECT model_usage FROM lineage WHERE asset = 'community_reports'")["model_usage"][0]
+    assert '"invalid_replies"' in lineage and '"repaired_json"' in lineage and '"reasked"' in lineage
+
+
+def test_a_healthy_rerun_after_a_failing_one_pays_for_what_failed_and_keeps_nothing_invalid(tmp_path):
+    """An endpoint that refuses everything fails the step loudly; once it is fixed the index is complete."""
+    workspace = Workspace(tmp_path)
+    workspace.add_sample_corpus()
+    workspace.materialize(SAMPLE_CORPUS, selection=["documents", "base_text_units"])
+    with FakeOpenAIServer(Faults(refusal_every=1, heeds_corrections=False)) as refusing:
+        result = workspace.materialize(SAMPLE_CORPUS, chat=chat_resource(refusing.base_url, workspace.cache),
+                                       selection=["entities", "relationships"], raise_on_error=False)
+    assert not result.success
+    failure = result.get_step_failure_events()[0].step_failure_data.user_failure_data
+    assert "text units got no valid model reply" in failure.description
+    with FakeOpenAIServer() as healthy:
+        workspace.materialize(SAMPLE_CORPUS, chat=chat_resource(healthy.base_url, workspace.cache),
+                              selection=["entities", "relationships"])
+        assert healthy.count("extract") == len(table(workspace, "base_text_units"))  # no refusal was cached
     assert len(table(workspace, "entities")) > 50
-    # A malformed report gets a repair request; one that stays malformed is recorded, not dropped.
-    reports = materialization_metadata(result, "community_reports")
-    assert reports["repaired_json"] > 0 and reports["failed"] > 0
-    failed = workspace.sql("SELECT * FROM community_reports WHERE status = 'failed'")
-    assert len(failed) == reports["failed"] and failed["error"].str.contains("no valid JSON").all()
-    assert len(table(workspace, "community_reports")) == len(table(workspace, "communities"))
 
 
 def test_the_api_key_never_reaches_duckdb_logs_or_metadata(tmp_path, caplog):

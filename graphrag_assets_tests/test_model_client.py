@@ -92,10 +92,6 @@ def test_embeddings_and_azure_style_endpoints(tmp_path):
     assert answer == "E0: fact number 0"
 
 
-def texts(server: FakeOpenAIServer, kind: str) -> list[str]:
-    return [s.kind for s in server.served if s.kind == kind]
-
-
 EXTRACTION = [[{"role": "user", "content": f"-Goal- extract\nEntity_types: person\nText: {text}\nOutput:"}]
               for text in ("Marley met Scrooge and Marley again. Scrooge laughed.",
                            "Fezziwig danced with Belle while Fezziwig sang to Belle.",
@@ -105,9 +101,9 @@ CLAIMS = [[{"role": "user", "content": f"-Target activity-\nText: {m[0]['content
 
 
 @pytest.mark.parametrize("faults,problem", [
-    (Faults(truncated_every=1), "cut off at max_tokens"),
-    (Faults(malformed_every=1), "cut off or is not in the record format"),
-    (Faults(refusal_every=1), "cut off or is not in the record format"),
+    (Faults(truncated_every=1, heeds_corrections=False), "cut off at max_tokens"),
+    (Faults(malformed_every=1, heeds_corrections=False), "cut off or is not in the record format"),
+    (Faults(refusal_every=1, heeds_corrections=False), "cut off or is not in the record format"),
 ])
 def test_an_invalid_reply_is_asked_again_never_cached_and_fails_when_it_stays_invalid(tmp_path, faults, problem):
     """Every re-ask of these stays invalid (the fault hits every request), so each prompt fails, loudly."""
@@ -155,7 +151,7 @@ def test_an_old_cache_entry_that_fails_the_check_is_asked_for_again(tmp_path):
 
 def test_a_refused_summary_is_not_kept_as_a_description(tmp_path):
     prompt = [{"role": "user", "content": "Entity name: E\nDescription List:\n- one\n- two\n#######"}]
-    with FakeOpenAIServer(Faults(refusal_every=1)) as server:
+    with FakeOpenAIServer(Faults(refusal_every=1, heeds_corrections=False)) as server:
         answer, usage = run(settings(server, tmp_path, invalid_reply_retries=1),
                             lambda c: c.complete(prompt, parse=check_free_text))
     assert answer is None and usage.invalid_replies == 2 and "declined" in usage.errors[0] and REFUSAL[:8] in usage.errors[0]

@@ -5,6 +5,8 @@ measured in the same run.
     .venv/bin/python scripts/benchmark.py graph [--nodes 8500] [--edges 20000]
     .venv/bin/python scripts/benchmark.py queries [--latency 0.2]
     .venv/bin/python scripts/benchmark.py incremental [--parts 20]
+    .venv/bin/python scripts/benchmark.py ingest [--megabytes 50]
+    .venv/bin/python scripts/benchmark.py faults
 
 models: the model-calling part of the index of the sample corpus (extraction, claims, reports) against
   the test model server, concurrent (the
@@ -16,6 +18,7 @@ queries: one question answered by every method against the test model server: co
   over source texts), as in the paper's Table 2 ("C0 needs 9-43x fewer context tokens than TS").
 incremental: the sample cut into many documents; after a full index, one more document is added and the
   corpus re-indexed: model calls and tokens of the re-index against the full index (the baseline).
+ingest, faults: see robustness_benchmark.py.
 graph: each non-model step (communities, node2vec, UMAP, offline text embeddings) on the sample
   corpus graph and on a synthetic graph the size of the paper's podcast graph, each in a fresh
   process for its peak memory; baseline: the bare library call on the same input.
@@ -211,6 +214,9 @@ def main() -> None:
     queries.add_argument("--latency", type=float, default=0.2, help="seconds the server takes per reply")
     incremental = commands.add_parser("incremental", help="model calls of a re-index after adding one document")
     incremental.add_argument("--parts", type=int, default=20)
+    ingest = commands.add_parser("ingest", help="peak memory of reading and chunking a large text file")
+    ingest.add_argument("--megabytes", type=int, default=50)
+    commands.add_parser("faults", help="the index against a misbehaving endpoint next to a healthy one")
     graph = commands.add_parser("graph", help="time and memory of the non-model steps")
     graph.add_argument("--nodes", type=int, default=8500)
     graph.add_argument("--edges", type=int, default=20000)
@@ -221,6 +227,10 @@ def main() -> None:
         queries_benchmark(args)
     elif args.command == "incremental":
         incremental_benchmark(args)
+    elif args.command in ("ingest", "faults"):
+        import robustness_benchmark
+
+        getattr(robustness_benchmark, f"{args.command}_benchmark")(args)
     else:
         from graph_benchmark import graph_benchmark
 

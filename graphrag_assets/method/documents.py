@@ -52,18 +52,27 @@ def document_id(text: str) -> str:
     return hashlib.sha256(text.encode("utf-8")).hexdigest()
 
 
-def _decode(path: Path, relative: str) -> tuple[str | None, Problem | None]:
+def _decode(path: Path, relative: str) -> tuple[str | None, list[Problem]]:
+    """The file's text, and what was wrong with it. A NUL byte early on means a binary file (skipped);
+    NUL bytes further in are removed, with a warning, since no text format has them."""
     raw = path.read_bytes()
     if not raw.strip():
-        return None, Problem(relative, "empty file, skipped")
-    if b"\x00" in raw[:_BINARY_SNIFF_BYTES]:
-        return None, Problem(relative, "binary file (contains NUL bytes), skipped")
+        return None, [Problem(relative, "empty file, skipped")]
+    first_nul = raw.find(b"\x00")
+    if 0 <= first_nul < _BINARY_SNIFF_BYTES:
+        return None, [Problem(relative, "binary file (contains NUL bytes), skipped")]
+    problems = []
+    if first_nul >= 0:
+        nuls = raw.count(b"\x00")
+        raw = raw.replace(b"\x00", b"")
+        problems.append(Problem(relative, f"{nuls} NUL byte(s) from offset {first_nul} on were removed; the rest of "
+                                          "the file was read", skipped=False))
     try:
-        return raw.decode("utf-8-sig"), None
+        return raw.decode("utf-8-sig"), problems
     except UnicodeDecodeError as err:
-        return None, Problem(
+        return None, problems + [Problem(
             relative, f"not valid UTF-8 (byte 0x{raw[err.start]:02x} at offset {err.start}), skipped; re-save it as UTF-8"
-        )
+        )]
 
 
 def _rows_from_csv(text: str, relative: str) -> tuple[list[dict], list[Problem]]:
@@ -118,6 +127,7 @@ def read_corpus(folder: str | Path, columns: TabularColumns = TabularColumns()) 
     root = Path(folder)
     if not root.is_dir():
         raise FileNotFoundError(f"corpus folder {root} does not exist")
+    resolved_root = root.resolve()
     problems: list[Problem] = []
     records: list[dict] = []
     seen: dict[str, str] = {}
@@ -126,13 +136,18 @@ def read_corpus(folder: str | Path, columns: TabularColumns = TabularColumns()) 
         relative = path.relative_to(root).as_posix()
         if any(part.startswith(".") for part in path.relative_to(root).parts):
             continue
+        target = path.resolve()
+        if resolved_root not in target.parents:
+            # A link to a file elsewhere would send text the user never put in the corpus to the model.
+            problems.append(Problem(relative, f"links to {target}, outside the corpus folder; refused"))
+            continue
         suffix = path.suffix.lower()
         if suffix not in SUPPORTED_SUFFIXES:
             problems.append(Problem(relative, f"unsupported file type {suffix or '(none)'}; expected one of {', '.join(SUPPORTED_SUFFIXES)}"))
             continue
-        text, problem = _decode(path, relative)
-        if problem:
-            problems.append(problem)
+        text, file_problems = _decode(path, relative)
+        problems.extend(file_problems)
+        if text is None:
             continue
         files_read += 1
         if suffix in (".csv", ".jsonl"):

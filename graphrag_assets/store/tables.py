@@ -25,9 +25,18 @@ class Lineage:
 
 
 def data_version(df: pd.DataFrame) -> str:
-    """A content hash of a table, so unchanged outputs keep their version."""
-    hashed = pd.util.hash_pandas_object(df.map(repr), index=False).to_numpy()
-    return hashlib.sha256(hashed.tobytes() + ",".join(df.columns).encode()).hexdigest()[:16]
+    """A content hash of a table, so unchanged outputs keep their version.
+
+    Column by column, and text as it is: a copy of a whole table as repr strings would double the
+    memory of a corpus's text. Only cells pandas cannot hash (lists, dicts) go through repr.
+    """
+    digest = hashlib.sha256(",".join(df.columns).encode())
+    for name in df.columns:
+        column = df[name]
+        if column.dtype == object and not column.map(lambda v: isinstance(v, str) or v is None).all():
+            column = column.map(repr)
+        digest.update(pd.util.hash_pandas_object(column, index=False).to_numpy().tobytes())
+    return digest.hexdigest()[:16]
 
 
 def ensure_table(conn: duckdb.DuckDBPyConnection, table: str) -> None:
@@ -72,11 +81,15 @@ def write_table(conn: duckdb.DuckDBPyConnection, table: str, corpus: str, df: pd
     return version
 
 
+_INSERT_BATCH_ROWS = 2000  # DuckDB converts a registered frame's text at once: batches bound that copy
+
+
 def _insert(conn: duckdb.DuckDBPyConnection, table: str, corpus: str, df: pd.DataFrame) -> None:
-    conn.register("_incoming", df.assign(corpus=corpus))
     columns = ", ".join(f'"{c}"' for c in [*df.columns, "corpus"])
-    conn.execute(f'INSERT INTO "{table}" ({columns}) SELECT {columns} FROM _incoming')
-    conn.unregister("_incoming")
+    for start in range(0, len(df), _INSERT_BATCH_ROWS):
+        conn.register("_incoming", df.iloc[start:start + _INSERT_BATCH_ROWS].assign(corpus=corpus))
+        conn.execute(f'INSERT INTO "{table}" ({columns}) SELECT {columns} FROM _incoming')
+        conn.unregister("_incoming")
 
 
 def append_rows(conn: duckdb.DuckDBPyConnection, table: str, corpus: str, df: pd.DataFrame) -> None:
