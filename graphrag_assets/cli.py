@@ -1,38 +1,135 @@
-"""`graphrag-assets`: run the index through Dagster from a terminal, so runs show up in the UI."""
+"""`graphrag-assets`: run the index and questions through Dagster from a terminal, so runs show up in the UI.
+
+Settings of any step: `--config run.yaml` (Dagster run config, or {step: {key: value}}) and
+`--set step.key=value` (repeatable; the value is read as YAML, so numbers, booleans and lists work).
+A step is named by its asset (entities, covariates, text_embeddings, ...) or its op.
+"""
 
 import argparse
 import os
+import re
+import socket
 import sys
+import traceback
 from pathlib import Path
 
 import dagster as dg
 import duckdb
+import yaml
+
+from .automation.runs import PID_TAG, HOST_TAG, fail_runs_of_dead_processes
 
 REPO = Path(__file__).resolve().parents[1]
-QUIET = {"loggers": {"console": {"config": {"log_level": "WARNING"}}}}
 INDEX_TABLES = ("documents", "text_units", "entities", "relationships", "covariates")
+METHODS = {"global": "global_search", "local": "local_search", "drift": "drift_search", "basic": "basic_search",
+           "text-summary": "text_summary_search", "questions": "question_generation"}
+# Multi-assets run as one op named after their function; users think in assets.
+OP_OF_ASSET = {"documents": "corpus_documents", "base_text_units": "corpus_documents",
+               "entities": "entity_graph", "relationships": "entity_graph"}
+
+
+class UserError(Exception):
+    """Something the user can fix; printed as one paragraph, without a traceback."""
 
 
 def _instance() -> dg.DagsterInstance:
     # The repo's dagster.yaml is the instance config unless the user points DAGSTER_HOME elsewhere.
     os.environ.setdefault("DAGSTER_HOME", str(REPO))
-    return dg.DagsterInstance.get()
+    instance = dg.DagsterInstance.get()
+    for run_id, pid in fail_runs_of_dead_processes(instance):
+        print(f"note: run {run_id} was left STARTED by process {pid}, which is gone; marked failed", file=sys.stderr)
+    return instance
 
 
-def index(corpora: list[str]) -> int:
+def _run_tags() -> dict:
+    """Who runs this run: lets a later command fail it if this process dies without saying so."""
+    return {PID_TAG: str(os.getpid()), HOST_TAG: socket.gethostname()}
+
+
+def _logging(verbose: bool) -> dict:
+    return {"loggers": {"console": {"config": {"log_level": "INFO" if verbose else "CRITICAL"}}}}
+
+
+def step_settings(config_file: str | None, settings: list[str]) -> dict:
+    """Run config for `ops` from a YAML file and key=value overrides."""
+    ops: dict = {}
+    if config_file:
+        try:
+            loaded = yaml.safe_load(Path(config_file).read_text()) or {}
+        except (OSError, yaml.YAMLError) as problem:
+            raise UserError(f"cannot read the run config {config_file}: {problem}") from None
+        if not isinstance(loaded, dict):
+            raise UserError(f"{config_file} must hold a mapping of steps to settings")
+        if "ops" in loaded:
+            ops = {step: dict(value.get("config", {})) for step, value in loaded["ops"].items()}
+        else:
+            ops = {step: dict(value) for step, value in loaded.items()}
+    for setting in settings:
+        match = re.fullmatch(r"([\w]+)\.([\w]+)=(.*)", setting, re.DOTALL)
+        if not match:
+            raise UserError(f"--set {setting!r} is not of the form step.key=value (for example "
+                            "entities.max_gleanings=2)")
+        step, key, value = match.groups()
+        ops.setdefault(step, {})[key] = yaml.safe_load(value) if value else ""
+    merged: dict = {}
+    for step, values in ops.items():
+        merged.setdefault(OP_OF_ASSET.get(step, step), {}).update(values)
+    return {"ops": {op: {"config": values} for op, values in merged.items()}}
+
+
+def check_store_is_free(database: Path) -> None:
+    """Fail at once, naming the other process, when a DuckDB file is locked (runs would wait ~100 s, then fail)."""
+    if not database.exists():
+        return
+    try:
+        duckdb.connect(str(database)).close()
+    except duckdb.IOException as problem:
+        holder = re.search(r"Conflicting lock is held in (.*?) \(PID (\d+)\)", str(problem))
+        who = f"process {holder.group(2)} ({holder.group(1)})" if holder else "another process"
+        raise UserError(f"the DuckDB file {database} is locked by {who}. DuckDB allows one writer, and an open "
+                        "connection (a notebook's, even read-only) blocks it: close that connection, or read a copy "
+                        "of the file (see the README, 'Reading the store while runs write it')") from None
+
+
+def failure_message(result: dg.ExecuteInProcessResult) -> str:
+    failures = result.get_step_failure_events()
+    if not failures:
+        return "the run failed before any step ran"
+    data = failures[0].step_failure_data
+    if data.user_failure_data and data.user_failure_data.description:
+        return f"{failures[0].step_key}: {data.user_failure_data.description}"
+    return f"{failures[0].step_key}: {data.error.message.strip() if data.error else 'failed'}"
+
+
+def execute(job_name: str, corpus: str, run_config: dict, verbose: bool) -> dg.ExecuteInProcessResult:
+    from .definitions import DATABASE, defs
+
+    check_store_is_free(Path(DATABASE).resolve())
+    job = defs.resolve_job_def(job_name)
+    try:
+        return job.execute_in_process(instance=_instance(), partition_key=corpus, raise_on_error=False,
+                                      run_config={**_logging(verbose), **run_config}, tags=_run_tags())
+    except dg.DagsterInvalidConfigError as problem:
+        details = "; ".join(error.message.split(" Expected")[0].rstrip(".") for error in problem.errors)
+        steps = ", ".join(sorted(job.graph.node_dict))
+        raise UserError(f"the settings are not valid for {job_name}: {details}. Steps of this job: {steps}") from None
+
+
+def index(corpora: list[str], run_config: dict, verbose: bool) -> int:
     from .definitions import DATABASE, defs
 
     instance = _instance()
     names = corpora or defs.resources["corpora"].names()
     if not names:
-        print("no corpus folders under data/: add one (data/<name>/*.txt) and try again", file=sys.stderr)
-        return 2
-    instance.add_dynamic_partitions("corpus", [n for n in names if not instance.has_dynamic_partition("corpus", n)])
-    job = defs.resolve_job_def("index_corpus")
+        raise UserError("no corpus folders under data/: add one (data/<name>/*.txt) and try again")
     for name in names:
-        result = job.execute_in_process(instance=instance, partition_key=name, raise_on_error=False, run_config=QUIET)
+        defs.resources["corpora"].folder(name)  # a clear error for a name that is unsafe or has no folder
+    instance.add_dynamic_partitions("corpus", [n for n in names if not instance.has_dynamic_partition("corpus", n)])
+    for name in names:
+        result = execute("index_corpus", name, run_config, verbose)
         print(f"{'indexed' if result.success else 'FAILED '} {name} (run {result.run_id})")
         if not result.success:
+            print(f"failed: {failure_message(result)}", file=sys.stderr)
             return 1
     database = Path(DATABASE).resolve()
     with duckdb.connect(str(database), read_only=True) as conn:
@@ -48,31 +145,23 @@ def index(corpora: list[str]) -> int:
     return 0
 
 
-METHODS = {"global": "global_search", "local": "local_search", "drift": "drift_search", "basic": "basic_search",
-           "text-summary": "text_summary_search", "questions": "question_generation"}
-
-
-def ask(corpus: str, method: str, question: str, level: int | None, dynamic: bool) -> int:
-    from .definitions import defs
-
+def ask(corpus: str, method: str, question: str, level: int | None, dynamic: bool, run_config: dict,
+        verbose: bool) -> int:
     instance = _instance()
     if not instance.has_dynamic_partition("corpus", corpus):
-        print(f"corpus {corpus!r} was never indexed here: run `graphrag-assets index --corpus {corpus}` first",
-              file=sys.stderr)
-        return 2
+        raise UserError(f"corpus {corpus!r} was never indexed here: run `graphrag-assets index --corpus {corpus}` "
+                        "first")
     asset = METHODS[method]
     config: dict = {"previous_questions": [question]} if method == "questions" else {"question": question}
     if level is not None and method in ("global", "local", "drift", "questions"):
         config["community_level"] = level
     if dynamic:
         config["dynamic_community_selection"] = True
-    result = defs.resolve_job_def(f"ask_{asset}").execute_in_process(
-        instance=instance, partition_key=corpus, raise_on_error=False,
-        run_config={**QUIET, "ops": {asset: {"config": config}}})
+    ops = run_config.get("ops", {})
+    ops[asset] = {"config": {**ops.get(asset, {}).get("config", {}), **config}}
+    result = execute(f"ask_{asset}", corpus, {"ops": ops}, verbose)
     if not result.success:
-        failure = result.get_step_failure_events()[0].step_failure_data
-        print(f"failed: {failure.user_failure_data.description if failure.user_failure_data else failure.error.message}",
-              file=sys.stderr)
+        print(f"failed: {failure_message(result)}", file=sys.stderr)
         return 1
     metadata = {k: v.value for k, v in result.get_asset_materialization_events()[0].materialization.metadata.items()}
     print(metadata["answer"])
@@ -83,7 +172,9 @@ def ask(corpus: str, method: str, question: str, level: int | None, dynamic: boo
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="graphrag-assets", description=__doc__)
+    parser = argparse.ArgumentParser(prog="graphrag-assets", description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--verbose", action="store_true", help="show Dagster's log and full tracebacks")
     commands = parser.add_subparsers(dest="command", required=True)
     index_parser = commands.add_parser("index", help="index corpora (all folders under data/ by default)")
     index_parser.add_argument("--corpus", action="append", default=[], help="corpus folder name; repeatable")
@@ -93,10 +184,22 @@ def main(argv: list[str] | None = None) -> int:
     ask_parser.add_argument("--method", choices=sorted(METHODS), default="global")
     ask_parser.add_argument("--level", type=int, default=None, help="community level (0 = root)")
     ask_parser.add_argument("--dynamic", action="store_true", help="global search: dynamic community selection")
+    for sub in (index_parser, ask_parser):
+        sub.add_argument("--config", help="YAML file of step settings (Dagster run config, or {step: {key: value}})")
+        sub.add_argument("--set", action="append", default=[], metavar="STEP.KEY=VALUE",
+                         help="one setting, e.g. entities.max_gleanings=2 or covariates.enabled=false; repeatable")
+        sub.add_argument("--verbose", action="store_true", default=argparse.SUPPRESS, help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
-    if args.command == "ask":
-        return ask(args.corpus, args.method, args.question, args.level, args.dynamic)
-    return index(args.corpus)
+    try:
+        run_config = step_settings(args.config, args.set)
+        if args.command == "ask":
+            return ask(args.corpus, args.method, args.question, args.level, args.dynamic, run_config, args.verbose)
+        return index(args.corpus, run_config, args.verbose)
+    except (UserError, ValueError, FileNotFoundError, dg.DagsterError) as problem:
+        if args.verbose:
+            traceback.print_exc()
+        print(f"error: {problem}", file=sys.stderr)
+        return 2
 
 
 if __name__ == "__main__":

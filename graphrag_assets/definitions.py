@@ -12,6 +12,7 @@ from dagster_duckdb import DuckDBResource
 
 from .automation.corpora import new_corpus_sensor, nightly_reindex
 from .automation.jobs import index_assets, index_corpus_job, query_assets, query_jobs
+from .automation.runs import abandoned_runs_sensor
 from .resources import ChatModelResource, CorporaResource, EmbeddingModelResource
 
 DATABASE = os.getenv("GRAPHRAG_DUCKDB", ".graphrag/graphrag.duckdb")
@@ -38,7 +39,7 @@ os.makedirs(os.path.dirname(DATABASE) or ".", exist_ok=True)
 defs = dg.Definitions(
     assets=[*index_assets, *query_assets],
     jobs=[index_corpus_job, *query_jobs],
-    sensors=[new_corpus_sensor],
+    sensors=[new_corpus_sensor, abandoned_runs_sensor],
     schedules=[nightly_reindex],
     resources={
         "duckdb": DuckDBResource(database=DATABASE),

@@ -11,12 +11,13 @@ from ..method.graph_embeddings import node2vec
 from ..method.layouts import layout_nodes, plot_layout
 from ..resources import EmbeddingModelResource
 from ..store.tables import read_table, read_tables, write_table
-from .common import MODEL_POOL, code_version, corpus_partitions, lineage_for, png, publish
+from .common import MODEL_POOL, code_version, corpus_partitions, fail_if_too_many_failed, lineage_for, png, publish
 
 
 class TextEmbeddingConfig(dg.Config):
     offline_dimensions: int = 128
     seed: int = 42
+    max_failed_fraction: float = 0.05
 
 
 class Node2VecConfig(dg.Config):
@@ -68,26 +69,34 @@ def text_embeddings(context: dg.AssetExecutionContext, config: TextEmbeddingConf
     local_model = None
     if embeddings.configured:
         (vectors, failed_batches), usage = embeddings.run(lambda client: embed_with_model(client, texts, embeddings.batch_size))
+        fail_if_too_many_failed(context, "embedding batches", failed_batches, -(-len(texts) // embeddings.batch_size),
+                                usage, config.max_failed_fraction)
         dimensions = None
     else:
         local_model = LocalEmbedder.fit(texts, config.offline_dimensions, config.seed)
         vectors, failed_batches, usage = local_model.embed(texts).tolist(), 0, None
-        dimensions = config.offline_dimensions
+        dimensions = local_model.dimensions
+        if dimensions != config.offline_dimensions:
+            context.log.info(f"offline embedding has {dimensions} dimensions, not {config.offline_dimensions}: "
+                             f"the corpus has {len(texts)} texts and {len(local_model.vocabulary)} distinct terms")
     table = inputs[["id", "kind"]].assign(embedding=vectors)
     table = table[table["embedding"].notna()].reset_index(drop=True)
     engine = embeddings.engine if embeddings.configured else "offline:tfidf-svd"
     with duckdb.get_connection() as conn:
         # The fitted offline model is kept so that questions can be embedded in the same space; with an
         # embedding model there is none, and an older offline one must not outlive its vectors.
-        models = pd.DataFrame([{"id": "offline", "dimensions": dimensions, "model": local_model.dumps()}]
-                              if local_model is not None else [], columns=["id", "dimensions", "model"])
+        models = pd.DataFrame([local_model.to_row()] if local_model is not None else [],
+                              columns=["id", "dimensions", "vocabulary", "idf", "components", "stop_words"])
         write_table(conn, "embedding_models", corpus, models,
                     lineage_for(context, conn, "embedding_models", upstream=[], engine=engine))
         yield publish(context, conn, "text_embeddings", table, upstream=["entities", "text_units", "community_reports"],
                       engine=engine, model=embeddings if embeddings.configured else None, usage=usage,
-                      metadata={"failed_batches": failed_batches,
+                      metadata={"failed_batches": failed_batches, "dimensions": dimensions or 0,
+                                "offline_dimensions_note": (
+                                    f"reduced from {config.offline_dimensions}: the corpus is small"
+                                    if local_model is not None and dimensions != config.offline_dimensions else "none"),
                                 "vectors_by_kind": dg.MetadataValue.json(table["kind"].value_counts().to_dict()),
-                                "vector_search": "DuckDB list_cosine_similarity (exact, built in; vss needs a download)"})
+                                "vector_search": "exact cosine similarity over these vectors at query time"})
     yield vectors_check("text_embeddings_complete", "text_embeddings", table, dimensions, set(inputs["id"]))
 
 

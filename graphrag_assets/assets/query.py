@@ -22,6 +22,7 @@ from ..method.search.drift_search import drift_search as run_drift
 from ..method.search.global_search import global_search as run_global, text_summary_search as run_text_summary
 from ..method.search.local_search import basic_search as run_basic, local_search as run_local
 from ..method.search.questions import generate_questions
+from ..failures import step_failure
 from ..resources import ChatModelResource, EmbeddingModelResource, run_with_models
 from ..store.schema import ANSWER_SOURCES_VIEW
 from ..store.tables import append_rows, read_table, read_tables, row_count
@@ -85,30 +86,39 @@ class QuestionGenerationConfig(LocalContextOptions):
 def load_index(conn, corpus: str) -> Index:
     missing = [t for t in INDEX_TABLES if t != "covariates" and not row_count(conn, t, corpus)]
     if missing:
-        raise dg.Failure(description=f"corpus {corpus!r} is not indexed: no rows in {', '.join(missing)}. "
-                                     "Run the index_corpus job for it first.")
+        raise step_failure(f"corpus {corpus!r} is not indexed: no rows in {', '.join(missing)}. Run the index_corpus "
+                           "job for it first.", retryable=False)
     tables = read_tables(conn, INDEX_TABLES, corpus)
     models = read_table(conn, "embedding_models", corpus) if row_count(conn, "embedding_models", corpus) else None
     return Index(
         entities=tables["entities"], relationships=tables["relationships"], covariates=tables["covariates"],
         communities=tables["communities"], reports=tables["community_reports"], text_units=tables["text_units"],
         documents=tables["documents"], embeddings=tables["text_embeddings"],
-        local_embedder=LocalEmbedder.loads(models["model"].iloc[0]) if models is not None else None,
+        local_embedder=_offline_embedder(models),
     )
+
+
+def _offline_embedder(models) -> LocalEmbedder | None:
+    if models is None:
+        return None
+    try:
+        return LocalEmbedder.from_row(next(models.itertuples()))
+    except ValueError as problem:
+        raise step_failure(str(problem), retryable=False) from None
 
 
 def validate(question: str | None, level: int | None, index: Index, embeddings: EmbeddingModelResource) -> None:
     """Refuse bad config before any model call."""
     if question is not None and not question.strip():
-        raise dg.Failure(description="the question is empty: write one in the launchpad config")
+        raise step_failure("the question is empty: write one in the launchpad config", retryable=False)
     if level is not None and level not in index.levels:
-        raise dg.Failure(description=f"community level {level} does not exist: this corpus has levels "
-                                     f"{index.levels[0]}..{index.levels[-1]}")
+        raise step_failure(f"community level {level} does not exist: this corpus has levels "
+                           f"{index.levels[0]}..{index.levels[-1]}", retryable=False)
     if embeddings.configured == (index.local_embedder is not None):
         indexed_with = "the offline embedding" if index.local_embedder is not None else "an embedding model"
-        raise dg.Failure(description=f"the corpus was embedded with {indexed_with}, but the embeddings resource is "
-                                     f"{'configured' if embeddings.configured else 'not configured'} now: re-run "
-                                     "text_embeddings or change the resource")
+        raise step_failure(f"the corpus was embedded with {indexed_with}, but the embeddings resource is "
+                           f"{'configured' if embeddings.configured else 'not configured'} now: re-run "
+                           "text_embeddings or change the resource", retryable=False)
 
 
 def sources_markdown(index: Index, result: SearchResult) -> str:
@@ -231,7 +241,7 @@ def text_summary_search(context: dg.AssetExecutionContext, config: TextSummaryCo
 def question_generation(context: dg.AssetExecutionContext, config: QuestionGenerationConfig, chat: ChatModelResource,
                         embeddings: EmbeddingModelResource, duckdb: DuckDBResource):
     if not [q for q in config.previous_questions if q.strip()]:
-        raise dg.Failure(description="previous_questions is empty: give at least one question")
+        raise step_failure("previous_questions is empty: give at least one question", retryable=False)
     return answer_query(context, "question_generation", config, config.community_level, None, chat, embeddings,
                         duckdb, lambda c, e, index: generate_questions(
                             c, e, index, config.previous_questions, config.community_level, config.question_count,

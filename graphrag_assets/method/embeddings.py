@@ -2,21 +2,20 @@
 
 With an embedding model: batched requests through the model client. Offline: TF-IDF with
 truncated SVD fitted on the corpus's own texts, L2-normalised, so cosine similarity works the
-same way in both cases. The fitted offline model is kept so questions can be embedded later.
+same way in both cases. The fitted offline model is kept, as plain arrays and a vocabulary
+(nothing in it can run code when it is loaded), so questions can be embedded later.
 """
 
 from __future__ import annotations
 
 import asyncio
-import pickle
 from dataclasses import dataclass
 
 import numpy as np
 import pandas as pd
 from sklearn.decomposition import TruncatedSVD
-from sklearn.feature_extraction.text import TfidfVectorizer
-from sklearn.pipeline import make_pipeline
-from sklearn.preprocessing import Normalizer
+from sklearn.feature_extraction.text import CountVectorizer, TfidfVectorizer
+from sklearn.preprocessing import normalize
 
 EMBEDDING_COLUMNS = ["id", "kind", "embedding"]
 DEFAULT_SEED = 42
@@ -33,35 +32,73 @@ def embedding_inputs(entities: pd.DataFrame, text_units: pd.DataFrame, reports: 
     ], ignore_index=True)
 
 
-@dataclass
-class LocalEmbedder:
-    """TF-IDF + truncated SVD, fitted on one corpus."""
+# Words of one letter or more: a tiny corpus may have few words of the default two.
+_TOKEN_PATTERN = r"(?u)\b\w+\b"
+MIN_SVD_DIMENSIONS = 2
 
-    pipeline: object
-    dimensions: int
+
+@dataclass(frozen=True)
+class LocalEmbedder:
+    """TF-IDF (sublinear tf, smoothed idf, L2) and truncated SVD fitted on one corpus, as plain arrays.
+
+    `components` is None when the corpus is too small to reduce: the vectors are then the TF-IDF
+    vectors themselves, one dimension per term.
+    """
+
+    vocabulary: tuple[str, ...]
+    idf: np.ndarray  # (terms,)
+    components: np.ndarray | None  # (dimensions, terms)
+    stop_words: bool
+
+    @property
+    def dimensions(self) -> int:
+        return len(self.vocabulary) if self.components is None else int(self.components.shape[0])
 
     @classmethod
     def fit(cls, texts: list[str], dimensions: int = 128, seed: int = DEFAULT_SEED) -> "LocalEmbedder":
-        vectorizer = TfidfVectorizer(sublinear_tf=True, stop_words="english", min_df=1)
-        features = vectorizer.fit_transform(texts)
-        if min(features.shape) <= dimensions:
-            raise ValueError(
-                f"the offline embedding needs more than {dimensions} texts and distinct terms, the corpus has "
-                f"{features.shape[0]} texts and {features.shape[1]} terms: lower the embedding dimensions")
-        svd = TruncatedSVD(n_components=dimensions, random_state=seed)
-        pipeline = make_pipeline(vectorizer, svd, Normalizer(copy=False))
-        svd.fit(features)
-        return cls(pipeline, dimensions)
+        """Fit on the corpus. Fewer dimensions than asked when the corpus has too few texts or terms for them."""
+        features = None
+        for stop_words in (True, False):  # a corpus of nothing but stop words keeps them
+            vectorizer = TfidfVectorizer(sublinear_tf=True, stop_words="english" if stop_words else None,
+                                         token_pattern=_TOKEN_PATTERN)
+            try:
+                features = vectorizer.fit_transform(texts)
+                break
+            except ValueError:  # empty vocabulary
+                continue
+        if features is None:
+            raise ValueError(f"the offline embedding found no words in {len(texts)} texts")
+        vocabulary = tuple(sorted(vectorizer.vocabulary_, key=vectorizer.vocabulary_.get))
+        reducible = min(dimensions, features.shape[1] - 1, features.shape[0])
+        components = None
+        if reducible >= MIN_SVD_DIMENSIONS and features.shape[1] > dimensions:
+            svd = TruncatedSVD(n_components=reducible, random_state=seed).fit(features)
+            components = svd.components_.astype(np.float32)
+        return cls(vocabulary, vectorizer.idf_.astype(np.float64), components, stop_words)
 
     def embed(self, texts: list[str]) -> np.ndarray:
-        return self.pipeline.transform(texts).astype(np.float32)
+        counts = CountVectorizer(vocabulary=self.vocabulary, stop_words="english" if self.stop_words else None,
+                                 token_pattern=_TOKEN_PATTERN).transform(texts).astype(np.float64)
+        counts.data = 1.0 + np.log(counts.data)
+        tfidf = normalize(counts.multiply(self.idf).tocsr())
+        vectors = tfidf @ self.components.T if self.components is not None else tfidf.toarray()
+        return normalize(np.asarray(vectors)).astype(np.float32)
 
-    def dumps(self) -> bytes:
-        return pickle.dumps(self)
+    def to_row(self) -> dict:
+        return {"id": "offline", "dimensions": self.dimensions, "vocabulary": list(self.vocabulary),
+                "idf": self.idf.tolist(), "stop_words": self.stop_words,
+                "components": None if self.components is None else self.components.tolist()}
 
-    @staticmethod
-    def loads(blob: bytes) -> "LocalEmbedder":
-        return pickle.loads(blob)
+    @classmethod
+    def from_row(cls, row) -> "LocalEmbedder":
+        vocabulary = getattr(row, "vocabulary", None)
+        if vocabulary is None or len(vocabulary) == 0:
+            raise ValueError("the stored offline embedding model is from an older version: materialize "
+                             "text_embeddings again")
+        components = row.components
+        return cls(tuple(vocabulary), np.asarray(row.idf, dtype=np.float64),
+                   None if components is None else np.stack([np.asarray(c, dtype=np.float32) for c in components]),
+                   bool(row.stop_words))
 
 
 async def embed_with_model(client, texts: list[str], batch_size: int = 16) -> tuple[list[list[float] | None], int]:

@@ -38,7 +38,9 @@ TABLES: dict[str, dict[str, str]] = {
         "context_tokens": "INTEGER", "substituted_communities": "INTEGER[]",
     },
     "text_embeddings": {"id": "VARCHAR", "kind": "VARCHAR", "embedding": "FLOAT[]"},
-    "embedding_models": {"id": "VARCHAR", "dimensions": "INTEGER", "model": "BLOB"},
+    # The offline embedding as plain arrays; never a pickle, so loading it cannot run code.
+    "embedding_models": {"id": "VARCHAR", "dimensions": "INTEGER", "vocabulary": "VARCHAR[]", "idf": "DOUBLE[]",
+                         "components": "FLOAT[][]", "stop_words": "BOOLEAN"},
     "document_embeddings": {"id": "VARCHAR", "n_tokens": "INTEGER", "embedding": "FLOAT[]"},
     "graph_embeddings": {"id": "VARCHAR", "title": "VARCHAR", "embedding": "FLOAT[]"},
     "layouts": {

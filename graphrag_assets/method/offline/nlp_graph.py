@@ -33,6 +33,8 @@ _STOPWORDS = frozenset(
 )
 MIN_MENTIONS = 2
 MAX_DESCRIPTIONS = 3
+MAX_KEYWORDS = 30
+_KEYWORD = re.compile(r"[^\W\d_]{3,}")
 
 
 def split_sentences(text: str) -> list[str]:
@@ -60,6 +62,18 @@ def candidate_phrases(sentence: str) -> list[tuple[str, bool]]:
     return found
 
 
+def _keywords(phrases_by_sentence: dict, sentences_by_unit: dict[str, list[str]]) -> set[str]:
+    """The most frequent words that are not stop words, as phrases of their sentences (filled in place)."""
+    words_by_sentence = {
+        key: [w for w in _KEYWORD.findall(sentences_by_unit[key[0]][key[1]].lower()) if w not in _STOPWORDS]
+        for key in phrases_by_sentence}
+    counts = Counter(w for words in words_by_sentence.values() for w in words)
+    chosen = {w for w, _ in sorted(counts.items(), key=lambda kv: (-kv[1], kv[0]))[:MAX_KEYWORDS]}
+    for key, words in words_by_sentence.items():
+        phrases_by_sentence[key] = [w for w in words if w in chosen]
+    return chosen
+
+
 def extract_nlp_graph(text_units: pd.DataFrame, min_mentions: int = MIN_MENTIONS) -> tuple[pd.DataFrame, pd.DataFrame]:
     """Entities and relationships (merged across text units) from noun-phrase co-occurrence."""
     sentences_by_unit = {unit.id: split_sentences(unit.text) for unit in text_units.itertuples(index=False)}
@@ -78,6 +92,9 @@ def extract_nlp_graph(text_units: pd.DataFrame, min_mentions: int = MIN_MENTIONS
     mentions = Counter(p for phrases in phrases_by_sentence.values() for p in phrases)
     keep = {p for p, n in mentions.items()
             if n >= min_mentions and (" " in p or p in mid_sentence_words)}
+    if not keep:
+        # A small or oddly written corpus: any capitalised phrase, else its most frequent content words.
+        keep = set(mentions) or _keywords(phrases_by_sentence, sentences_by_unit)
 
     entities_per_unit: dict[str, list[dict]] = defaultdict(list)
     relationships_per_unit: dict[str, list[dict]] = defaultdict(list)

@@ -1,0 +1,49 @@
+"""Runs whose process died (SIGKILL, out of memory, a restart) are marked failed instead of STARTED for good.
+
+`graphrag-assets` runs jobs in its own process and tags each run with its PID and host. Run
+monitoring cannot see such a process, so the CLI (at every start) and the `abandoned_runs_sensor`
+(in the daemon) look for runs of this host whose process is gone, and fail them with the reason.
+"""
+
+import os
+import socket
+
+import dagster as dg
+
+PID_TAG = "graphrag/pid"
+HOST_TAG = "graphrag/host"
+_UNFINISHED = [dg.DagsterRunStatus.STARTING, dg.DagsterRunStatus.STARTED, dg.DagsterRunStatus.CANCELING]
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True  # it exists, under another user
+    return True
+
+
+def fail_runs_of_dead_processes(instance: dg.DagsterInstance) -> list[tuple[str, int]]:
+    """Fail this host's unfinished CLI runs whose process is gone; returns (run id, pid) of each."""
+    host = socket.gethostname()
+    failed = []
+    runs = instance.get_runs(filters=dg.RunsFilter(statuses=_UNFINISHED, tags={HOST_TAG: host}))
+    for run in runs:
+        pid = int(run.tags.get(PID_TAG, "0") or 0)
+        if pid and pid != os.getpid() and not _alive(pid):
+            instance.report_run_failed(run, message=(
+                f"the process that ran this run (pid {pid} on {host}) is gone: killed or crashed. Run it again; "
+                "model replies it received are cached and will not be paid for twice"))
+            failed.append((run.run_id, pid))
+    return failed
+
+
+@dg.sensor(minimum_interval_seconds=60, default_status=dg.DefaultSensorStatus.RUNNING,
+           description="Marks failed the graphrag-assets CLI runs of this host whose process died.")
+def abandoned_runs_sensor(context: dg.SensorEvaluationContext):
+    failed = fail_runs_of_dead_processes(context.instance)
+    for run_id, pid in failed:
+        context.log.warning(f"run {run_id}: process {pid} is gone; marked failed")
+    return dg.SkipReason(f"{len(failed)} abandoned run(s) marked failed")
