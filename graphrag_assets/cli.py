@@ -98,7 +98,11 @@ def failure_message(result: dg.ExecuteInProcessResult) -> str:
     data = failures[0].step_failure_data
     if data.user_failure_data and data.user_failure_data.description:
         return f"{failures[0].step_key}: {data.user_failure_data.description}"
-    return f"{failures[0].step_key}: {data.error.message.strip() if data.error else 'failed'}"
+    error = data.error
+    while error is not None and error.cause is not None:  # the user code's exception, not Dagster's wrapper
+        error = error.cause
+    message = error.message.strip() if error else "failed"
+    return f"{failures[0].step_key}: {message} (run again with --verbose for the traceback)"
 
 
 def execute(job_name: str, corpus: str, run_config: dict, verbose: bool) -> dg.ExecuteInProcessResult:

@@ -75,3 +75,32 @@ def test_unsafe_corpus_folders_are_refused(workspace, tmp_path, name, reason):
     (workspace.data / "escape").symlink_to(tmp_path / "elsewhere")
     with pytest.raises(ValueError, match=reason):
         CorporaResource(root=str(workspace.data)).folder(name)
+
+
+def test_a_file_linked_from_outside_the_corpus_is_refused(workspace, tmp_path):
+    folder = workspace.data / "linked"
+    folder.mkdir()
+    (folder / "inside.txt").write_text("Ada Lovelace wrote the first program.")
+    secret = tmp_path / "private.txt"
+    secret.write_text("The payroll password is hunter2.")
+    (folder / "notes.txt").symlink_to(secret)
+    (folder / "sub").mkdir()
+    (folder / "sub" / "again.txt").symlink_to(folder / "inside.txt")  # a link within the corpus is fine
+    result = read_corpus(folder)
+    problems = {p.path: p.message for p in result.problems}
+    assert f"links to {secret}, outside the corpus folder; refused" == problems["notes.txt"]
+    assert not result.documents["text"].str.contains("hunter2").any()
+    assert "duplicate of inside.txt" in problems["sub/again.txt"]
+
+
+def test_nul_bytes_after_the_first_8_kb_are_removed_with_a_warning(workspace):
+    folder = workspace.data / "nul"
+    folder.mkdir()
+    (folder / "late.txt").write_bytes(b"Ada Lovelace wrote. " * 500 + b"\x00\x00Charles Babbage built.")
+    (folder / "early.txt").write_bytes(b"Ada\x00Lovelace")
+    result = read_corpus(folder)
+    problems = {p.path: p for p in result.problems}
+    assert "2 NUL byte(s) from offset 10000 on were removed" in problems["late.txt"].message
+    assert not problems["late.txt"].skipped and problems["early.txt"].skipped
+    (text,) = result.documents["text"]
+    assert "\x00" not in text and text.endswith("Ada Lovelace wrote. Charles Babbage built.")

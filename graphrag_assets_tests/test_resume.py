@@ -9,6 +9,7 @@ import time
 import diskcache
 import pytest
 
+from graphrag_assets.failures import NO_RUN_RETRY_TAG
 from graphrag_assets_tests.model_server import Faults, FakeOpenAIServer
 
 from .conftest import REPO, SAMPLE_CORPUS, Workspace, chat_resource, materialization_metadata, open_instance
@@ -82,3 +83,27 @@ def test_a_step_failed_by_a_broken_endpoint_is_cheap_to_retry(tmp_path):
     assert paid_for and not (paid_for & asked_again)
     assert metadata["cache_hits"] > 0 and metadata["model_calls"] == len(asked_again) + 1  # + the probe
     assert metadata["failed_text_units"] == 0
+
+
+@pytest.mark.parametrize("faults,words,retried", [
+    (Faults(status=401), "refused the API key (HTTP 401)", False),
+    (Faults(hang=True), "did not answer within 2 s", True),
+])
+def test_a_dead_endpoint_fails_the_step_fast_and_retries_only_what_time_can_fix(tmp_path, faults, words, retried):
+    workspace = Workspace(tmp_path)
+    workspace.add_sample_corpus()
+    workspace.materialize(SAMPLE_CORPUS, selection=["documents", "base_text_units"])
+    with FakeOpenAIServer(faults) as server:
+        started = time.monotonic()
+        result = workspace.materialize(SAMPLE_CORPUS, chat=chat_resource(server.base_url, workspace.cache,
+                                                                         timeout_seconds=2),
+                                       selection=["entities", "relationships"], raise_on_error=False)
+        elapsed = time.monotonic() - started
+        requests = server.count()
+    failure = result.get_step_failure_events()[0]
+    assert words in failure.step_failure_data.user_failure_data.description
+    assert server.base_url in failure.step_failure_data.user_failure_data.description
+    assert elapsed < 2 * 2 + 3  # under twice the request timeout, plus the run's own start (the client test is exact)
+    assert requests <= 2  # the probe, not one request per text unit
+    tags = result.dagster_run.tags
+    assert (NO_RUN_RETRY_TAG not in tags) == retried

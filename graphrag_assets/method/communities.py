@@ -44,7 +44,8 @@ def cluster_graph(graph: nx.Graph, max_cluster_size: int = 10, seed: int = DEFAU
         graph = graph.subgraph(max(nx.connected_components(graph), key=len)).copy()
     edges = [(a, b, d["weight"]) for a, b, d in sorted(graph.edges(data=True), key=lambda e: (e[0], e[1]))]
     if not edges:
-        return {}
+        # Nothing related to anything (a tiny corpus): one community of all entities, so it still gets a report.
+        return {0: {node: 0 for node in graph.nodes}} if graph.number_of_nodes() else {}
     clusters = hierarchical_leiden(edges, max_cluster_size=max_cluster_size, random_seed=seed)
     by_level: dict[int, dict[str, int]] = defaultdict(dict)
     for c in clusters:

@@ -95,7 +95,7 @@ class LocalEmbedder:
         if vocabulary is None or len(vocabulary) == 0:
             raise ValueError("the stored offline embedding model is from an older version: materialize "
                              "text_embeddings again")
-        components = row.components
+        components = row.components if row.components is not None and len(row.components) else None
         return cls(tuple(vocabulary), np.asarray(row.idf, dtype=np.float64),
                    None if components is None else np.stack([np.asarray(c, dtype=np.float32) for c in components]),
                    bool(row.stop_words))

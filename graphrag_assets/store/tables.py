@@ -116,7 +116,7 @@ def read_table(conn: duckdb.DuckDBPyConnection, table: str, corpus: str) -> pd.D
     df = conn.execute(f'SELECT * EXCLUDE (corpus) FROM "{table}" WHERE corpus = ? ORDER BY id', [corpus]).df()
     for column, kind in TABLES[table].items():
         if kind.endswith("[]") and column in df:  # DuckDB returns numpy arrays; the method expects lists
-            df[column] = df[column].map(lambda v: [] if v is None else list(v))
+            df[column] = df[column].map(lambda v: list(v) if hasattr(v, "__len__") else [])
     return df
 
 

@@ -1,0 +1,102 @@
+"""The graphrag-assets CLI: settings from a file or --set, one clear line for user errors, dead runs failed."""
+
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import duckdb
+import pytest
+
+from graphrag_assets.automation.runs import PID_TAG
+from graphrag_assets.cli import step_settings
+from graphrag_assets_tests.model_server import FakeOpenAIServer
+
+from .conftest import open_instance
+from .test_small_corpora import write_corpus
+
+
+def test_settings_come_from_a_file_and_overrides_by_asset_or_op_name(tmp_path):
+    run_yaml = tmp_path / "run.yaml"
+    run_yaml.write_text("entities:\n  max_gleanings: 0\ncovariates:\n  enabled: true\n")
+    config = step_settings(str(run_yaml), ["covariates.enabled=false", "documents.chunk_size=300",
+                                           "entity_graph.entity_types=[person, place]"])
+    assert config == {"ops": {
+        "entity_graph": {"config": {"max_gleanings": 0, "entity_types": ["person", "place"]}},
+        "covariates": {"config": {"enabled": False}},
+        "corpus_documents": {"config": {"chunk_size": 300}},
+    }}
+    dagster_style = tmp_path / "dagster.yaml"
+    dagster_style.write_text("ops:\n  layouts:\n    config:\n      seed: 7\n")
+    assert step_settings(str(dagster_style), []) == {"ops": {"layouts": {"config": {"seed": 7}}}}
+
+
+class Cli:
+    def __init__(self, root, env: dict | None = None):
+        self.home = root / "home"
+        self.home.mkdir()
+        (self.home / "dagster.yaml").write_text("telemetry:\n  enabled: false\n")
+        self.database = root / "graphrag.duckdb"
+        self.env = {**os.environ, "DAGSTER_HOME": str(self.home), "GRAPHRAG_DATA_DIR": str(root / "data"),
+                    "GRAPHRAG_DUCKDB": str(self.database), "GRAPHRAG_CACHE_DIR": str(root / "cache"), **(env or {})}
+
+    def start(self, *args: str) -> subprocess.Popen:
+        return subprocess.Popen([sys.executable, "-m", "graphrag_assets.cli", *args], env=self.env, text=True,
+                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True)
+
+    def run(self, *args: str) -> subprocess.CompletedProcess:
+        return subprocess.run([sys.executable, "-m", "graphrag_assets.cli", *args], env=self.env, text=True,
+                              capture_output=True, timeout=300)
+
+
+@pytest.mark.slow
+def test_the_cli_takes_settings_and_says_what_is_wrong_in_one_line(tmp_path):
+    write_corpus(tmp_path / "data" / "tiny", "three files")
+    cli = Cli(tmp_path)
+    indexed = cli.run("index", "--corpus", "tiny", "--set", "documents.chunk_size=8", "--set",
+                      "documents.chunk_overlap=2", "--set", "covariates.enabled=false")
+    assert indexed.returncode == 0, indexed.stderr
+    with duckdb.connect(str(cli.database), read_only=True) as conn:
+        assert conn.execute("SELECT max(n_tokens) FROM base_text_units").fetchone()[0] == 8
+
+    bad_level = cli.run("ask", "--corpus", "tiny", "--level", "7", "Who wrote letters?")
+    assert bad_level.returncode == 1 and "Traceback" not in bad_level.stderr
+    assert bad_level.stderr.strip().splitlines() == [
+        "failed: global_search: community level 7 does not exist: this corpus has levels 0..0"]
+    bad_setting = cli.run("index", "--corpus", "tiny", "--set", "entities.no_such_setting=1")
+    assert bad_setting.returncode == 2 and len(bad_setting.stderr.strip().splitlines()) == 1
+    assert 'unexpected config entry "no_such_setting"' in bad_setting.stderr
+
+    holder = subprocess.Popen([sys.executable, "-c", f"import duckdb, time; c = duckdb.connect({str(cli.database)!r}, "
+                               "read_only=True); print('open', flush=True); time.sleep(60)"],
+                              stdout=subprocess.PIPE, text=True)
+    try:
+        assert holder.stdout.readline().strip() == "open"
+        started = time.monotonic()
+        locked = cli.run("ask", "--corpus", "tiny", "Who wrote letters?")
+        assert time.monotonic() - started < 30  # not dagster-duckdb's 100 s of retries
+    finally:
+        holder.kill()
+    assert locked.returncode == 2 and f"is locked by process {holder.pid}" in locked.stderr
+
+
+@pytest.mark.slow
+def test_a_killed_cli_run_is_marked_failed_by_the_next_command(tmp_path):
+    write_corpus(tmp_path / "data" / "tiny", "three files")
+    with FakeOpenAIServer(latency_seconds=2.0) as server:
+        cli = Cli(tmp_path, {"GRAPHRAG_API_BASE": server.base_url})
+        process = cli.start("index", "--corpus", "tiny")
+        deadline = time.monotonic() + 120
+        while not server.count("extract"):  # the run is inside the entity step, waiting on the model
+            assert process.poll() is None and time.monotonic() < deadline, process.stderr.read()
+            time.sleep(0.1)
+        os.killpg(process.pid, signal.SIGKILL)
+        process.wait()
+    with open_instance(cli.home) as instance:
+        (run,) = instance.get_runs()
+        assert run.status.value == "STARTED" and run.tags[PID_TAG] == str(process.pid)
+    swept = cli.run("ask", "--corpus", "tiny", "Who?")  # any command sweeps first
+    assert f"run {run.run_id} was left STARTED by process {process.pid}, which is gone" in swept.stderr
+    with open_instance(cli.home) as instance:
+        assert instance.get_run_by_id(run.run_id).status.value == "FAILURE"

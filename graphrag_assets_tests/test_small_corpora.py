@@ -1,0 +1,64 @@
+"""The offline engine indexes any corpus with at least one sentence, and keeps nothing executable in DuckDB."""
+
+import csv
+
+import numpy as np
+import pytest
+
+from graphrag_assets.method.embeddings import LocalEmbedder
+
+from .conftest import REPO, SAMPLE_CORPUS, materialization_metadata
+
+
+def write_corpus(folder, kind: str) -> None:
+    folder.mkdir(parents=True)
+    if kind == "three files":
+        (folder / "a.txt").write_text("Ada Lovelace wrote the first program. Charles Babbage built the engine.")
+        (folder / "b.md").write_text("# Notes\nAda Lovelace met Charles Babbage in London.")
+        (folder / "c.txt").write_text("Charles Babbage and Ada Lovelace wrote letters about the Analytical Engine.")
+    elif kind == "one lowercase sentence":
+        (folder / "s.txt").write_text("the cat sat on the mat.")
+    elif kind == "repetitive":
+        (folder / "r.txt").write_text("Scrooge said humbug. " * 300)
+    else:  # fifteen chapters of the sample as CSV rows
+        book = next((REPO / "data" / SAMPLE_CORPUS).glob("*.txt")).read_text(encoding="utf-8")
+        with open(folder / "book.csv", "w", newline="", encoding="utf-8") as out:
+            rows = csv.writer(out)
+            rows.writerow(["title", "text"])
+            rows.writerows([f"Chapter {i + 1}", book[20000 + i * 3000:20000 + (i + 1) * 3000]] for i in range(15))
+
+
+@pytest.mark.parametrize("kind", ["three files", "one lowercase sentence", "repetitive", "fifteen csv chapters"])
+def test_the_offline_engine_indexes_a_small_corpus(workspace, kind):
+    write_corpus(workspace.data / "small", kind)
+    result = workspace.materialize("small")
+    assert result.success
+    assert all(e.passed for e in result.get_asset_check_evaluations())
+    assert len(workspace.sql("SELECT * FROM entities WHERE corpus = 'small'")) > 0
+    assert len(workspace.sql("SELECT * FROM community_reports WHERE corpus = 'small' AND status = 'ok'")) > 0
+    metadata = materialization_metadata(result, "text_embeddings")
+    if metadata["dimensions"] < 128:
+        assert metadata["offline_dimensions_note"] == "reduced from 128: the corpus is small"
+
+
+def test_the_offline_embedding_model_is_stored_as_arrays_and_embeds_questions_the_same(offline_index):
+    workspace, _, _ = offline_index
+    columns = dict(workspace.sql("SELECT column_name, data_type FROM information_schema.columns "
+                                 "WHERE table_name = 'embedding_models'").values)
+    assert columns["vocabulary"] == "VARCHAR[]" and columns["components"] == "FLOAT[][]"
+    assert "BLOB" not in columns.values()
+    row = next(workspace.sql(f"SELECT * FROM embedding_models WHERE corpus = '{SAMPLE_CORPUS}'").itertuples())
+    model = LocalEmbedder.from_row(row)
+    assert model.dimensions == row.dimensions == 128
+    units = workspace.sql(f"SELECT u.text, e.embedding FROM text_units u JOIN text_embeddings e USING (id, corpus) "
+                          f"WHERE u.corpus = '{SAMPLE_CORPUS}' ORDER BY u.id LIMIT 5")
+    stored = np.stack(units["embedding"].map(np.asarray))
+    assert np.allclose(model.embed(units["text"].tolist()), stored, atol=1e-5)
+
+
+def test_an_old_pickled_model_is_refused_not_loaded():
+    class Row:
+        vocabulary = None
+        idf = components = stop_words = None
+    with pytest.raises(ValueError, match="older version: materialize text_embeddings again"):
+        LocalEmbedder.from_row(Row())
