@@ -136,3 +136,11 @@ def materialization_metadata(result: dg.ExecuteInProcessResult, asset: str) -> d
     raise KeyError(asset)
 
 
+
+
+def pytest_terminal_summary(terminalreporter):
+    """A skipped browser test is said last, where nobody misses it."""
+    skipped = [r for r in terminalreporter.stats.get("skipped", []) if "chromium" in str(r.longrepr).lower()]
+    if skipped:
+        terminalreporter.write_line(f"NOTE: {len(skipped)} browser test(s) skipped: Debian's chromium is not "
+                                    "installed (bin/test installs it when run as root with apt-get)", yellow=True)
