@@ -1,8 +1,13 @@
 """The method's pure functions: chunking, record parsing, merging, offline extraction."""
 
+import asyncio
+
 import pandas as pd
 import pytest
 
+from graphrag_assets.method.communities import build_communities
+from graphrag_assets.method.community_reports import generate_reports
+from graphrag_assets.method.extract_claims import COVARIATE_COLUMNS
 from graphrag_assets.method.extract_graph import merge_entities, merge_relationships, records_to_graph
 from graphrag_assets.method.graph import finalize_graph, link_text_units
 from graphrag_assets.method.offline.nlp_graph import extract_nlp_graph
@@ -95,3 +100,51 @@ def test_text_units_know_what_was_extracted_from_them():
     assert linked["entity_ids"].tolist() == [["e1"], ["e1"]]
     assert linked["relationship_ids"].tolist() == [[], ["r1"]]
     assert linked["covariate_ids"].tolist() == [["c1"], []]
+
+
+def deep_graph(seed: int) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """Two dense blocks of 80 and a clique of 5: with clusters of at most 4, Leiden needs four levels or more."""
+    import networkx as nx
+
+    graph = nx.stochastic_block_model([80, 80, 5], [[0.15, 0.005, 0.01], [0.005, 0.15, 0.01], [0.01, 0.01, 1.0]],
+                                      seed=seed)
+    titles = {n: f"E{n:03d}" for n in graph}
+    entities = pd.DataFrame({"title": sorted(titles.values()), "type": "X", "description": "an entity",
+                             "text_unit_ids": [["u"]] * len(titles), "frequency": 1})
+    relationships = pd.DataFrame({"source": [titles[a] for a, b in graph.edges],
+                                  "target": [titles[b] for a, b in graph.edges], "description": "linked",
+                                  "weight": 1.0, "text_unit_ids": [["u"]] * graph.number_of_edges()})
+    entities, relationships, _ = finalize_graph(entities, relationships)
+    return entities, relationships
+
+
+@pytest.mark.parametrize("seed", [0, 1])
+def test_communities_carried_down_many_levels_stay_carried_and_reuse_their_report(seed):
+    entities, relationships = deep_graph(seed)
+    communities = build_communities(entities, relationships, max_cluster_size=4, seed=1)
+    assert communities["level"].max() >= 3
+    by_number = communities.set_index("community")
+    clustered = None
+    for level, group in communities.groupby("level"):
+        members = [e for ids in group["entity_ids"] for e in ids]
+        assert len(members) == len(set(members))  # a partition of the clustered entities...
+        assert clustered is None or set(members) == clustered  # ...the same ones at every level
+        clustered = set(members)
+        assert group["id"].is_unique
+    assert communities["community"].is_unique
+    carried = communities[communities["carried_from"] >= 0]
+    deep_copies = carried[carried["level"] >= 2]
+    assert len(deep_copies) and (by_number.loc[deep_copies["carried_from"], "level"].to_numpy()
+                                 == deep_copies["level"].to_numpy() - 1).all()
+    for row in communities.itertuples():
+        parent = by_number.loc[row.parent] if row.parent >= 0 else None
+        copies_parent = parent is not None and sorted(parent.entity_ids) == sorted(row.entity_ids)
+        assert (row.carried_from >= 0 and row.carried_from == row.parent) == copies_parent  # every copy says so
+
+    units = pd.DataFrame({"id": ["u"], "text": ["E001 met E002."]})
+    covariates = pd.DataFrame(columns=COVARIATE_COLUMNS)
+    reports, stats = asyncio.run(generate_reports(None, communities, entities, relationships, covariates, units))
+    assert stats.reused == len(carried) and stats.generated == len(communities) - len(carried)
+    for row in carried.itertuples():  # a copy's report is its original's
+        copy, original = (reports.set_index("community").loc[n] for n in (row.community, row.carried_from))
+        assert copy.title == original.title and copy.summary == original.summary

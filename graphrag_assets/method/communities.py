@@ -36,8 +36,12 @@ def entity_graph(entities: pd.DataFrame, relationships: pd.DataFrame) -> nx.Grap
 
 
 def cluster_graph(graph: nx.Graph, max_cluster_size: int = 10, seed: int = DEFAULT_SEED,
-                  use_lcc: bool = False) -> dict[int, dict[str, int]]:
-    """{level: {node: cluster}} with every clustered node at every level (communities carried down)."""
+                  use_lcc: bool = False) -> dict[int, dict[str, tuple[int, int]]]:
+    """{level: {node: (level Leiden made its cluster at, cluster)}}, every clustered node at every level.
+
+    A cluster Leiden did not split is carried down unchanged, keeping its key; a key made at a
+    shallower level therefore marks a carried copy, however many levels it is carried.
+    """
     from graspologic.partition import hierarchical_leiden  # slow to import; only this step needs it
 
     if use_lcc and graph.number_of_nodes():
@@ -45,15 +49,15 @@ def cluster_graph(graph: nx.Graph, max_cluster_size: int = 10, seed: int = DEFAU
     edges = [(a, b, d["weight"]) for a, b, d in sorted(graph.edges(data=True), key=lambda e: (e[0], e[1]))]
     if not edges:
         # Nothing related to anything (a tiny corpus): one community of all entities, so it still gets a report.
-        return {0: {node: 0 for node in graph.nodes}} if graph.number_of_nodes() else {}
+        return {0: {node: (0, 0) for node in graph.nodes}} if graph.number_of_nodes() else {}
     clusters = hierarchical_leiden(edges, max_cluster_size=max_cluster_size, random_seed=seed)
-    by_level: dict[int, dict[str, int]] = defaultdict(dict)
+    by_level: dict[int, dict[str, tuple[int, int]]] = defaultdict(dict)
     for c in clusters:
-        by_level[c.level][c.node] = c.cluster
+        by_level[c.level][c.node] = (c.level, c.cluster)
     levels = sorted(by_level)
     for upper, lower in zip(levels, levels[1:]):
-        for node, cluster in by_level[upper].items():
-            by_level[lower].setdefault(node, -1 - cluster)  # negative: carried down from `cluster`
+        for node, key in by_level[upper].items():
+            by_level[lower].setdefault(node, key)
     return dict(by_level)
 
 
@@ -65,10 +69,10 @@ def build_communities(entities: pd.DataFrame, relationships: pd.DataFrame, max_c
     entity_by_title = entities.set_index("title")
     rows, number = [], {}
     for level in sorted(levels):
-        members: dict[int, list[str]] = defaultdict(list)
+        members: dict[tuple[int, int], list[str]] = defaultdict(list)
         for node, cluster in sorted(levels[level].items()):
             members[cluster].append(node)
-        inside: dict[int, list] = defaultdict(list)  # relationships with both ends in one community
+        inside: dict[tuple[int, int], list] = defaultdict(list)  # relationships with both ends in one community
         for rel in relationships.itertuples(index=False):
             cluster = levels[level].get(rel.source)
             if cluster is not None and levels[level].get(rel.target) == cluster:
@@ -87,7 +91,7 @@ def build_communities(entities: pd.DataFrame, relationships: pd.DataFrame, max_c
                 "key": (level, cluster), "parent_key": parent_key, "community": number[(level, cluster)],
                 "level": level, "entity_ids": [entity_by_title.loc[t, "id"] for t in titles],
                 "relationship_ids": rels, "text_unit_ids": units, "size": len(titles),
-                "carried": cluster < 0,
+                "carried": cluster[0] < level,
             })
     communities = pd.DataFrame(rows)
     if communities.empty:
