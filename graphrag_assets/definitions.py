@@ -8,12 +8,11 @@ from __future__ import annotations
 import os
 
 import dagster as dg
-from dagster_duckdb import DuckDBResource
 
 from .automation.corpora import new_corpus_sensor, nightly_reindex
 from .automation.jobs import index_assets, index_corpus_job, query_assets, query_jobs
 from .automation.runs import abandoned_runs_sensor
-from .resources import ChatModelResource, CorporaResource, EmbeddingModelResource
+from .resources import ChatModelResource, CorporaResource, DuckDBStoreResource, EmbeddingModelResource
 
 DATABASE = os.getenv("GRAPHRAG_DUCKDB", ".graphrag/graphrag.duckdb")
 CACHE_DIR = os.getenv("GRAPHRAG_CACHE_DIR", ".graphrag/cache")
@@ -34,15 +33,13 @@ def _endpoint_settings(model_variable: str, default_model: str) -> dict:
     )
 
 
-os.makedirs(os.path.dirname(DATABASE) or ".", exist_ok=True)
-
 defs = dg.Definitions(
     assets=[*index_assets, *query_assets],
     jobs=[index_corpus_job, *query_jobs],
     sensors=[new_corpus_sensor, abandoned_runs_sensor],
     schedules=[nightly_reindex],
     resources={
-        "duckdb": DuckDBResource(database=DATABASE),
+        "duckdb": DuckDBStoreResource(database=DATABASE),
         "corpora": CorporaResource(root=os.getenv("GRAPHRAG_DATA_DIR", "data")),
         "chat": ChatModelResource(**_endpoint_settings("GRAPHRAG_CHAT_MODEL", "gpt-4o-mini")),
         "embeddings": EmbeddingModelResource(**_endpoint_settings("GRAPHRAG_EMBEDDING_MODEL", "text-embedding-3-small")),

@@ -7,6 +7,7 @@ from pathlib import Path
 from typing import Awaitable, Callable, Optional, TypeVar
 
 import dagster as dg
+from dagster_duckdb import DuckDBResource
 from pydantic import Field
 
 from .failures import step_failure
@@ -51,6 +52,14 @@ class CorporaResource(dg.ConfigurableResource):
 
     def names(self) -> list[str]:
         return self.scan()[0]
+
+
+class DuckDBStoreResource(DuckDBResource):
+    """dagster-duckdb's resource; the database file's folder is made when a run starts, not when code is imported."""
+
+    def setup_for_execution(self, context: dg.InitResourceContext) -> None:
+        if not self.database.startswith(("md:", ":memory:")) and "://" not in self.database:
+            Path(self.database).parent.mkdir(parents=True, exist_ok=True)
 
 
 class ModelEndpointResource(dg.ConfigurableResource):

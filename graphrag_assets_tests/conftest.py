@@ -144,3 +144,13 @@ def pytest_terminal_summary(terminalreporter):
     if skipped:
         terminalreporter.write_line(f"NOTE: {len(skipped)} browser test(s) skipped: Debian's chromium is not "
                                     "installed (bin/test installs it when run as root with apt-get)", yellow=True)
+
+
+@pytest.fixture(autouse=True)
+def no_dagster_instance_left_entered():
+    """A test that leaves an instance entered (a context built on a persistent instance and never closed) breaks
+    every later Definitions load once that instance is collected; fail the test that did it, not a later one."""
+    yield
+    from dagster._core.storage.defs_state.base import DefsStateStorage
+
+    assert DefsStateStorage.get() is None, "this test left a Dagster instance entered: close its context with `with`"

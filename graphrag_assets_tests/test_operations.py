@@ -39,12 +39,14 @@ def test_the_nightly_schedule_reindexes_every_corpus_that_still_has_a_folder(wor
     corpora = {"corpora": CorporaResource(root=str(workspace.data))}
     tick = datetime.datetime(2026, 11, 30, 2, tzinfo=datetime.timezone.utc)
     (workspace.root / "home").mkdir()
+    # Schedule contexts are closed with `with`: one left open keeps a reloaded instance's storage in a context
+    # variable, and every later Definitions load in this process fails once that instance is collected.
     with open_instance(workspace.root / "home") as instance:
-        assert isinstance(nightly_reindex(dg.build_schedule_context(instance=instance, resources=corpora,
-                                                                    scheduled_execution_time=tick)), dg.SkipReason)
+        with dg.build_schedule_context(instance=instance, resources=corpora, scheduled_execution_time=tick) as context:
+            assert isinstance(nightly_reindex(context), dg.SkipReason)
         instance.add_dynamic_partitions("corpus", ["a", "b", "deleted"])
-        requests = nightly_reindex(dg.build_schedule_context(instance=instance, resources=corpora,
-                                                             scheduled_execution_time=tick))
+        with dg.build_schedule_context(instance=instance, resources=corpora, scheduled_execution_time=tick) as context:
+            requests = nightly_reindex(context)
     assert sorted(r.partition_key for r in requests) == ["a", "b"]
     assert requests[0].run_key == "nightly-a-2026-11-30"
     assert nightly_reindex.default_status == dg.DefaultScheduleStatus.RUNNING
