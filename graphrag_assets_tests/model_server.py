@@ -21,6 +21,7 @@ import time
 from collections import Counter, deque
 from dataclasses import dataclass
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from urllib.parse import parse_qs, urlsplit
 
 _NAME = re.compile(r"\b[A-Z][a-z]{2,}\b")
 _COMMON = frozenset(
@@ -35,7 +36,9 @@ class Faults:
     """Which requests misbehave: those whose body hash is divisible by the given number (0 = none)."""
 
     transient_every: int = 0  # first attempt fails: 429 with Retry-After, or 500, alternately
+    transient_status: int = 0  # with transient_every: always this status (429 or 500) instead of alternating
     retry_after_seconds: float = 0.05
+    retry_after_in_ms: bool = False  # send retry-after-ms instead of Retry-After
     slow_every: int = 0  # first attempt answers after slow_seconds (beyond the client's timeout)
     slow_seconds: float = 3.0
     malformed_every: int = 0  # always answers text that is not in the record format
@@ -54,6 +57,8 @@ class Served:
     kind: str
     key: str
     status: int
+    at: float = 0.0  # time.monotonic() when answered
+    prompt: str = ""  # the first message, for tests that check what was asked
 
 
 def _key(body: bytes) -> str:
@@ -166,8 +171,10 @@ def query_reply(prompt: str) -> tuple[str, str]:
                                            "follow_up_queries": [f"What is the role of {n}?" for n in names]})
     if "one follow-up question of a DRIFT search" in prompt:
         follow_up = _between(prompt, "---Follow-up question---\n", "\n").strip()
+        # One deeper question per follow-up, so a search of depth 2 or more has something to follow.
+        deeper = [] if follow_up.startswith("And then") else [f"And then, {follow_up[0].lower()}{follow_up[1:]}"]
         return "drift_local", json.dumps({"response": f"On '{follow_up}': the tables answer it.", "score": 60,
-                                          "follow_up_queries": []})
+                                          "follow_up_queries": deeper})
     if "combining the intermediate answers" in prompt:
         answers = _between(prompt, "---Intermediate answers---\n", "\n---Question---").count("\n----") + 1
         return "drift_reduce", f"Answer to '{question}' combined from {answers} intermediate answers."
@@ -195,16 +202,16 @@ def wrong_kind_reply(kind: str, text: str) -> str | None:
     return None
 
 
-def chat_reply(messages: list[dict]) -> tuple[str, str]:
-    """(kind, reply) for a conversation."""
+def chat_reply(messages: list[dict], more_gleaning: bool = False) -> tuple[str, str]:
+    """(kind, reply) for a conversation. `more_gleaning`: answer Y when asked whether entities were missed."""
     if len(messages) > 2 and CORRECTION_MARK in messages[-1]["content"]:
-        kind, reply = chat_reply(messages[:-2])
+        kind, reply = chat_reply(messages[:-2], more_gleaning)
         return f"{kind}_corrected", reply
     first, last = messages[0]["content"], messages[-1]["content"]
     if messages == [{"role": "user", "content": "ping"}]:
         return "probe", "pong"
     if len(messages) > 1 and "Answer Y if" in last:
-        return "loop", "N"
+        return "loop", "Y" if more_gleaning else "N"
     if "-Target activity-" in first:
         text = _between(first, "Text:", "Output:")
         return ("claims_gleaning", "<|COMPLETE|>") if len(messages) > 1 else ("claims", claims_reply(text))
@@ -232,8 +239,14 @@ def embedding(text: str, dimensions: int) -> list[float]:
 
 class FakeOpenAIServer:
     def __init__(self, faults: Faults | None = None, latency_seconds: float = 0.0,
-                 requests_per_minute: int = 0, embedding_dimensions: int = 64):
+                 requests_per_minute: int = 0, embedding_dimensions: int = 64, api_key: str | None = None,
+                 azure_deployments: frozenset[str] = frozenset(), more_gleaning: bool = False):
+        """`api_key`: answer 401 to any other key (Bearer, or Azure's api-key header). `azure_deployments`:
+        serve Azure OpenAI's paths for these deployments (api-version required) instead of /v1."""
         self.faults = faults or Faults()
+        self.api_key = api_key
+        self.azure_deployments = azure_deployments
+        self.more_gleaning = more_gleaning
         self.latency_seconds = latency_seconds
         self.requests_per_minute = requests_per_minute
         self.embedding_dimensions = embedding_dimensions
@@ -272,9 +285,9 @@ class FakeOpenAIServer:
         with self._lock:
             return sum(1 for s in self.served if not kinds or s.kind in kinds)
 
-    def _record(self, kind: str, key: str, status: int) -> None:
+    def _record(self, kind: str, key: str, status: int, prompt: str = "") -> None:
         with self._lock:
-            self.served.append(Served(kind, key, status))
+            self.served.append(Served(kind, key, status, time.monotonic(), prompt))
 
     def _first_failure(self, key: str, every: int) -> bool:
         with self._lock:
@@ -318,6 +331,26 @@ class FakeOpenAIServer:
                 except (BrokenPipeError, ConnectionResetError):
                     pass
 
+            def _refusal_of_route(self) -> tuple[int, str] | None:
+                """(status, message) when the path, api-version or key is not what this endpoint serves."""
+                url = urlsplit(self.path)
+                if server.azure_deployments:
+                    match = re.fullmatch(r"/openai/deployments/([^/]+)/(chat/completions|embeddings)", url.path)
+                    if not match:
+                        return 404, f"no Azure OpenAI route {url.path}"
+                    if "api-version" not in parse_qs(url.query):
+                        return 400, "api-version is required"
+                    if match.group(1) not in server.azure_deployments:
+                        return 404, f"deployment {match.group(1)} not found"
+                    presented = self.headers.get("api-key")
+                else:
+                    if url.path not in ("/v1/chat/completions", "/v1/embeddings"):
+                        return 404, f"no route {url.path}"
+                    presented = (self.headers.get("Authorization") or "").removeprefix("Bearer ")
+                if server.api_key and presented != server.api_key:
+                    return 401, "invalid api key"
+                return None
+
             def do_POST(self) -> None:
                 with server._lock:
                     server.in_flight += 1
@@ -333,6 +366,10 @@ class FakeOpenAIServer:
                 key = _key(body)
                 request = json.loads(body)
                 faults = server.faults
+                refused = self._refusal_of_route()
+                if refused:
+                    server._record("refused", key, refused[0])
+                    return self._send(refused[0], {"error": {"message": refused[1]}})
                 if faults.hang:
                     server._record("hang", key, 0)
                     server._closing.wait(600)
@@ -346,10 +383,12 @@ class FakeOpenAIServer:
                     server._record("rate_limited", key, 429)
                     return self._send(429, {"error": {"message": "rate limit"}}, {"Retry-After": "1"})
                 if server._first_failure(key, faults.transient_every):
-                    status = 429 if int(key[8:16], 16) % 2 else 500
+                    status = faults.transient_status or (429 if int(key[8:16], 16) % 2 else 500)
                     server._record("fault", key, status)
+                    retry_after = ({"retry-after-ms": str(int(faults.retry_after_seconds * 1000))}
+                                   if faults.retry_after_in_ms else {"Retry-After": str(faults.retry_after_seconds)})
                     return self._send(status, {"error": {"message": "injected fault"}},
-                                      {"Retry-After": str(faults.retry_after_seconds)} if status == 429 else {})
+                                      retry_after if status == 429 else {})
                 if _picked(key, faults.broken_every) and request.get("messages") != [{"role": "user", "content": "ping"}]:
                     server._record("broken", key, 500)
                     return self._send(500, {"error": {"message": f"upstream failed for {self.headers.get('Authorization')}"}})
@@ -365,7 +404,7 @@ class FakeOpenAIServer:
                     server._record("embed", key, 200)
                     return self._send(200, {"object": "list", "data": data, "model": request["model"],
                                             "usage": {"prompt_tokens": tokens, "total_tokens": tokens}})
-                kind, reply = chat_reply(request["messages"])
+                kind, reply = chat_reply(request["messages"], server.more_gleaning)
                 finish_reason = "stop"
                 if kind == "probe" or (faults.heeds_corrections and kind.endswith("_corrected")):
                     pass
@@ -382,7 +421,7 @@ class FakeOpenAIServer:
                 if server._first_failure(key + ":garbled", faults.garbled_every):
                     server._record("garbled", key, 200)
                     return self._send(200, {"choices": [{"message": {"content": reply}}]}, cut_body=True)
-                server._record(kind, key, 200)
+                server._record(kind, key, 200, request["messages"][0]["content"])
                 prompt_tokens = sum(len(m["content"]) // 4 + 1 for m in request["messages"])
                 completion_tokens = len(reply) // 4 + 1
                 self._send(200, {

@@ -10,13 +10,14 @@ import pandas as pd
 import pyarrow.parquet as pq
 import pytest
 
-from graphrag_assets.assets.communities import one_community_per_level
+from graphrag_assets.assets.communities import every_community_reported, one_community_per_level
 from graphrag_assets.assets.embeddings import vectors_check
-from graphrag_assets.assets.index import relationship_endpoints_are_entities
+from graphrag_assets.assets.index import entities_found, relationship_endpoints_are_entities
 from graphrag_assets.method.community_context import Element, SubReport, build_context
 from graphrag_assets.method.community_reports import parse_report
 from graphrag_assets.method.embeddings import document_embeddings
 from graphrag_assets.method.records import InvalidReply
+from graphrag_assets.method.search.context import nearest
 
 from .conftest import SAMPLE_CORPUS, Workspace, table
 
@@ -146,14 +147,33 @@ def test_same_seed_gives_the_same_communities_and_layouts(offline_index, tmp_pat
         pd.testing.assert_frame_equal(table(first, name), table(second, name))
 
 
-def test_vector_search_in_duckdb(offline_index):
+def test_vector_search_ranks_by_cosine_similarity(offline_index):
+    """The search the query methods use (method/search/context.py), on the stored vectors."""
     workspace, _, _ = offline_index
-    nearest = workspace.sql("""
-        WITH q AS (SELECT embedding FROM text_embeddings t JOIN entities e USING (id, corpus) WHERE e.title = 'SCROOGE')
-        SELECT e.title, list_cosine_similarity(t.embedding, q.embedding) AS similarity
-        FROM text_embeddings t, q JOIN entities e ON e.id = t.id AND e.corpus = t.corpus
-        ORDER BY similarity DESC LIMIT 3""")
-    assert nearest["title"].iloc[0] == "SCROOGE" and nearest["similarity"].iloc[0] == pytest.approx(1.0, abs=1e-5)
+    vectors = table(workspace, "text_embeddings")
+    vectors = vectors[vectors["kind"] == "entity"]
+    ids, matrix = vectors["id"].tolist(), np.stack(vectors["embedding"].map(np.asarray))
+    scrooge = table(workspace, "entities").set_index("title").loc["SCROOGE", "id"]
+    found = nearest(matrix[ids.index(scrooge)] * 3.0, ids, matrix, 5)  # scaled: only the direction counts
+    assert [i for i, _ in found][0] == scrooge and found[0][1] == pytest.approx(1.0, abs=1e-5) and len(found) == 5
+    assert [score for _, score in found] == sorted((score for _, score in found), reverse=True)
+    assert found[1][1] < 1.0 - 1e-6 and nearest(matrix[0], [], np.zeros((0, 1)), 3) == []
+
+
+def test_each_llm_report_names_entities_of_its_own_community(llm_index):
+    """The test model titles a report after the first two entities of the context it was given."""
+    workspace, _, _ = llm_index
+    members = {row.community: {t.title() for t in row.titles}
+               for row in workspace.sql("""SELECT c.community, list(e.title) AS titles FROM communities c,
+                   unnest(c.entity_ids) AS u(entity_id) JOIN entities e ON e.id = u.entity_id GROUP BY c.community
+               """).itertuples()}
+    named = 0
+    for report in table(workspace, "community_reports").itertuples():
+        if report.title.startswith("Community of ") and "sub-communities" not in report.title:
+            names = set(report.title.removeprefix("Community of ").split(" and "))
+            assert names <= members[report.community], (report.community, names)
+            named += 1
+    assert named > 10
 
 
 def test_exports_open_in_networkx_and_pyarrow(offline_index):
@@ -184,3 +204,11 @@ def test_failing_checks_say_what_is_wrong():
     assert not check.passed and check.severity == dg.AssetCheckSeverity.ERROR
     assert {k: check.metadata[k].value for k in ("wrong_dimension", "rows_with_nan", "missing_rows")} == {
         "wrong_dimension": 1, "rows_with_nan": 1, "missing_rows": 1}
+    empty = entities_found(pd.DataFrame({"n_tokens": [600, 80]}), pd.DataFrame(columns=["title"]))
+    assert not empty.passed and empty.metadata["input_tokens"].value == 680
+    assert entities_found(pd.DataFrame({"n_tokens": []}), pd.DataFrame(columns=["title"])).passed  # nothing to find
+    reports = pd.DataFrame({"community": [0, 1], "status": ["ok", "failed"]})
+    unreported = every_community_reported(pd.DataFrame({"community": [0, 1, 2]}), reports)
+    assert not unreported.passed and unreported.severity == dg.AssetCheckSeverity.ERROR
+    assert unreported.metadata["communities_without_report"].value == 2  # the failed one and the missing one
+    assert unreported.metadata["examples"].value == "[1, 2]"

@@ -1,6 +1,7 @@
 """The model client against a real HTTP server: limits, retries, timeouts, checked replies, cache, usage, secrets."""
 
 import asyncio
+import re
 import time
 
 import diskcache
@@ -82,14 +83,46 @@ def test_calls_run_concurrently_within_the_limit(tmp_path):
         assert 1 < server.max_in_flight <= 3
 
 
-def test_embeddings_and_azure_style_endpoints(tmp_path):
-    with FakeOpenAIServer(embedding_dimensions=16) as server:
-        vectors, usage = run(settings(server, tmp_path), lambda c: c.embed(["one text", "another text"]))
-        azure = settings(server, tmp_path / "azure", base_url=server.base_url.removesuffix("/v1"),
-                         api_version="2024-06-01", api_key="azure-key")
-        answer, _ = run(azure, lambda c: c.complete(PROMPTS[0]))
+def test_embeddings_and_an_openai_key(tmp_path):
+    with FakeOpenAIServer(embedding_dimensions=16, api_key="sk-right") as server:
+        vectors, usage = run(settings(server, tmp_path, api_key="sk-right"), lambda c: c.embed(["one", "two"]))
+        with pytest.raises(EndpointError, match="refused the API key"):
+            run(settings(server, tmp_path / "wrong", api_key="sk-wrong"), lambda c: c.embed(["one"]))
     assert len(vectors) == 2 and len(vectors[0]) == 16 and usage.prompt_tokens > 0
-    assert answer == "E0: fact number 0"
+
+
+def test_azure_openai_deployments_api_version_and_key(tmp_path):
+    with FakeOpenAIServer(api_key="azure-key", azure_deployments=frozenset({"test-model"})) as server:
+        endpoint = server.base_url.removesuffix("/v1")
+        azure = settings(server, tmp_path, base_url=endpoint, api_version="2024-06-01", api_key="azure-key")
+        answer, _ = run(azure, lambda c: c.complete(PROMPTS[0]))
+        assert answer == "E0: fact number 0"
+        for wrong, words in ((dict(api_key="other-key"), "refused the API key (HTTP 401)"),
+                             (dict(model="no-such-deployment"), "HTTP 404"),
+                             (dict(api_version=None), "HTTP 404")):  # without it the client speaks OpenAI's /v1 paths
+            with pytest.raises(EndpointError, match=re.escape(words)):  # a fresh cache: the answer above is cached
+                run(ModelSettings(**{**azure.__dict__, "cache_dir": None, **wrong}), lambda c: c.complete(PROMPTS[0]))
+
+
+@pytest.mark.parametrize("in_ms", [False, True])
+def test_a_429_is_retried_no_sooner_than_its_retry_after(tmp_path, in_ms):
+    faults = Faults(transient_every=1, transient_status=429, retry_after_seconds=0.4, retry_after_in_ms=in_ms)
+    with FakeOpenAIServer(faults) as server:
+        answers, usage = run(settings(server, tmp_path), complete_all)
+        served = list(server.served)
+    assert all(answers) and usage.failures == 0
+    first_at = {s.key: s.at for s in served if s.kind == "fault"}
+    retried_at = {s.key: s.at for s in served if s.status == 200}
+    assert len(first_at) == len(PROMPTS) + 1  # every prompt and the probe were refused once
+    assert all(retried_at[key] - at >= 0.39 for key, at in first_at.items())
+
+
+def test_a_429_that_persists_past_the_retries_fails_the_call(tmp_path):
+    with FakeOpenAIServer(requests_per_minute=2) as server:  # the probe and one prompt, then 429 (Retry-After: 1)
+        answers, usage = run(settings(server, tmp_path, max_retries=1), lambda c: complete_all(c))
+        refused = server.count("rate_limited")
+    assert answers.count(None) == len(PROMPTS) - 1 and usage.failures == len(PROMPTS) - 1
+    assert refused == 2 * (len(PROMPTS) - 1) and "RateLimitError" in usage.errors[0]
 
 
 EXTRACTION = [[{"role": "user", "content": f"-Goal- extract\nEntity_types: person\nText: {text}\nOutput:"}]

@@ -83,13 +83,20 @@ def test_global_search_at_every_level_records_context_tokens_against_ts(llm_inde
     assert tokens[levels[0]] <= tokens[levels[-1]]
 
 
-def test_dynamic_selection_reads_fewer_reports_than_the_level(llm_index, llm_server):
-    result = ask(llm_index, "global_search", {"question": QUESTION, "community_level": 1,
+@pytest.mark.parametrize("level", [0, 1])
+def test_dynamic_selection_rates_only_real_communities_down_to_the_level(llm_index, llm_server, level):
+    result = ask(llm_index, "global_search", {"question": QUESTION, "community_level": level,
                                               "dynamic_community_selection": True}, server=llm_server)
     details = materialization_metadata(result, "global_search")["details"]
-    reports = int(llm_index[0].sql("SELECT count(*) AS n FROM community_reports")["n"][0])
-    # Irrelevant branches and carried-down copies are never read.
-    assert 0 < details["reports_selected"] <= details["reports_rated"] < reports
+    communities = llm_index[0].sql("SELECT community, level, carried_from FROM communities").set_index("community")
+    rated = communities.loc[details["rated_communities"]]
+    walkable = communities[(communities["level"] <= level) & (communities["carried_from"] < 0)]
+    # Only communities Leiden made, at the levels walked: no carried-down copy, nothing deeper than asked.
+    assert (rated["carried_from"] < 0).all() and (rated["level"] <= level).all()
+    assert set(rated.index) >= set(communities[communities["level"] == 0].index)  # the walk starts at the root
+    assert 0 < details["reports_selected"] <= details["reports_rated"] <= len(walkable)
+    if level == 1:
+        assert (rated["level"] == 1).any()  # it did descend
 
 
 def test_map_scores_of_zero_are_dropped_and_the_reduce_window_is_packed_by_score():

@@ -123,11 +123,13 @@ async def _extractive_map(embedder, index: Index, question: str, packed, kind: s
     return points
 
 
-async def select_communities(chat: ChatModel | None, embedder, index: Index, question: str,
-                             threshold: int = 1) -> tuple[list[str], int]:
-    """Dynamic community selection: rate level-0 reports, descend into relevant ones' children.
+async def select_communities(chat: ChatModel | None, embedder, index: Index, question: str, max_level: int,
+                             threshold: int = 1) -> tuple[list[str], list[int]]:
+    """Dynamic community selection: rate the root reports, descend into the relevant ones' children.
 
-    Returns (selected report ids, how many reports were rated). A relevant child replaces its parent.
+    `max_level` is the deepest level it descends to (the query's community level). A relevant child
+    replaces its parent; carried-down copies repeat their parent's report and are never rated.
+    Returns (selected report ids, the communities rated).
     """
     reports = index.reports[index.reports["status"] == "ok"].set_index("community")
     communities = index.communities.set_index("community")
@@ -145,26 +147,25 @@ async def select_communities(chat: ChatModel | None, embedder, index: Index, que
         return rating or 0
 
     frontier = [c for c in reports.index if communities.loc[c, "level"] == 0]
-    selected, rated = set(), 0
+    selected: set[int] = set()
+    rated: list[int] = []
     while frontier:
         ratings = await asyncio.gather(*(rate(c) for c in frontier))
-        rated += len(frontier)
+        rated += frontier
         relevant = [c for c, r in zip(frontier, ratings) if r >= threshold]
         selected.update(relevant)
-        for c in relevant:
-            parent = communities.loc[c, "parent"]
-            selected.discard(parent)
-        # Carried-down copies repeat their parent's report: rating them again would tell nothing new.
+        selected.difference_update(communities.loc[c, "parent"] for c in relevant)
         frontier = [child for c in relevant for child in communities.loc[c, "children"]
-                    if child in reports.index and communities.loc[child, "carried_from"] != c]
-    return [reports.loc[c, "id"] for c in sorted(selected)], rated
+                    if child in reports.index and communities.loc[child, "carried_from"] != c
+                    and communities.loc[child, "level"] <= max_level]
+    return [reports.loc[c, "id"] for c in sorted(selected)], [int(c) for c in rated]
 
 
 async def global_search(chat, embedder, index: Index, question: str, level: int, response_type: str,
                         map_window_tokens: int = 8000, reduce_window_tokens: int = 8000, seed: int = 42,
                         dynamic: bool = False, dynamic_threshold: int = 1) -> SearchResult:
     if dynamic:
-        selected, rated = await select_communities(chat, embedder, index, question, dynamic_threshold)
+        selected, rated = await select_communities(chat, embedder, index, question, level, dynamic_threshold)
         records = report_records(index, report_ids=selected)
     else:
         records = report_records(index, level=level)
@@ -172,8 +173,8 @@ async def global_search(chat, embedder, index: Index, question: str, level: int,
                               map_window_tokens, reduce_window_tokens, seed)
     if dynamic:
         level_size = int((index.reports["level"] == level).sum())
-        result.details.update({"reports_rated": rated, "reports_selected": len(records),
-                               f"reports_at_level_{level}": level_size})
+        result.details.update({"reports_rated": len(rated), "rated_communities": rated,
+                               "reports_selected": len(records), f"reports_at_level_{level}": level_size})
     return result
 
 
