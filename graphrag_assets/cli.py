@@ -17,15 +17,25 @@ import dagster as dg
 import duckdb
 import yaml
 
-from .automation.runs import PID_TAG, HOST_TAG, fail_runs_of_dead_processes
+from .automation.runs import HOST_TAG, PID_TAG, fail_runs_of_dead_processes
 
 REPO = Path(__file__).resolve().parents[1]
 INDEX_TABLES = ("documents", "text_units", "entities", "relationships", "covariates")
-METHODS = {"global": "global_search", "local": "local_search", "drift": "drift_search", "basic": "basic_search",
-           "text-summary": "text_summary_search", "questions": "question_generation"}
+METHODS = {
+    "global": "global_search",
+    "local": "local_search",
+    "drift": "drift_search",
+    "basic": "basic_search",
+    "text-summary": "text_summary_search",
+    "questions": "question_generation",
+}
 # Multi-assets run as one op named after their function; users think in assets.
-OP_OF_ASSET = {"documents": "corpus_documents", "base_text_units": "corpus_documents",
-               "entities": "entity_graph", "relationships": "entity_graph"}
+OP_OF_ASSET = {
+    "documents": "corpus_documents",
+    "base_text_units": "corpus_documents",
+    "entities": "entity_graph",
+    "relationships": "entity_graph",
+}
 
 
 class UserError(Exception):
@@ -67,8 +77,9 @@ def step_settings(config_file: str | None, settings: list[str]) -> dict:
     for setting in settings:
         match = re.fullmatch(r"([\w]+)\.([\w]+)=(.*)", setting, re.DOTALL)
         if not match:
-            raise UserError(f"--set {setting!r} is not of the form step.key=value (for example "
-                            "entities.max_gleanings=2)")
+            raise UserError(
+                f"--set {setting!r} is not of the form step.key=value (for example entities.max_gleanings=2)"
+            )
         step, key, value = match.groups()
         ops.setdefault(step, {})[key] = yaml.safe_load(value) if value else ""
     merged: dict = {}
@@ -86,9 +97,11 @@ def check_store_is_free(database: Path) -> None:
     except duckdb.IOException as problem:
         holder = re.search(r"Conflicting lock is held in (.*?) \(PID (\d+)\)", str(problem))
         who = f"process {holder.group(2)} ({holder.group(1)})" if holder else "another process"
-        raise UserError(f"the DuckDB file {database} is locked by {who}. DuckDB allows one writer, and an open "
-                        "connection (a notebook's, even read-only) blocks it: close that connection, or read a copy "
-                        "of the file (see the README, 'Reading the store while runs write it')") from None
+        raise UserError(
+            f"the DuckDB file {database} is locked by {who}. DuckDB allows one writer, and an open "
+            "connection (a notebook's, even read-only) blocks it: close that connection, or read a copy "
+            "of the file (see the README, 'Reading the store while runs write it')"
+        ) from None
 
 
 def failure_message(result: dg.ExecuteInProcessResult) -> str:
@@ -111,8 +124,13 @@ def execute(job_name: str, corpus: str, run_config: dict, verbose: bool) -> dg.E
     check_store_is_free(Path(DATABASE).resolve())
     job = defs.resolve_job_def(job_name)
     try:
-        return job.execute_in_process(instance=_instance(), partition_key=corpus, raise_on_error=False,
-                                      run_config={**_logging(verbose), **run_config}, tags=_run_tags())
+        return job.execute_in_process(
+            instance=_instance(),
+            partition_key=corpus,
+            raise_on_error=False,
+            run_config={**_logging(verbose), **run_config},
+            tags=_run_tags(),
+        )
     except dg.DagsterInvalidConfigError as problem:
         details = "; ".join(error.message.split(" Expected")[0].rstrip(".") for error in problem.errors)
         steps = ", ".join(sorted(job.graph.node_dict))
@@ -140,21 +158,29 @@ def index(corpora: list[str], run_config: dict, verbose: bool) -> int:
         for table in INDEX_TABLES:
             counts = dict(conn.execute(f"SELECT corpus, count(*) FROM {table} GROUP BY corpus").fetchall())
             print(f"  {table:<14}" + "  ".join(f"{name}: {counts.get(name, 0)} rows" for name in names))
-        engine = conn.execute("SELECT arg_max(engine, materialized_at) FROM lineage WHERE asset = 'entities'").fetchone()[0]
+        engine = conn.execute(
+            "SELECT arg_max(engine, materialized_at) FROM lineage WHERE asset = 'entities'"
+        ).fetchone()[0]
     print(f"\nengine: {engine}   (set GRAPHRAG_API_BASE / GRAPHRAG_API_KEY to use a model)")
     print(f"DuckDB file: {database}")
-    print(f"  query it:   .venv/bin/python -c \"import duckdb; print(duckdb.connect('{database}', read_only=True)"
-          ".sql('select title, degree from entities order by degree desc limit 10'))\"")
-    print(f"Dagster UI:   DAGSTER_HOME={os.environ['DAGSTER_HOME']} .venv/bin/dagster dev   then open http://127.0.0.1:3000")
+    print(
+        f"  query it:   .venv/bin/python -c \"import duckdb; print(duckdb.connect('{database}', read_only=True)"
+        ".sql('select title, degree from entities order by degree desc limit 10'))\""
+    )
+    print(
+        f"Dagster UI:   DAGSTER_HOME={os.environ['DAGSTER_HOME']} .venv/bin/dagster dev   then open http://127.0.0.1:3000"
+    )
     return 0
 
 
-def ask(corpus: str, method: str, question: str, level: int | None, dynamic: bool, run_config: dict,
-        verbose: bool) -> int:
+def ask(
+    corpus: str, method: str, question: str, level: int | None, dynamic: bool, run_config: dict, verbose: bool
+) -> int:
     instance = _instance()
     if not instance.has_dynamic_partition("corpus", corpus):
-        raise UserError(f"corpus {corpus!r} was never indexed here: run `graphrag-assets index --corpus {corpus}` "
-                        "first")
+        raise UserError(
+            f"corpus {corpus!r} was never indexed here: run `graphrag-assets index --corpus {corpus}` first"
+        )
     asset = METHODS[method]
     config: dict = {"previous_questions": [question]} if method == "questions" else {"question": question}
     if level is not None and method in ("global", "local", "drift", "questions"):
@@ -170,14 +196,18 @@ def ask(corpus: str, method: str, question: str, level: int | None, dynamic: boo
     metadata = {k: v.value for k, v in result.get_asset_materialization_events()[0].materialization.metadata.items()}
     print(metadata["answer"])
     print(f"\n--- sources ---\n{metadata['sources']}")
-    print(f"\n{method} search, context {metadata['context_tokens']} tokens, {metadata.get('model_calls', 0)} model calls, "
-          f"run {result.run_id}\ntrace it: {metadata['trace_sql']}")
+    print(
+        f"\n{method} search, context {metadata['context_tokens']} tokens, "
+        f"{metadata.get('model_calls', 0)} model calls, "
+        f"run {result.run_id}\ntrace it: {metadata['trace_sql']}"
+    )
     return 0
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="graphrag-assets", description=__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        prog="graphrag-assets", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--verbose", action="store_true", help="show Dagster's log and full tracebacks")
     commands = parser.add_subparsers(dest="command", required=True)
     index_parser = commands.add_parser("index", help="index corpora (all folders under data/ by default)")
@@ -190,8 +220,13 @@ def main(argv: list[str] | None = None) -> int:
     ask_parser.add_argument("--dynamic", action="store_true", help="global search: dynamic community selection")
     for sub in (index_parser, ask_parser):
         sub.add_argument("--config", help="YAML file of step settings (Dagster run config, or {step: {key: value}})")
-        sub.add_argument("--set", action="append", default=[], metavar="STEP.KEY=VALUE",
-                         help="one setting, e.g. entities.max_gleanings=2 or covariates.enabled=false; repeatable")
+        sub.add_argument(
+            "--set",
+            action="append",
+            default=[],
+            metavar="STEP.KEY=VALUE",
+            help="one setting, e.g. entities.max_gleanings=2 or covariates.enabled=false; repeatable",
+        )
         sub.add_argument("--verbose", action="store_true", default=argparse.SUPPRESS, help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     try:

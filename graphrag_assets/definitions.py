@@ -18,18 +18,28 @@ DATABASE = os.getenv("GRAPHRAG_DUCKDB", ".graphrag/graphrag.duckdb")
 CACHE_DIR = os.getenv("GRAPHRAG_CACHE_DIR", ".graphrag/cache")
 
 
+# Optional settings from the environment; what is unset keeps the resource's default.
+_OPTIONAL_SETTINGS = {
+    "api_version": ("GRAPHRAG_API_VERSION", str),
+    "max_concurrency": ("GRAPHRAG_MAX_CONCURRENCY", int),
+    "requests_per_minute": ("GRAPHRAG_RPM", int),
+    "tokens_per_minute": ("GRAPHRAG_TPM", int),
+    "timeout_seconds": ("GRAPHRAG_TIMEOUT_SECONDS", float),
+}
+
+
 def _endpoint_settings(model_variable: str, default_model: str) -> dict:
     return dict(
         base_url=os.getenv("GRAPHRAG_API_BASE"),
         # EnvVar keeps the key out of the UI and the run config; it is read only where the run happens.
         api_key=dg.EnvVar("GRAPHRAG_API_KEY") if os.getenv("GRAPHRAG_API_KEY") else None,
-        api_version=os.getenv("GRAPHRAG_API_VERSION"),
         model=os.getenv(model_variable, default_model),
         cache_dir=CACHE_DIR,
-        max_concurrency=int(os.getenv("GRAPHRAG_MAX_CONCURRENCY", "8")),
-        requests_per_minute=int(os.getenv("GRAPHRAG_RPM", "500")),
-        tokens_per_minute=int(os.getenv("GRAPHRAG_TPM", "200000")),
-        timeout_seconds=float(os.getenv("GRAPHRAG_TIMEOUT_SECONDS", "60")),
+        **{
+            field: kind(os.environ[variable])
+            for field, (variable, kind) in _OPTIONAL_SETTINGS.items()
+            if os.getenv(variable)
+        },
     )
 
 
@@ -42,6 +52,8 @@ defs = dg.Definitions(
         "duckdb": DuckDBStoreResource(database=DATABASE),
         "corpora": CorporaResource(root=os.getenv("GRAPHRAG_DATA_DIR", "data")),
         "chat": ChatModelResource(**_endpoint_settings("GRAPHRAG_CHAT_MODEL", "gpt-4o-mini")),
-        "embeddings": EmbeddingModelResource(**_endpoint_settings("GRAPHRAG_EMBEDDING_MODEL", "text-embedding-3-small")),
+        "embeddings": EmbeddingModelResource(
+            **_endpoint_settings("GRAPHRAG_EMBEDDING_MODEL", "text-embedding-3-small")
+        ),
     },
 )

@@ -1,10 +1,10 @@
 """Dagster resources: the corpora folder and the model endpoints."""
 
-
 import asyncio
 import re
+from collections.abc import Awaitable, Callable
 from pathlib import Path
-from typing import Awaitable, Callable, Optional, TypeVar
+from typing import TypeVar
 
 import dagster as dg
 from dagster_duckdb import DuckDBResource
@@ -65,21 +65,27 @@ class DuckDBStoreResource(DuckDBResource):
 class ModelEndpointResource(dg.ConfigurableResource):
     """Any OpenAI-compatible endpoint (OpenAI, Azure OpenAI, Ollama, vLLM, llama.cpp's server)."""
 
-    base_url: Optional[str] = None
-    api_key: Optional[str] = None
-    api_version: Optional[str] = None
+    # Defaults are ModelSettings' own, so each is written once.
+    base_url: str | None = None
+    api_key: str | None = None
+    api_version: str | None = None
     model: str
-    max_concurrency: int = 8
-    requests_per_minute: int = 500
-    tokens_per_minute: int = 200_000
-    max_retries: int = 6
-    invalid_reply_retries: int = Field(2, description="Re-asks after a reply that is cut off, refused or malformed.")
+    max_concurrency: int = ModelSettings.max_concurrency
+    requests_per_minute: int = ModelSettings.requests_per_minute
+    tokens_per_minute: int = ModelSettings.tokens_per_minute
+    max_retries: int = ModelSettings.max_retries
+    invalid_reply_retries: int = Field(
+        ModelSettings.invalid_reply_retries, description="Re-asks after a reply that is cut off, refused or malformed."
+    )
     circuit_breaker_failures: int = Field(
-        5, description="Consecutive connection failures or timeouts after which a step stops calling the endpoint.")
-    timeout_seconds: float = 60.0
-    step_deadline_seconds: Optional[float] = Field(
-        None, description="Fail a step whose model calls take longer than this; replies so far stay cached.")
-    cache_dir: Optional[str] = ".graphrag/cache"
+        ModelSettings.circuit_breaker_failures,
+        description="Consecutive connection failures or timeouts after which a step stops calling the endpoint.",
+    )
+    timeout_seconds: float = ModelSettings.timeout_seconds
+    step_deadline_seconds: float | None = Field(
+        None, description="Fail a step whose model calls take longer than this; replies so far stay cached."
+    )
+    cache_dir: str | None = ModelSettings.cache_dir
     prompt_price_per_million: float = 0.0
     completion_price_per_million: float = 0.0
 
@@ -96,7 +102,7 @@ class ModelEndpointResource(dg.ConfigurableResource):
         fields = {name: getattr(self, name) for name in ModelSettings.__dataclass_fields__ if hasattr(self, name)}
         return ModelSettings(**{**fields, **overrides})
 
-    def run(self, work: Callable[[Optional[ModelClient]], Awaitable[T]]) -> tuple[T, Optional[Usage]]:
+    def run(self, work: Callable[[ModelClient | None], Awaitable[T]]) -> tuple[T, Usage | None]:
         """Run async work with a fresh client in its own event loop; returns its result and the usage.
 
         With no endpoint configured, `work` gets None (the offline engine) and the usage is None.
@@ -105,8 +111,9 @@ class ModelEndpointResource(dg.ConfigurableResource):
         return result, usage
 
 
-def run_with_models(endpoints: list[ModelEndpointResource],
-                    work: Callable[..., Awaitable[T]]) -> tuple[T, list[Optional[Usage]]]:
+def run_with_models(
+    endpoints: list[ModelEndpointResource], work: Callable[..., Awaitable[T]]
+) -> tuple[T, list[Usage | None]]:
     """Run `work(client, ...)` with one client per endpoint (None where none is configured) in one event loop.
 
     An endpoint that cannot serve the step, or a step past its deadline, fails the step with a message
@@ -115,7 +122,7 @@ def run_with_models(endpoints: list[ModelEndpointResource],
     deadlines = [e.step_deadline_seconds for e in endpoints if e.configured and e.step_deadline_seconds]
     deadline = min(deadlines) if deadlines else None
 
-    async def main() -> tuple[T, list[Optional[Usage]]]:
+    async def main() -> tuple[T, list[Usage | None]]:
         clients = [ModelClient(e.settings()) if e.configured else None for e in endpoints]
         try:
             return await asyncio.wait_for(work(*clients), deadline), [c.usage if c else None for c in clients]
@@ -127,17 +134,21 @@ def run_with_models(endpoints: list[ModelEndpointResource],
     try:
         return asyncio.run(main())
     except EndpointError as error:
-        raise step_failure(f"{error}. Replies received so far are cached; a re-run continues from them.",
-                           retryable=error.retryable) from None
-    except asyncio.TimeoutError:
-        raise step_failure(f"the step's model calls passed step_deadline_seconds ({deadline:g} s); replies received "
-                           "so far are cached, so a re-run continues from them", retryable=True) from None
+        raise step_failure(
+            f"{error}. Replies received so far are cached; a re-run continues from them.", retryable=error.retryable
+        ) from None
+    except TimeoutError:
+        raise step_failure(
+            f"the step's model calls passed step_deadline_seconds ({deadline:g} s); replies received "
+            "so far are cached, so a re-run continues from them",
+            retryable=True,
+        ) from None
 
 
 class ChatModelResource(ModelEndpointResource):
     model: str = "gpt-4o-mini"
-    temperature: float = 0.0
-    max_tokens: int = 2000
+    temperature: float = ModelSettings.temperature
+    max_tokens: int = ModelSettings.max_tokens
 
 
 class EmbeddingModelResource(ModelEndpointResource):

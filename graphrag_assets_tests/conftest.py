@@ -1,7 +1,7 @@
 import shutil
+from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Iterator
 
 import dagster as dg
 import duckdb
@@ -11,7 +11,7 @@ from dagster_duckdb import DuckDBResource
 
 from graphrag_assets.definitions import index_assets, query_assets
 from graphrag_assets.resources import ChatModelResource, CorporaResource, EmbeddingModelResource
-from graphrag_assets_tests.model_server import Faults, FakeOpenAIServer
+from graphrag_assets_tests.model_server import FakeOpenAIServer, Faults
 
 REPO = Path(__file__).resolve().parents[1]
 SAMPLE_CORPUS = "a-christmas-carol"
@@ -35,8 +35,11 @@ def open_instance(home: Path) -> Iterator[dg.DagsterInstance]:
 
 
 def chat_resource(base_url: str | None, cache_dir: Path, **overrides) -> ChatModelResource:
-    return ChatModelResource(base_url=base_url, cache_dir=str(cache_dir),
-                             **{"max_retries": 4, "timeout_seconds": 10, **UNLIMITED, **overrides})
+    return ChatModelResource(
+        base_url=base_url,
+        cache_dir=str(cache_dir),
+        **{"max_retries": 4, "timeout_seconds": 10, **UNLIMITED, **overrides},
+    )
 
 
 def embedding_resource(base_url: str | None, cache_dir: Path, **overrides) -> EmbeddingModelResource:
@@ -57,8 +60,9 @@ class Workspace:
         shutil.copytree(REPO / "data" / SAMPLE_CORPUS, self.data / name)
         return name
 
-    def resources(self, chat: ChatModelResource | None = None,
-                  embeddings: EmbeddingModelResource | None = None) -> dict:
+    def resources(
+        self, chat: ChatModelResource | None = None, embeddings: EmbeddingModelResource | None = None
+    ) -> dict:
         return {
             "duckdb": DuckDBResource(database=str(self.database)),
             "corpora": CorporaResource(root=str(self.data)),
@@ -66,26 +70,51 @@ class Workspace:
             "embeddings": embeddings or EmbeddingModelResource(cache_dir=str(self.cache)),
         }
 
-    def materialize(self, corpus: str, chat: ChatModelResource | None = None, selection=None,
-                    embeddings: EmbeddingModelResource | None = None, run_config: dict | None = None,
-                    raise_on_error: bool = True) -> dg.ExecuteInProcessResult:
+    def materialize(
+        self,
+        corpus: str,
+        chat: ChatModelResource | None = None,
+        selection=None,
+        embeddings: EmbeddingModelResource | None = None,
+        run_config: dict | None = None,
+        raise_on_error: bool = True,
+    ) -> dg.ExecuteInProcessResult:
         instance = dg.DagsterInstance.ephemeral()
         instance.add_dynamic_partitions("corpus", [corpus])
         if selection is None and run_config is None:  # everything, exports included: keep them in the workspace
             export = {"config": {"folder": str(self.root / "exports")}}
             run_config = {"ops": {"graphml_export": export, "parquet_export": export}}
-        return dg.materialize(index_assets, instance=instance, partition_key=corpus,
-                              resources=self.resources(chat, embeddings), selection=selection,
-                              run_config=run_config, raise_on_error=raise_on_error)
+        return dg.materialize(
+            index_assets,
+            instance=instance,
+            partition_key=corpus,
+            resources=self.resources(chat, embeddings),
+            selection=selection,
+            run_config=run_config,
+            raise_on_error=raise_on_error,
+        )
 
-    def ask(self, corpus: str, asset: str, config: dict, chat: ChatModelResource | None = None,
-            embeddings: EmbeddingModelResource | None = None, raise_on_error: bool = True) -> dg.ExecuteInProcessResult:
+    def ask(
+        self,
+        corpus: str,
+        asset: str,
+        config: dict,
+        chat: ChatModelResource | None = None,
+        embeddings: EmbeddingModelResource | None = None,
+        raise_on_error: bool = True,
+    ) -> dg.ExecuteInProcessResult:
         """Materialize one query asset, as a launchpad run would."""
         instance = dg.DagsterInstance.ephemeral()
         instance.add_dynamic_partitions("corpus", [corpus])
-        return dg.materialize([*index_assets, *query_assets], selection=[asset], instance=instance,
-                              partition_key=corpus, resources=self.resources(chat, embeddings),
-                              run_config={"ops": {asset: {"config": config}}}, raise_on_error=raise_on_error)
+        return dg.materialize(
+            [*index_assets, *query_assets],
+            selection=[asset],
+            instance=instance,
+            partition_key=corpus,
+            resources=self.resources(chat, embeddings),
+            run_config={"ops": {asset: {"config": config}}},
+            raise_on_error=raise_on_error,
+        )
 
     def sql(self, query: str, *params):
         with duckdb.connect(str(self.database), read_only=True) as conn:
@@ -109,9 +138,11 @@ def index(root, faults: Faults | None = None, offline: bool = False, timeout_sec
     if offline:
         return workspace, workspace.materialize(SAMPLE_CORPUS), None
     with FakeOpenAIServer(faults) as server:
-        result = workspace.materialize(SAMPLE_CORPUS, chat=chat_resource(server.base_url, workspace.cache,
-                                                                         timeout_seconds=timeout_seconds),
-                                       embeddings=embedding_resource(server.base_url, workspace.cache))
+        result = workspace.materialize(
+            SAMPLE_CORPUS,
+            chat=chat_resource(server.base_url, workspace.cache, timeout_seconds=timeout_seconds),
+            embeddings=embedding_resource(server.base_url, workspace.cache),
+        )
     return workspace, result, server
 
 
@@ -136,14 +167,15 @@ def materialization_metadata(result: dg.ExecuteInProcessResult, asset: str) -> d
     raise KeyError(asset)
 
 
-
-
 def pytest_terminal_summary(terminalreporter):
     """A skipped browser test is said last, where nobody misses it."""
     skipped = [r for r in terminalreporter.stats.get("skipped", []) if "chromium" in str(r.longrepr).lower()]
     if skipped:
-        terminalreporter.write_line(f"NOTE: {len(skipped)} browser test(s) skipped: Debian's chromium is not "
-                                    "installed (bin/test installs it when run as root with apt-get)", yellow=True)
+        terminalreporter.write_line(
+            f"NOTE: {len(skipped)} browser test(s) skipped: Debian's chromium is not "
+            "installed (bin/test installs it when run as root with apt-get)",
+            yellow=True,
+        )
 
 
 @pytest.fixture(autouse=True)

@@ -13,6 +13,6 @@ def split_sample(folder: Path, parts: int) -> list[str]:
     names = []
     for i in range(parts):
         name = f"part-{i:02d}.txt"
-        (folder / name).write_text("\n\n".join(paragraphs[i * size:(i + 1) * size]))
+        (folder / name).write_text("\n\n".join(paragraphs[i * size : (i + 1) * size]))
         names.append(name)
     return names

@@ -90,11 +90,12 @@ def graph_reply(text: str) -> str:
     names = names_in(text)
     records = [
         f'("entity"<|>{n.upper()}<|>{["PERSON", "GEO", "ORGANIZATION", "EVENT"][len(n) % 4]}<|>'
-        f'{n} appears in the text: {_first_sentence_with(text, n)})'
+        f"{n} appears in the text: {_first_sentence_with(text, n)})"
         for n in names
     ]
     records += [
-        f'("relationship"<|>{a.upper()}<|>{b.upper()}<|>{a} and {b} appear in the same passage<|>{1 + (len(a) + len(b)) % 9})'
+        f'("relationship"<|>{a.upper()}<|>{b.upper()}<|>{a} and {b} appear in the same passage'
+        f"<|>{1 + (len(a) + len(b)) % 9})"
         for a, b in zip(names, names[1:])
     ]
     return "\n##\n".join(records) + "\n<|COMPLETE|>"
@@ -104,14 +105,16 @@ def gleaning_reply(text: str) -> str:
     extra = [n for n in names_in(text, limit=8)[5:]]
     if not extra:
         return "<|COMPLETE|>"
-    return "\n##\n".join(
-        f'("entity"<|>{n.upper()}<|>EVENT<|>{n} was found on a second look)' for n in extra
-    ) + "\n<|COMPLETE|>"
+    return (
+        "\n##\n".join(f'("entity"<|>{n.upper()}<|>EVENT<|>{n} was found on a second look)' for n in extra)
+        + "\n<|COMPLETE|>"
+    )
 
 
 def claims_reply(text: str) -> str:
     records = [
-        f"({n.upper()}<|>NONE<|>MENTION<|>TRUE<|>NONE<|>NONE<|>{n} is mentioned in the text<|>{_first_sentence_with(text, n)})"
+        f"({n.upper()}<|>NONE<|>MENTION<|>TRUE<|>NONE<|>NONE<|>{n} is mentioned in the text"
+        f"<|>{_first_sentence_with(text, n)})"
         for n in names_in(text, limit=2)
     ]
     return "\n##\n".join(records) + "\n<|COMPLETE|>"
@@ -119,7 +122,9 @@ def claims_reply(text: str) -> str:
 
 def summary_reply(prompt: str) -> str:
     name = _between(prompt, "Entity name:", "\n").strip()
-    descriptions = [d[2:].strip() for d in _between(prompt, "Description List:", "#######").splitlines() if d.startswith("- ")]
+    descriptions = [
+        d[2:].strip() for d in _between(prompt, "Description List:", "#######").splitlines() if d.startswith("- ")
+    ]
     return f"{name}: " + " ".join(sorted(descriptions))[:400]
 
 
@@ -127,20 +132,34 @@ def report_reply(prompt: str) -> str:
     data = _between(prompt, "-----Community Data-----", "\nOutput:")
     entities = _between(data, "-----Entities-----\nid,entity,description,degree\n", "\n\n").splitlines()
     names = [line.split(",")[1] for line in entities if line.count(",") >= 3]
-    reports = _between(data, "-----Reports-----\ncommunity,title,report\n", "\n\n").splitlines() \
-        if "-----Reports-----" in data else []
-    relationships = _between(data, "-----Relationships-----\nid,source,target,description,combined_degree\n",
-                             "\n\n").splitlines() if "-----Relationships-----" in data else []
-    findings = [{"summary": f"{r.split(',')[1]} and {r.split(',')[2]}", "explanation": r.split(",")[3]}
-                for r in relationships[:5] if r.count(",") >= 4]
-    findings += [{"summary": f"Sub-community {r.split(',')[0]}", "explanation": r.split(",", 2)[-1]} for r in reports[:3]]
+    reports = (
+        _between(data, "-----Reports-----\ncommunity,title,report\n", "\n\n").splitlines()
+        if "-----Reports-----" in data
+        else []
+    )
+    relationships = (
+        _between(data, "-----Relationships-----\nid,source,target,description,combined_degree\n", "\n\n").splitlines()
+        if "-----Relationships-----" in data
+        else []
+    )
+    findings = [
+        {"summary": f"{r.split(',')[1]} and {r.split(',')[2]}", "explanation": r.split(",")[3]}
+        for r in relationships[:5]
+        if r.count(",") >= 4
+    ]
+    findings += [
+        {"summary": f"Sub-community {r.split(',')[0]}", "explanation": r.split(",", 2)[-1]} for r in reports[:3]
+    ]
     title = "Community of " + " and ".join(n.title() for n in names[:2]) if names else "Community of sub-communities"
-    return json.dumps({
-        "title": title,
-        "summary": f"{title} has {len(names)} entities in its context and {len(reports)} sub-community reports.",
-        "rating": float(len(names) % 10), "rating_explanation": "The rating counts the entities in the context.",
-        "findings": findings,
-    })
+    return json.dumps(
+        {
+            "title": title,
+            "summary": f"{title} has {len(names)} entities in its context and {len(reports)} sub-community reports.",
+            "rating": float(len(names) % 10),
+            "rating_explanation": "The rating counts the entities in the context.",
+            "findings": findings,
+        }
+    )
 
 
 def _question_words(question: str) -> set[str]:
@@ -157,24 +176,40 @@ def query_reply(prompt: str) -> tuple[str, str]:
     question = _between(prompt, "---Question---\n", "\n---").strip()
     if "list of key points" in prompt:  # global search map: one point per data row that mentions the question
         rows = [r for r in _between(prompt, "---Data tables---\n", "\n---Question---").splitlines()[1:] if "|" in r]
-        points = [{"description": f"{r.split('|')[1][:80]} bears on the question [Data: Reports ({r.split('|')[0]})]",
-                   "score": min(100, 10 * _hits(question, r))} for r in rows[:20]]
+        points = [
+            {
+                "description": f"{r.split('|')[1][:80]} bears on the question [Data: Reports ({r.split('|')[0]})]",
+                "score": min(100, 10 * _hits(question, r)),
+            }
+            for r in rows[:20]
+        ]
         return "map", json.dumps({"points": points})
     if "---Analyst Reports---" in prompt:
         analysts = _between(prompt, "---Analyst Reports---\n", "\n---Question---").count("----Analyst")
         return "reduce", f"Answer to '{question}', merged from {analysts} analyst reports."
     if "rating how relevant a community report" in prompt:
-        return "rate", json.dumps({"reason": "word overlap", "rating": min(5, _hits(question, _between(prompt, "---Report---", "---Question---")))})
+        return "rate", json.dumps(
+            {
+                "reason": "word overlap",
+                "rating": min(5, _hits(question, _between(prompt, "---Report---", "---Question---"))),
+            }
+        )
     if "starting a DRIFT search" in prompt:
         names = names_in(_between(prompt, "---Community reports---", "---Question---"), limit=3)
-        return "drift_primer", json.dumps({"intermediate_answer": f"A first answer to '{question}'.", "score": 50,
-                                           "follow_up_queries": [f"What is the role of {n}?" for n in names]})
+        return "drift_primer", json.dumps(
+            {
+                "intermediate_answer": f"A first answer to '{question}'.",
+                "score": 50,
+                "follow_up_queries": [f"What is the role of {n}?" for n in names],
+            }
+        )
     if "one follow-up question of a DRIFT search" in prompt:
         follow_up = _between(prompt, "---Follow-up question---\n", "\n").strip()
         # One deeper question per follow-up, so a search of depth 2 or more has something to follow.
         deeper = [] if follow_up.startswith("And then") else [f"And then, {follow_up[0].lower()}{follow_up[1:]}"]
-        return "drift_local", json.dumps({"response": f"On '{follow_up}': the tables answer it.", "score": 60,
-                                          "follow_up_queries": deeper})
+        return "drift_local", json.dumps(
+            {"response": f"On '{follow_up}': the tables answer it.", "score": 60, "follow_up_queries": deeper}
+        )
     if "combining the intermediate answers" in prompt:
         answers = _between(prompt, "---Intermediate answers---\n", "\n---Question---").count("\n----") + 1
         return "drift_reduce", f"Answer to '{question}' combined from {answers} intermediate answers."
@@ -238,9 +273,16 @@ def embedding(text: str, dimensions: int) -> list[float]:
 
 
 class FakeOpenAIServer:
-    def __init__(self, faults: Faults | None = None, latency_seconds: float = 0.0,
-                 requests_per_minute: int = 0, embedding_dimensions: int = 64, api_key: str | None = None,
-                 azure_deployments: frozenset[str] = frozenset(), more_gleaning: bool = False):
+    def __init__(
+        self,
+        faults: Faults | None = None,
+        latency_seconds: float = 0.0,
+        requests_per_minute: int = 0,
+        embedding_dimensions: int = 64,
+        api_key: str | None = None,
+        azure_deployments: frozenset[str] = frozenset(),
+        more_gleaning: bool = False,
+    ):
         """`api_key`: answer 401 to any other key (Bearer, or Azure's api-key header). `azure_deployments`:
         serve Azure OpenAI's paths for these deployments (api-version required) instead of /v1."""
         self.faults = faults or Faults()
@@ -265,7 +307,7 @@ class FakeOpenAIServer:
     def base_url(self) -> str:
         return f"http://127.0.0.1:{self._httpd.server_address[1]}/v1"
 
-    def __enter__(self) -> "FakeOpenAIServer":
+    def __enter__(self) -> FakeOpenAIServer:
         self._thread.start()
         return self
 
@@ -277,8 +319,9 @@ class FakeOpenAIServer:
     def successes(self, kind: str | None = None) -> Counter:
         """How many times each request body was answered with 200 (the probe aside)."""
         with self._lock:
-            return Counter(s.key for s in self.served
-                           if s.status == 200 and s.kind != "probe" and (kind is None or s.kind == kind))
+            return Counter(
+                s.key for s in self.served if s.status == 200 and s.kind != "probe" and (kind is None or s.kind == kind)
+            )
 
     def count(self, *kinds: str) -> int:
         """Requests answered, of these kinds (of any kind when none is named)."""
@@ -376,34 +419,57 @@ class FakeOpenAIServer:
                     return
                 if faults.status:
                     server._record("status", key, faults.status)
-                    return self._send(faults.status, {"error": {
-                        "message": f"injected HTTP {faults.status} for {self.headers.get('Authorization')}",
-                                                                "code": "model_not_found" if faults.status == 404 else None}})
+                    return self._send(
+                        faults.status,
+                        {
+                            "error": {
+                                "message": f"injected HTTP {faults.status} for {self.headers.get('Authorization')}",
+                                "code": "model_not_found" if faults.status == 404 else None,
+                            }
+                        },
+                    )
                 if server._over_rate_limit():
                     server._record("rate_limited", key, 429)
                     return self._send(429, {"error": {"message": "rate limit"}}, {"Retry-After": "1"})
                 if server._first_failure(key, faults.transient_every):
                     status = faults.transient_status or (429 if int(key[8:16], 16) % 2 else 500)
                     server._record("fault", key, status)
-                    retry_after = ({"retry-after-ms": str(int(faults.retry_after_seconds * 1000))}
-                                   if faults.retry_after_in_ms else {"Retry-After": str(faults.retry_after_seconds)})
-                    return self._send(status, {"error": {"message": "injected fault"}},
-                                      retry_after if status == 429 else {})
-                if _picked(key, faults.broken_every) and request.get("messages") != [{"role": "user", "content": "ping"}]:
+                    retry_after = (
+                        {"retry-after-ms": str(int(faults.retry_after_seconds * 1000))}
+                        if faults.retry_after_in_ms
+                        else {"Retry-After": str(faults.retry_after_seconds)}
+                    )
+                    return self._send(
+                        status, {"error": {"message": "injected fault"}}, retry_after if status == 429 else {}
+                    )
+                if _picked(key, faults.broken_every) and request.get("messages") != [
+                    {"role": "user", "content": "ping"}
+                ]:
                     server._record("broken", key, 500)
-                    return self._send(500, {"error": {"message": f"upstream failed for {self.headers.get('Authorization')}"}})
+                    return self._send(
+                        500, {"error": {"message": f"upstream failed for {self.headers.get('Authorization')}"}}
+                    )
                 if server._first_failure(key + ":slow", faults.slow_every):
                     time.sleep(faults.slow_seconds)
                 if server.latency_seconds:
                     time.sleep(server.latency_seconds)
                 if "/embeddings" in self.path:
                     inputs = request["input"] if isinstance(request["input"], list) else [request["input"]]
-                    data = [{"object": "embedding", "index": i, "embedding": embedding(t, server.embedding_dimensions)}
-                            for i, t in enumerate(inputs)]
+                    data = [
+                        {"object": "embedding", "index": i, "embedding": embedding(t, server.embedding_dimensions)}
+                        for i, t in enumerate(inputs)
+                    ]
                     tokens = sum(len(t) // 4 + 1 for t in inputs)
                     server._record("embed", key, 200)
-                    return self._send(200, {"object": "list", "data": data, "model": request["model"],
-                                            "usage": {"prompt_tokens": tokens, "total_tokens": tokens}})
+                    return self._send(
+                        200,
+                        {
+                            "object": "list",
+                            "data": data,
+                            "model": request["model"],
+                            "usage": {"prompt_tokens": tokens, "total_tokens": tokens},
+                        },
+                    )
                 kind, reply = chat_reply(request["messages"], server.more_gleaning)
                 finish_reason = "stop"
                 if kind == "probe" or (faults.heeds_corrections and kind.endswith("_corrected")):
@@ -416,20 +482,35 @@ class FakeOpenAIServer:
                 elif _picked(key, faults.refusal_every):
                     reply = REFUSAL
                 elif _picked(key, faults.wrong_kind_every):
-                    reply = wrong_kind_reply(kind, _between(request["messages"][0]["content"], "Text:", "Output:")) \
-                        or reply
+                    reply = (
+                        wrong_kind_reply(kind, _between(request["messages"][0]["content"], "Text:", "Output:")) or reply
+                    )
                 if server._first_failure(key + ":garbled", faults.garbled_every):
                     server._record("garbled", key, 200)
                     return self._send(200, {"choices": [{"message": {"content": reply}}]}, cut_body=True)
                 server._record(kind, key, 200, request["messages"][0]["content"])
                 prompt_tokens = sum(len(m["content"]) // 4 + 1 for m in request["messages"])
                 completion_tokens = len(reply) // 4 + 1
-                self._send(200, {
-                    "id": f"chatcmpl-{key[:12]}", "object": "chat.completion", "created": 0, "model": request["model"],
-                    "choices": [{"index": 0, "finish_reason": finish_reason,
-                                 "message": {"role": "assistant", "content": reply}}],
-                    "usage": {"prompt_tokens": prompt_tokens, "completion_tokens": completion_tokens,
-                              "total_tokens": prompt_tokens + completion_tokens},
-                })
+                self._send(
+                    200,
+                    {
+                        "id": f"chatcmpl-{key[:12]}",
+                        "object": "chat.completion",
+                        "created": 0,
+                        "model": request["model"],
+                        "choices": [
+                            {
+                                "index": 0,
+                                "finish_reason": finish_reason,
+                                "message": {"role": "assistant", "content": reply},
+                            }
+                        ],
+                        "usage": {
+                            "prompt_tokens": prompt_tokens,
+                            "completion_tokens": completion_tokens,
+                            "total_tokens": prompt_tokens + completion_tokens,
+                        },
+                    },
+                )
 
         return Handler

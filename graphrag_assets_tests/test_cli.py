@@ -20,13 +20,17 @@ from .test_small_corpora import write_corpus
 def test_settings_come_from_a_file_and_overrides_by_asset_or_op_name(tmp_path):
     run_yaml = tmp_path / "run.yaml"
     run_yaml.write_text("entities:\n  max_gleanings: 0\ncovariates:\n  enabled: true\n")
-    config = step_settings(str(run_yaml), ["covariates.enabled=false", "documents.chunk_size=300",
-                                           "entity_graph.entity_types=[person, place]"])
-    assert config == {"ops": {
-        "entity_graph": {"config": {"max_gleanings": 0, "entity_types": ["person", "place"]}},
-        "covariates": {"config": {"enabled": False}},
-        "corpus_documents": {"config": {"chunk_size": 300}},
-    }}
+    config = step_settings(
+        str(run_yaml),
+        ["covariates.enabled=false", "documents.chunk_size=300", "entity_graph.entity_types=[person, place]"],
+    )
+    assert config == {
+        "ops": {
+            "entity_graph": {"config": {"max_gleanings": 0, "entity_types": ["person", "place"]}},
+            "covariates": {"config": {"enabled": False}},
+            "corpus_documents": {"config": {"chunk_size": 300}},
+        }
+    }
     dagster_style = tmp_path / "dagster.yaml"
     dagster_style.write_text("ops:\n  layouts:\n    config:\n      seed: 7\n")
     assert step_settings(str(dagster_style), []) == {"ops": {"layouts": {"config": {"seed": 7}}}}
@@ -38,24 +42,50 @@ class Cli:
         self.home.mkdir()
         (self.home / "dagster.yaml").write_text("telemetry:\n  enabled: false\n")
         self.database = root / "graphrag.duckdb"
-        self.env = {**os.environ, "DAGSTER_HOME": str(self.home), "GRAPHRAG_DATA_DIR": str(root / "data"),
-                    "GRAPHRAG_DUCKDB": str(self.database), "GRAPHRAG_CACHE_DIR": str(root / "cache"), **(env or {})}
+        self.env = {
+            **os.environ,
+            "DAGSTER_HOME": str(self.home),
+            "GRAPHRAG_DATA_DIR": str(root / "data"),
+            "GRAPHRAG_DUCKDB": str(self.database),
+            "GRAPHRAG_CACHE_DIR": str(root / "cache"),
+            **(env or {}),
+        }
 
     def start(self, *args: str) -> subprocess.Popen:
-        return subprocess.Popen([sys.executable, "-m", "graphrag_assets.cli", *args], env=self.env, text=True,
-                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True)
+        return subprocess.Popen(
+            [sys.executable, "-m", "graphrag_assets.cli", *args],
+            env=self.env,
+            text=True,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            start_new_session=True,
+        )
 
     def run(self, *args: str) -> subprocess.CompletedProcess:
-        return subprocess.run([sys.executable, "-m", "graphrag_assets.cli", *args], env=self.env, text=True,
-                              capture_output=True, timeout=300)
+        return subprocess.run(
+            [sys.executable, "-m", "graphrag_assets.cli", *args],
+            env=self.env,
+            text=True,
+            capture_output=True,
+            timeout=300,
+        )
 
 
 @pytest.mark.slow
 def test_the_cli_takes_settings_and_says_what_is_wrong_in_one_line(tmp_path):
     write_corpus(tmp_path / "data" / "tiny", "three files")
     cli = Cli(tmp_path)
-    indexed = cli.run("index", "--corpus", "tiny", "--set", "documents.chunk_size=8", "--set",
-                      "documents.chunk_overlap=2", "--set", "covariates.enabled=false")
+    indexed = cli.run(
+        "index",
+        "--corpus",
+        "tiny",
+        "--set",
+        "documents.chunk_size=8",
+        "--set",
+        "documents.chunk_overlap=2",
+        "--set",
+        "covariates.enabled=false",
+    )
     assert indexed.returncode == 0, indexed.stderr
     with duckdb.connect(str(cli.database), read_only=True) as conn:
         assert conn.execute("SELECT max(n_tokens) FROM base_text_units").fetchone()[0] == 8
@@ -63,14 +93,22 @@ def test_the_cli_takes_settings_and_says_what_is_wrong_in_one_line(tmp_path):
     bad_level = cli.run("ask", "--corpus", "tiny", "--level", "7", "Who wrote letters?")
     assert bad_level.returncode == 1 and "Traceback" not in bad_level.stderr
     assert bad_level.stderr.strip().splitlines() == [
-        "failed: global_search: community level 7 does not exist: this corpus has levels 0..0"]
+        "failed: global_search: community level 7 does not exist: this corpus has levels 0..0"
+    ]
     bad_setting = cli.run("index", "--corpus", "tiny", "--set", "entities.no_such_setting=1")
     assert bad_setting.returncode == 2 and len(bad_setting.stderr.strip().splitlines()) == 1
     assert 'unexpected config entry "no_such_setting"' in bad_setting.stderr
 
-    holder = subprocess.Popen([sys.executable, "-c", f"import duckdb, time; c = duckdb.connect({str(cli.database)!r}, "
-                               "read_only=True); print('open', flush=True); time.sleep(60)"],
-                              stdout=subprocess.PIPE, text=True)
+    holder = subprocess.Popen(
+        [
+            sys.executable,
+            "-c",
+            f"import duckdb, time; c = duckdb.connect({str(cli.database)!r}, "
+            "read_only=True); print('open', flush=True); time.sleep(60)",
+        ],
+        stdout=subprocess.PIPE,
+        text=True,
+    )
     try:
         assert holder.stdout.readline().strip() == "open"
         started = time.monotonic()

@@ -3,7 +3,6 @@
 import json
 
 import dagster as dg
-
 import networkx as nx
 import numpy as np
 import pandas as pd
@@ -26,9 +25,19 @@ from .conftest import SAMPLE_CORPUS, Workspace, table
 def test_every_asset_check_passes(engine, request):
     _, result, _ = request.getfixturevalue(engine)
     evaluations = {e.check_name: e.passed for e in result.get_asset_check_evaluations()}
-    assert evaluations == {name: True for name in (
-        "relationship_endpoints_are_entities", "entities_found", "one_community_per_level", "every_community_reported", "text_embeddings_complete",
-        "document_embeddings_valid", "graph_embeddings_valid", "one_row_per_node")}
+    assert evaluations == {
+        name: True
+        for name in (
+            "relationship_endpoints_are_entities",
+            "entities_found",
+            "one_community_per_level",
+            "every_community_reported",
+            "text_embeddings_complete",
+            "document_embeddings_valid",
+            "graph_embeddings_valid",
+            "one_row_per_node",
+        )
+    }
 
 
 @pytest.mark.parametrize("engine", ["llm_index", "offline_index"])
@@ -74,15 +83,24 @@ def test_offline_reports_are_extractive_and_say_so(offline_index):
 
 
 def elements(prefix: str, count: int, words: int = 20) -> list[Element]:
-    return [Element("relationship", f"{prefix}{i}", f"{i},{prefix}{i},X," + "word " * words + ",3",
-                    frozenset([f"{prefix}{i}", "X" if prefix == "cross" else f"{prefix}{i}b"])) for i in range(count)]
+    return [
+        Element(
+            "relationship",
+            f"{prefix}{i}",
+            f"{i},{prefix}{i},X," + "word " * words + ",3",
+            frozenset([f"{prefix}{i}", "X" if prefix == "cross" else f"{prefix}{i}b"]),
+        )
+        for i in range(count)
+    ]
 
 
 def test_sub_community_reports_replace_the_largest_sub_communities_first():
     big, small, cross = elements("big", 12), elements("small", 3), elements("cross", 2)
     titles = lambda group: {t for e in group for t in e.owners}
-    subs = [SubReport(7, "c7", frozenset(titles(big)), "Big community", "A short report of the big one."),
-            SubReport(8, "c8", frozenset(titles(small)), "Small community", "A short report of the small one.")]
+    subs = [
+        SubReport(7, "c7", frozenset(titles(big)), "Big community", "A short report of the big one."),
+        SubReport(8, "c8", frozenset(titles(small)), "Small community", "A short report of the small one."),
+    ]
     everything = big + small + cross
     generous = build_context(everything, budget=5000, sub_communities=subs)
     assert generous.substituted == [] and "-----Reports-----" not in generous.text
@@ -106,26 +124,32 @@ def test_a_leaf_context_is_cut_at_the_budget_in_order_of_prominence():
 FINDING = '[{"summary": "a", "explanation": "b"}]'
 
 
-@pytest.mark.parametrize("reply,repaired", [
-    ('{"title": "T", "summary": "S", "rating": 7, "rating_explanation": "R", "findings": ' + FINDING + '}', False),
-    ('```json\n{"title": "T", "summary": "S", "rating": 7, "findings": ' + FINDING + '}\n```', False),
-    ('```json\n{"title": "T", "summary": "S", "rating": "8.5", "findings": ' + FINDING + ',}', True),
-])
+@pytest.mark.parametrize(
+    "reply,repaired",
+    [
+        ('{"title": "T", "summary": "S", "rating": 7, "rating_explanation": "R", "findings": ' + FINDING + "}", False),
+        ('```json\n{"title": "T", "summary": "S", "rating": 7, "findings": ' + FINDING + "}\n```", False),
+        ('```json\n{"title": "T", "summary": "S", "rating": "8.5", "findings": ' + FINDING + ",}", True),
+    ],
+)
 def test_a_complete_report_is_accepted_and_repairs_are_counted(reply, repaired):
     report, was_repaired = parse_report(reply)
     assert report["title"] == "T" and report["findings"] == [{"summary": "a", "explanation": "b"}]
     assert was_repaired == repaired
 
 
-@pytest.mark.parametrize("reply,problem", [
-    ('{"title": "T", "summary": "S", "rating": 7, "findings": [{"summary": "a", "explanation": "b"', "cut off"),
-    ("Sorry, I cannot help with that.", "cut off or is not JSON"),
-    ('{"title": "T"}', "not a number"),
-    ('{"title": "T", "summary": "S", "rating": 7, "findings": []}', "no findings"),
-    ('{"title": "T", "summary": "S", "rating": 12, "findings": ' + FINDING + '}', "outside 0-10"),
-    ('{"title": "", "summary": "S", "rating": 1, "findings": ' + FINDING + '}', "no title"),
-    ('{"title": "T", "summary": "S", "rating": 1, "findings": [{"summary": "a"}]}', "no explanation"),
-])
+@pytest.mark.parametrize(
+    "reply,problem",
+    [
+        ('{"title": "T", "summary": "S", "rating": 7, "findings": [{"summary": "a", "explanation": "b"', "cut off"),
+        ("Sorry, I cannot help with that.", "cut off or is not JSON"),
+        ('{"title": "T"}', "not a number"),
+        ('{"title": "T", "summary": "S", "rating": 7, "findings": []}', "no findings"),
+        ('{"title": "T", "summary": "S", "rating": 12, "findings": ' + FINDING + "}", "outside 0-10"),
+        ('{"title": "", "summary": "S", "rating": 1, "findings": ' + FINDING + "}", "no title"),
+        ('{"title": "T", "summary": "S", "rating": 1, "findings": [{"summary": "a"}]}', "no explanation"),
+    ],
+)
 def test_a_report_missing_what_the_prompt_asked_for_is_invalid(reply, problem):
     with pytest.raises(InvalidReply, match=problem):
         parse_report(reply)
@@ -163,10 +187,12 @@ def test_vector_search_ranks_by_cosine_similarity(offline_index):
 def test_each_llm_report_names_entities_of_its_own_community(llm_index):
     """The test model titles a report after the first two entities of the context it was given."""
     workspace, _, _ = llm_index
-    members = {row.community: {t.title() for t in row.titles}
-               for row in workspace.sql("""SELECT c.community, list(e.title) AS titles FROM communities c,
+    members = {
+        row.community: {t.title() for t in row.titles}
+        for row in workspace.sql("""SELECT c.community, list(e.title) AS titles FROM communities c,
                    unnest(c.entity_ids) AS u(entity_id) JOIN entities e ON e.id = u.entity_id GROUP BY c.community
-               """).itertuples()}
+               """).itertuples()
+    }
     named = 0
     for report in table(workspace, "community_reports").itertuples():
         if report.title.startswith("Community of ") and "sub-communities" not in report.title:
@@ -187,7 +213,8 @@ def test_exports_open_in_networkx_and_pyarrow(offline_index):
     assert {"community", "level", "title", "summary", "full_content", "rank", "findings"} <= set(reports.column_names)
     assert reports.schema.field("findings").type.value_type.num_fields == 2  # list<struct<summary, explanation>>
     assert {"id", "text", "n_tokens", "document_id", "entity_ids", "relationship_ids", "covariate_ids"} <= set(
-        pq.read_schema(folder / "parquet" / "text_units.parquet").names)
+        pq.read_schema(folder / "parquet" / "text_units.parquet").names
+    )
 
 
 def test_failing_checks_say_what_is_wrong():
@@ -203,7 +230,10 @@ def test_failing_checks_say_what_is_wrong():
     check = vectors_check("text_embeddings_complete", "text_embeddings", vectors, 2, {"x", "y", "z"})
     assert not check.passed and check.severity == dg.AssetCheckSeverity.ERROR
     assert {k: check.metadata[k].value for k in ("wrong_dimension", "rows_with_nan", "missing_rows")} == {
-        "wrong_dimension": 1, "rows_with_nan": 1, "missing_rows": 1}
+        "wrong_dimension": 1,
+        "rows_with_nan": 1,
+        "missing_rows": 1,
+    }
     empty = entities_found(pd.DataFrame({"n_tokens": [600, 80]}), pd.DataFrame(columns=["title"]))
     assert not empty.passed and empty.metadata["input_tokens"].value == 680
     assert entities_found(pd.DataFrame({"n_tokens": []}), pd.DataFrame(columns=["title"])).passed  # nothing to find

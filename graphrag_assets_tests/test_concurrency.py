@@ -57,9 +57,15 @@ def test_two_corpora_and_a_query_in_separate_processes(offline_index, tmp_path):
     with open_instance(home) as instance:
         instance.add_dynamic_partitions("corpus", ["one", "two", SAMPLE_CORPUS])
     with FakeOpenAIServer(latency_seconds=0.02) as server:
-        base = {**os.environ, "DAGSTER_HOME": str(home), "GRAPHRAG_DUCKDB": str(workspace.database),
-                "GRAPHRAG_CACHE_DIR": str(tmp_path / "cache"), "GRAPHRAG_DATA_DIR": str(workspace.data),
-                "GRAPHRAG_RPM": "1000000", "GRAPHRAG_TPM": "1000000000"}
+        base = {
+            **os.environ,
+            "DAGSTER_HOME": str(home),
+            "GRAPHRAG_DUCKDB": str(workspace.database),
+            "GRAPHRAG_CACHE_DIR": str(tmp_path / "cache"),
+            "GRAPHRAG_DATA_DIR": str(workspace.data),
+            "GRAPHRAG_RPM": "1000000",
+            "GRAPHRAG_TPM": "1000000000",
+        }
         with_model = {**base, "GRAPHRAG_API_BASE": server.base_url}
         offline = {k: v for k, v in base.items() if k not in ("GRAPHRAG_API_BASE", "GRAPHRAG_API_KEY")}
         commands = [
@@ -69,8 +75,16 @@ def test_two_corpora_and_a_query_in_separate_processes(offline_index, tmp_path):
         ]
         processes = []
         for env, args in commands:
-            processes.append(subprocess.Popen([sys.executable, "-m", "graphrag_assets.cli", *args], cwd=REPO, env=env,
-                                              stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True))
+            processes.append(
+                subprocess.Popen(
+                    [sys.executable, "-m", "graphrag_assets.cli", *args],
+                    cwd=REPO,
+                    env=env,
+                    stdout=subprocess.PIPE,
+                    stderr=subprocess.STDOUT,
+                    text=True,
+                )
+            )
             time.sleep(1)
         outputs = [p.communicate(timeout=600)[0] for p in processes]
     for process, output in zip(processes, outputs):

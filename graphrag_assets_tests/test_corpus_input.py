@@ -51,7 +51,11 @@ def test_a_broken_file_does_not_sink_the_corpus(workspace, messy_corpus):
     assert metadata["dagster/row_count"] == 4
     assert "latin1.txt" in metadata["problems"] and "table.csv" in metadata["problems"]
     assert set(workspace.sql("SELECT title FROM documents WHERE corpus = 'messy'")["title"]) == {
-        "First", "Turing", "good.txt", "notes.md"}
+        "First",
+        "Turing",
+        "good.txt",
+        "notes.md",
+    }
 
 
 def test_a_corpus_with_nothing_readable_fails_with_the_reasons(workspace):
@@ -65,11 +69,14 @@ def test_a_corpus_with_nothing_readable_fails_with_the_reasons(workspace):
     assert "empty.txt" in failure.metadata["problems"].value
 
 
-@pytest.mark.parametrize("name,reason", [
-    ("../outside", "not a safe identifier"),
-    ("Upper Case", "not a safe identifier"),
-    ("escape", "outside"),
-])
+@pytest.mark.parametrize(
+    "name,reason",
+    [
+        ("../outside", "not a safe identifier"),
+        ("Upper Case", "not a safe identifier"),
+        ("escape", "outside"),
+    ],
+)
 def test_unsafe_corpus_folders_are_refused(workspace, tmp_path, name, reason):
     (tmp_path / "elsewhere").mkdir()
     (workspace.data / "escape").symlink_to(tmp_path / "elsewhere")

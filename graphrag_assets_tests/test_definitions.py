@@ -9,11 +9,24 @@ from dagster._core.instance.config import dagster_instance_config
 from graphrag_assets.definitions import defs
 
 from .conftest import REPO, SAMPLE_CORPUS, Workspace, chat_resource, open_instance
-from .model_server import Faults, FakeOpenAIServer
+from .model_server import FakeOpenAIServer, Faults
 
-INDEX = ["documents", "base_text_units", "entities", "relationships", "covariates", "text_units", "communities",
-         "community_reports", "text_embeddings", "document_embeddings", "graph_embeddings", "layouts",
-         "graphml_export", "parquet_export"]
+INDEX = [
+    "documents",
+    "base_text_units",
+    "entities",
+    "relationships",
+    "covariates",
+    "text_units",
+    "communities",
+    "community_reports",
+    "text_embeddings",
+    "document_embeddings",
+    "graph_embeddings",
+    "layouts",
+    "graphml_export",
+    "parquet_export",
+]
 QUERY = ["global_search", "local_search", "drift_search", "basic_search", "text_summary_search", "question_generation"]
 
 
@@ -21,10 +34,15 @@ def test_the_asset_graph_is_what_the_readme_describes():
     repository = defs.get_repository_def()
     assert sorted(k.to_user_string() for k in repository.asset_graph.get_all_asset_keys()) == sorted(INDEX + QUERY)
     assert sorted((c.asset_key.to_user_string(), c.name) for c in repository.asset_graph.asset_check_keys) == [
-        ("communities", "one_community_per_level"), ("community_reports", "every_community_reported"),
-        ("document_embeddings", "document_embeddings_valid"), ("entities", "entities_found"),
-        ("graph_embeddings", "graph_embeddings_valid"), ("layouts", "one_row_per_node"),
-        ("relationships", "relationship_endpoints_are_entities"), ("text_embeddings", "text_embeddings_complete")]
+        ("communities", "one_community_per_level"),
+        ("community_reports", "every_community_reported"),
+        ("document_embeddings", "document_embeddings_valid"),
+        ("entities", "entities_found"),
+        ("graph_embeddings", "graph_embeddings_valid"),
+        ("layouts", "one_row_per_node"),
+        ("relationships", "relationship_endpoints_are_entities"),
+        ("text_embeddings", "text_embeddings_complete"),
+    ]
     jobs = {j.name for j in repository.get_all_jobs()} - {"__ASSET_JOB"}
     assert jobs == {"index_corpus", *(f"ask_{q}" for q in QUERY)}
     assert {s.name for s in repository.sensor_defs} == {"new_corpus_sensor", "abandoned_runs_sensor"}
@@ -49,8 +67,12 @@ def test_importing_the_definitions_creates_nothing(tmp_path):
     import subprocess
     import sys
 
-    subprocess.run([sys.executable, "-c", "import graphrag_assets.definitions"], cwd=tmp_path, check=True,
-                   env={"PATH": "", "GRAPHRAG_DUCKDB": str(tmp_path / "store" / "g.duckdb")})
+    subprocess.run(
+        [sys.executable, "-c", "import graphrag_assets.definitions"],
+        cwd=tmp_path,
+        check=True,
+        env={"PATH": "", "GRAPHRAG_DUCKDB": str(tmp_path / "store" / "g.duckdb")},
+    )
     assert list(tmp_path.iterdir()) == []
 
 
@@ -66,9 +88,15 @@ def test_the_api_key_from_the_environment_never_reaches_run_or_event_storage(tmp
         instance.add_dynamic_partitions("corpus", [SAMPLE_CORPUS])
         chat = chat_resource(server.base_url, workspace.cache, max_retries=0, api_key=dg.EnvVar("GRAPHRAG_API_KEY"))
         resources = {**workspace.resources(chat), "chat": chat}
-        dg.materialize(defs.assets, selection=["documents", "base_text_units", "covariates"], instance=instance,
-                       partition_key=SAMPLE_CORPUS, resources=resources, raise_on_error=False,
-                       run_config={"ops": {"covariates": {"config": {"max_failed_unit_fraction": 1.0}}}})
+        dg.materialize(
+            defs.assets,
+            selection=["documents", "base_text_units", "covariates"],
+            instance=instance,
+            partition_key=SAMPLE_CORPUS,
+            resources=resources,
+            raise_on_error=False,
+            run_config={"ops": {"covariates": {"config": {"max_failed_unit_fraction": 1.0}}}},
+        )
         assert server.count("broken") > 0  # the proxy echoed the key in its errors...
     stored = b"".join(path.read_bytes() for path in home.rglob("*") if path.is_file())
     assert secret.encode() not in stored and secret.encode() not in workspace.database.read_bytes()

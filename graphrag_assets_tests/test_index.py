@@ -5,7 +5,7 @@ from collections import Counter
 import pandas as pd
 import pytest
 
-from graphrag_assets_tests.model_server import Faults, FakeOpenAIServer
+from graphrag_assets_tests.model_server import FakeOpenAIServer, Faults
 
 from .conftest import SAMPLE_CORPUS, Workspace, chat_resource, index, materialization_metadata, table
 
@@ -54,8 +54,18 @@ def test_model_usage_is_in_the_metadata_and_the_lineage(llm_index):
     assert metadata["engine"] == "llm:gpt-4o-mini" and "SCROOGE" in metadata["top_entities_by_degree"]
     lineage = workspace.sql("SELECT * FROM lineage ORDER BY materialized_at")
     assert lineage["asset"].is_unique  # one row per materialization, and this was one run
-    assert {"documents", "base_text_units", "entities", "relationships", "covariates", "text_units",
-            "communities", "community_reports", "text_embeddings", "layouts"} <= set(lineage["asset"])
+    assert {
+        "documents",
+        "base_text_units",
+        "entities",
+        "relationships",
+        "covariates",
+        "text_units",
+        "communities",
+        "community_reports",
+        "text_embeddings",
+        "layouts",
+    } <= set(lineage["asset"])
     entities_row = lineage.set_index("asset").loc["entities"]
     assert entities_row.engine == "llm:gpt-4o-mini" and '"calls"' in entities_row.model_usage
     assert "base_text_units" in entities_row.upstream_versions and entities_row.code_version.startswith("1-")
@@ -64,15 +74,19 @@ def test_model_usage_is_in_the_metadata_and_the_lineage(llm_index):
 def test_offline_engine_records_itself_and_extracts_no_claims(offline_index):
     workspace, result, _ = offline_index
     assert materialization_metadata(result, "covariates")["skipped_because"] == "the offline engine extracts no claims"
-    assert set(workspace.sql("SELECT engine FROM lineage WHERE asset = 'entities' AND corpus = ?",
-                             SAMPLE_CORPUS)["engine"]) == {"offline"}
+    assert set(
+        workspace.sql("SELECT engine FROM lineage WHERE asset = 'entities' AND corpus = ?", SAMPLE_CORPUS)["engine"]
+    ) == {"offline"}
     assert {"SCROOGE", "TINY TIM", "BOB CRATCHIT", "MARLEY"} <= set(table(workspace, "entities")["title"])
 
 
 def test_transient_faults_give_the_fault_free_result(llm_index, tmp_path):
     clean, _, _ = llm_index
-    faulty, result, server = index(tmp_path, Faults(transient_every=4, retry_after_seconds=0.01,
-                                                    slow_every=25, slow_seconds=2.0), timeout_seconds=1.0)
+    faulty, result, server = index(
+        tmp_path,
+        Faults(transient_every=4, retry_after_seconds=0.01, slow_every=25, slow_seconds=2.0),
+        timeout_seconds=1.0,
+    )
     assert {s.kind for s in server.served} >= {"fault"}
     assert materialization_metadata(result, "entities")["retries"] > 0
     for name in GRAPH_TABLES + ("text_units", "communities", "community_reports", "text_embeddings"):
@@ -83,8 +97,15 @@ def test_an_endpoint_that_misbehaves_gives_the_fault_free_index(llm_index, tmp_p
     """20% transient 5xx/429, 10% HTTP 200 replies cut off at max_tokens or with a garbled body, plus replies in
     prose, of the wrong record kind, or refused: every one is asked again, and the index equals the clean one."""
     clean, _, clean_server = llm_index
-    faults = Faults(transient_every=5, retry_after_seconds=0.01, truncated_every=12, garbled_every=25,
-                    malformed_every=40, wrong_kind_every=40, refusal_every=40)
+    faults = Faults(
+        transient_every=5,
+        retry_after_seconds=0.01,
+        truncated_every=12,
+        garbled_every=25,
+        malformed_every=40,
+        wrong_kind_every=40,
+        refusal_every=40,
+    )
     faulty, result, server = index(tmp_path, faults)
     assert result.success
     seen = {s.kind for s in server.served}
@@ -107,14 +128,21 @@ def test_a_healthy_rerun_after_a_failing_one_pays_for_what_failed_and_keeps_noth
     workspace.add_sample_corpus()
     workspace.materialize(SAMPLE_CORPUS, selection=["documents", "base_text_units"])
     with FakeOpenAIServer(Faults(refusal_every=1, heeds_corrections=False)) as refusing:
-        result = workspace.materialize(SAMPLE_CORPUS, chat=chat_resource(refusing.base_url, workspace.cache),
-                                       selection=["entities", "relationships"], raise_on_error=False)
+        result = workspace.materialize(
+            SAMPLE_CORPUS,
+            chat=chat_resource(refusing.base_url, workspace.cache),
+            selection=["entities", "relationships"],
+            raise_on_error=False,
+        )
     assert not result.success
     failure = result.get_step_failure_events()[0].step_failure_data.user_failure_data
     assert "text units got no valid model reply" in failure.description
     with FakeOpenAIServer() as healthy:
-        workspace.materialize(SAMPLE_CORPUS, chat=chat_resource(healthy.base_url, workspace.cache),
-                              selection=["entities", "relationships"])
+        workspace.materialize(
+            SAMPLE_CORPUS,
+            chat=chat_resource(healthy.base_url, workspace.cache),
+            selection=["entities", "relationships"],
+        )
         assert healthy.count("extract") == len(table(workspace, "base_text_units"))  # no refusal was cached
     assert len(table(workspace, "entities")) > 50
 
@@ -125,10 +153,12 @@ def test_the_api_key_never_reaches_duckdb_logs_or_metadata(tmp_path, caplog):
     workspace.add_sample_corpus()
     workspace.materialize(SAMPLE_CORPUS, selection=["documents", "base_text_units"])
     with FakeOpenAIServer(Faults(broken_every=3)) as server:  # failures echo the Authorization header
-        result = workspace.materialize(SAMPLE_CORPUS, chat=chat_resource(server.base_url, workspace.cache,
-                                                                         api_key=secret, max_retries=0),
-                                       selection=["covariates"], run_config={"ops": {"covariates": {"config": {
-                                           "max_failed_unit_fraction": 1.0}}}})
+        result = workspace.materialize(
+            SAMPLE_CORPUS,
+            chat=chat_resource(server.base_url, workspace.cache, api_key=secret, max_retries=0),
+            selection=["covariates"],
+            run_config={"ops": {"covariates": {"config": {"max_failed_unit_fraction": 1.0}}}},
+        )
     metadata = materialization_metadata(result, "covariates")
     assert metadata["failed_calls"] > 0  # the leaky errors happened...
     assert secret not in repr(metadata) and secret not in caplog.text  # ...and were redacted everywhere

@@ -46,7 +46,9 @@ def test_parsing_is_lenient_and_counts_what_it_drops():
     )
     entities, relationships, dropped = records_to_graph([reply])
     assert [e["title"] for e in entities] == ["SCROOGE", "MARLEY"]
-    assert relationships == [{"source": "SCROOGE", "target": "MARLEY", "description": "Partners in business", "strength": 8.0}]
+    assert relationships == [
+        {"source": "SCROOGE", "target": "MARLEY", "description": "Partners in business", "strength": 8.0}
+    ]
     assert dropped == 3
 
 
@@ -56,33 +58,54 @@ def test_a_truncated_reply_keeps_its_complete_records():
 
 
 def test_merge_by_name_and_pair():
-    entities = merge_entities([
-        ("u1", [{"title": "A", "type": "PERSON", "description": "one"}]),
-        ("u2", [{"title": "A", "type": "PERSON", "description": "two"}, {"title": "B", "type": "GEO", "description": "b"}]),
-    ])
+    entities = merge_entities(
+        [
+            ("u1", [{"title": "A", "type": "PERSON", "description": "one"}]),
+            (
+                "u2",
+                [
+                    {"title": "A", "type": "PERSON", "description": "two"},
+                    {"title": "B", "type": "GEO", "description": "b"},
+                ],
+            ),
+        ]
+    )
     a = entities.set_index("title").loc["A"]
     assert a.descriptions == ["one", "two"] and a.text_unit_ids == ["u1", "u2"] and a.frequency == 2
-    relationships = merge_relationships([
-        ("u1", [{"source": "A", "target": "B", "description": "x", "strength": 2.0}]),
-        ("u2", [{"source": "A", "target": "B", "description": "y", "strength": 3.0},
-                {"source": "A", "target": "C", "description": "z", "strength": 1.0}]),
-    ])
+    relationships = merge_relationships(
+        [
+            ("u1", [{"source": "A", "target": "B", "description": "x", "strength": 2.0}]),
+            (
+                "u2",
+                [
+                    {"source": "A", "target": "B", "description": "y", "strength": 3.0},
+                    {"source": "A", "target": "C", "description": "z", "strength": 1.0},
+                ],
+            ),
+        ]
+    )
     ab = relationships.set_index(["source", "target"]).loc[("A", "B")]
     assert ab.weight == 5.0 and ab.descriptions == ["x", "y"]
     entities["description"] = entities["descriptions"].map(" ".join)
     relationships["description"] = relationships["descriptions"].map(" ".join)
-    entities, relationships, orphans = finalize_graph(entities.drop(columns="descriptions"),
-                                                      relationships.drop(columns="descriptions"))
+    entities, relationships, orphans = finalize_graph(
+        entities.drop(columns="descriptions"), relationships.drop(columns="descriptions")
+    )
     assert orphans == 1  # A -> C: C was never extracted as an entity
     assert entities.set_index("title")["degree"].to_dict() == {"A": 1, "B": 1}
     assert relationships["combined_degree"].tolist() == [2]
 
 
 def test_offline_extraction_finds_names_and_cooccurrences():
-    units = pd.DataFrame({"id": ["u1", "u2"], "text": [
-        "Old Fezziwig laughed and Scrooge watched Fezziwig dance with Mrs. Fezziwig. The night was long.",
-        "Later Scrooge and Fezziwig spoke. Nothing more was said.",
-    ]})
+    units = pd.DataFrame(
+        {
+            "id": ["u1", "u2"],
+            "text": [
+                "Old Fezziwig laughed and Scrooge watched Fezziwig dance with Mrs. Fezziwig. The night was long.",
+                "Later Scrooge and Fezziwig spoke. Nothing more was said.",
+            ],
+        }
+    )
     entities, relationships = extract_nlp_graph(units)
     assert set(entities["title"]) == {"SCROOGE", "FEZZIWIG"}  # "Nothing" and "The" start sentences only
     pair = relationships.set_index(["source", "target"]).loc[("FEZZIWIG", "SCROOGE")]
@@ -106,14 +129,28 @@ def deep_graph(seed: int) -> tuple[pd.DataFrame, pd.DataFrame]:
     """Two dense blocks of 80 and a clique of 5: with clusters of at most 4, Leiden needs four levels or more."""
     import networkx as nx
 
-    graph = nx.stochastic_block_model([80, 80, 5], [[0.15, 0.005, 0.01], [0.005, 0.15, 0.01], [0.01, 0.01, 1.0]],
-                                      seed=seed)
+    graph = nx.stochastic_block_model(
+        [80, 80, 5], [[0.15, 0.005, 0.01], [0.005, 0.15, 0.01], [0.01, 0.01, 1.0]], seed=seed
+    )
     titles = {n: f"E{n:03d}" for n in graph}
-    entities = pd.DataFrame({"title": sorted(titles.values()), "type": "X", "description": "an entity",
-                             "text_unit_ids": [["u"]] * len(titles), "frequency": 1})
-    relationships = pd.DataFrame({"source": [titles[a] for a, b in graph.edges],
-                                  "target": [titles[b] for a, b in graph.edges], "description": "linked",
-                                  "weight": 1.0, "text_unit_ids": [["u"]] * graph.number_of_edges()})
+    entities = pd.DataFrame(
+        {
+            "title": sorted(titles.values()),
+            "type": "X",
+            "description": "an entity",
+            "text_unit_ids": [["u"]] * len(titles),
+            "frequency": 1,
+        }
+    )
+    relationships = pd.DataFrame(
+        {
+            "source": [titles[a] for a, b in graph.edges],
+            "target": [titles[b] for a, b in graph.edges],
+            "description": "linked",
+            "weight": 1.0,
+            "text_unit_ids": [["u"]] * graph.number_of_edges(),
+        }
+    )
     entities, relationships, _ = finalize_graph(entities, relationships)
     return entities, relationships
 
@@ -125,7 +162,7 @@ def test_communities_carried_down_many_levels_stay_carried_and_reuse_their_repor
     assert communities["level"].max() >= 3
     by_number = communities.set_index("community")
     clustered = None
-    for level, group in communities.groupby("level"):
+    for _level, group in communities.groupby("level"):
         members = [e for ids in group["entity_ids"] for e in ids]
         assert len(members) == len(set(members))  # a partition of the clustered entities...
         assert clustered is None or set(members) == clustered  # ...the same ones at every level
@@ -134,8 +171,12 @@ def test_communities_carried_down_many_levels_stay_carried_and_reuse_their_repor
     assert communities["community"].is_unique
     carried = communities[communities["carried_from"] >= 0]
     deep_copies = carried[carried["level"] >= 2]
-    assert len(deep_copies) and (by_number.loc[deep_copies["carried_from"], "level"].to_numpy()
-                                 == deep_copies["level"].to_numpy() - 1).all()
+    assert (
+        len(deep_copies)
+        and (
+            by_number.loc[deep_copies["carried_from"], "level"].to_numpy() == deep_copies["level"].to_numpy() - 1
+        ).all()
+    )
     for row in communities.itertuples():
         parent = by_number.loc[row.parent] if row.parent >= 0 else None
         copies_parent = parent is not None and sorted(parent.entity_ids) == sorted(row.entity_ids)

@@ -11,10 +11,12 @@ from graphrag_assets.method.extract_claims import check_claims_reply
 from graphrag_assets.method.extract_graph import check_graph_reply
 from graphrag_assets.method.records import check_free_text
 from graphrag_assets.models import EndpointError, ModelClient, ModelSettings
-from graphrag_assets_tests.model_server import REFUSAL, Faults, FakeOpenAIServer, _between, claims_reply
+from graphrag_assets_tests.model_server import REFUSAL, FakeOpenAIServer, Faults, _between, claims_reply
 
-PROMPTS = [[{"role": "user", "content": f"Entity name: E{i}\nDescription List:\n- fact number {i}\n#######"}]
-           for i in range(24)]
+PROMPTS = [
+    [{"role": "user", "content": f"Entity name: E{i}\nDescription List:\n- fact number {i}\n#######"}]
+    for i in range(24)
+]
 
 
 def run(settings: ModelSettings, work):
@@ -24,6 +26,7 @@ def run(settings: ModelSettings, work):
             return await work(client), client.usage
         finally:
             await client.close()
+
     return asyncio.run(main())
 
 
@@ -32,8 +35,16 @@ def complete_all(client):
 
 
 def settings(server, tmp_path, **overrides) -> ModelSettings:
-    return ModelSettings(**{"model": "test-model", "base_url": server.base_url, "cache_dir": str(tmp_path / "cache"),
-                            "max_retries": 3, "timeout_seconds": 5, **overrides})
+    return ModelSettings(
+        **{
+            "model": "test-model",
+            "base_url": server.base_url,
+            "cache_dir": str(tmp_path / "cache"),
+            "max_retries": 3,
+            "timeout_seconds": 5,
+            **overrides,
+        }
+    )
 
 
 def test_transient_faults_are_retried_to_the_same_answers(tmp_path):
@@ -97,9 +108,11 @@ def test_azure_openai_deployments_api_version_and_key(tmp_path):
         azure = settings(server, tmp_path, base_url=endpoint, api_version="2024-06-01", api_key="azure-key")
         answer, _ = run(azure, lambda c: c.complete(PROMPTS[0]))
         assert answer == "E0: fact number 0"
-        for wrong, words in ((dict(api_key="other-key"), "refused the API key (HTTP 401)"),
-                             (dict(model="no-such-deployment"), "HTTP 404"),
-                             (dict(api_version=None), "HTTP 404")):  # without it the client speaks OpenAI's /v1 paths
+        for wrong, words in (
+            (dict(api_key="other-key"), "refused the API key (HTTP 401)"),
+            (dict(model="no-such-deployment"), "HTTP 404"),
+            (dict(api_version=None), "HTTP 404"),
+        ):  # without it the client speaks OpenAI's /v1 paths
             with pytest.raises(EndpointError, match=re.escape(words)):  # a fresh cache: the answer above is cached
                 run(ModelSettings(**{**azure.__dict__, "cache_dir": None, **wrong}), lambda c: c.complete(PROMPTS[0]))
 
@@ -125,19 +138,27 @@ def test_a_429_that_persists_past_the_retries_fails_the_call(tmp_path):
     assert refused == 2 * (len(PROMPTS) - 1) and "RateLimitError" in usage.errors[0]
 
 
-EXTRACTION = [[{"role": "user", "content": f"-Goal- extract\nEntity_types: person\nText: {text}\nOutput:"}]
-              for text in ("Marley met Scrooge and Marley again. Scrooge laughed.",
-                           "Fezziwig danced with Belle while Fezziwig sang to Belle.",
-                           "Fred visited Scrooge, and Fred smiled at Scrooge.")]
-CLAIMS = [[{"role": "user", "content": f"-Target activity-\nText: {m[0]['content'].split('Text: ')[1]}"}]
-          for m in EXTRACTION]
+EXTRACTION = [
+    [{"role": "user", "content": f"-Goal- extract\nEntity_types: person\nText: {text}\nOutput:"}]
+    for text in (
+        "Marley met Scrooge and Marley again. Scrooge laughed.",
+        "Fezziwig danced with Belle while Fezziwig sang to Belle.",
+        "Fred visited Scrooge, and Fred smiled at Scrooge.",
+    )
+]
+CLAIMS = [
+    [{"role": "user", "content": f"-Target activity-\nText: {m[0]['content'].split('Text: ')[1]}"}] for m in EXTRACTION
+]
 
 
-@pytest.mark.parametrize("faults,problem", [
-    (Faults(truncated_every=1, heeds_corrections=False), "cut off at max_tokens"),
-    (Faults(malformed_every=1, heeds_corrections=False), "cut off or is not in the record format"),
-    (Faults(refusal_every=1, heeds_corrections=False), "cut off or is not in the record format"),
-])
+@pytest.mark.parametrize(
+    "faults,problem",
+    [
+        (Faults(truncated_every=1, heeds_corrections=False), "cut off at max_tokens"),
+        (Faults(malformed_every=1, heeds_corrections=False), "cut off or is not in the record format"),
+        (Faults(refusal_every=1, heeds_corrections=False), "cut off or is not in the record format"),
+    ],
+)
 def test_an_invalid_reply_is_asked_again_never_cached_and_fails_when_it_stays_invalid(tmp_path, faults, problem):
     """Every re-ask of these stays invalid (the fault hits every request), so each prompt fails, loudly."""
     work = lambda c: asyncio.gather(*(c.complete(m, parse=check_graph_reply) for m in EXTRACTION))  # noqa: E731
@@ -175,7 +196,7 @@ def test_an_old_cache_entry_that_fails_the_check_is_asked_for_again(tmp_path):
     assert usage.cache_hits == 0 and answer.endswith("<|COMPLETE|>")
     with diskcache.Cache(str(tmp_path / "cache")) as cache:  # ...and a poisoned entry from an older version
         key = next(iter(cache))
-        cache.set(key, "(\"entity\"<|>MARLEY<|>PERSON<|>cut off")
+        cache.set(key, '("entity"<|>MARLEY<|>PERSON<|>cut off')
     with FakeOpenAIServer() as server:
         answer, usage = run(settings(server, tmp_path), work)
         assert server.count("extract") == 1
@@ -185,9 +206,15 @@ def test_an_old_cache_entry_that_fails_the_check_is_asked_for_again(tmp_path):
 def test_a_refused_summary_is_not_kept_as_a_description(tmp_path):
     prompt = [{"role": "user", "content": "Entity name: E\nDescription List:\n- one\n- two\n#######"}]
     with FakeOpenAIServer(Faults(refusal_every=1, heeds_corrections=False)) as server:
-        answer, usage = run(settings(server, tmp_path, invalid_reply_retries=1),
-                            lambda c: c.complete(prompt, parse=check_free_text))
-    assert answer is None and usage.invalid_replies == 2 and "declined" in usage.errors[0] and REFUSAL[:8] in usage.errors[0]
+        answer, usage = run(
+            settings(server, tmp_path, invalid_reply_retries=1), lambda c: c.complete(prompt, parse=check_free_text)
+        )
+    assert (
+        answer is None
+        and usage.invalid_replies == 2
+        and "declined" in usage.errors[0]
+        and REFUSAL[:8] in usage.errors[0]
+    )
 
 
 def test_a_garbled_http_body_is_retried(tmp_path):
@@ -196,11 +223,14 @@ def test_a_garbled_http_body_is_retried(tmp_path):
     assert all(answers) and usage.retries >= len(PROMPTS) and usage.failures == 0
 
 
-@pytest.mark.parametrize("faults,words,retryable", [
-    (Faults(status=401), "refused the API key (HTTP 401)", False),
-    (Faults(status=404), "HTTP 404", False),
-    (Faults(hang=True), "did not answer within 1 s", True),
-])
+@pytest.mark.parametrize(
+    "faults,words,retryable",
+    [
+        (Faults(status=401), "refused the API key (HTTP 401)", False),
+        (Faults(status=404), "HTTP 404", False),
+        (Faults(hang=True), "did not answer within 1 s", True),
+    ],
+)
 def test_a_misconfigured_or_hanging_endpoint_fails_fast_naming_it(tmp_path, faults, words, retryable):
     secret = "sk-never-shown-0123456789"
     with FakeOpenAIServer(faults) as server:
@@ -226,10 +256,12 @@ def test_a_down_endpoint_fails_in_seconds(tmp_path):
 
 def test_the_circuit_breaker_stops_a_step_when_the_endpoint_starts_hanging(tmp_path):
     with FakeOpenAIServer() as server:
+
         async def work(client):
             await client.complete(PROMPTS[0])  # the probe and one call succeed
             server.faults.hang = True
             return await complete_all(client)
+
         started = time.monotonic()
         with pytest.raises(EndpointError, match="requests in a row failed"):
             run(settings(server, tmp_path, timeout_seconds=1, max_retries=6, max_concurrency=8), work)

@@ -20,14 +20,17 @@ def test_the_sensor_registers_new_corpora_and_refuses_unsafe_folders(workspace, 
     (workspace.data / "escape").symlink_to(tmp_path / "elsewhere")
     workspace.add_sample_corpus()
     instance = dg.DagsterInstance.ephemeral()
-    context = dg.build_sensor_context(instance=instance, resources={"corpora": CorporaResource(root=str(workspace.data))})
+    context = dg.build_sensor_context(
+        instance=instance, resources={"corpora": CorporaResource(root=str(workspace.data))}
+    )
     result = new_corpus_sensor(context)
     assert sorted(r.partition_key for r in result.run_requests) == [SAMPLE_CORPUS, "reports-2024"]
     assert sorted(result.dynamic_partitions_requests[0].partition_keys) == [SAMPLE_CORPUS, "reports-2024"]
 
     instance.add_dynamic_partitions("corpus", [SAMPLE_CORPUS, "reports-2024"])
-    again = new_corpus_sensor(dg.build_sensor_context(
-        instance=instance, resources={"corpora": CorporaResource(root=str(workspace.data))}))
+    again = new_corpus_sensor(
+        dg.build_sensor_context(instance=instance, resources={"corpora": CorporaResource(root=str(workspace.data))})
+    )
     assert isinstance(again, dg.SkipReason) and "refused: Not Safe, escape" in again.skip_message
     names, refused = CorporaResource(root=str(workspace.data)).scan()
     assert "not a safe identifier" in refused["Not Safe"] and "outside" in refused["escape"]
@@ -37,7 +40,7 @@ def test_the_nightly_schedule_reindexes_every_corpus_that_still_has_a_folder(wor
     for name in ("a", "b"):
         (workspace.data / name).mkdir()
     corpora = {"corpora": CorporaResource(root=str(workspace.data))}
-    tick = datetime.datetime(2026, 11, 30, 2, tzinfo=datetime.timezone.utc)
+    tick = datetime.datetime(2026, 11, 30, 2, tzinfo=datetime.UTC)
     (workspace.root / "home").mkdir()
     # Schedule contexts are closed with `with`: one left open keeps a reloaded instance's storage in a context
     # variable, and every later Definitions load in this process fails once that instance is collected.
@@ -61,8 +64,11 @@ def test_reindexing_pays_only_for_what_changed(workspace):
 
     def reindex():
         with FakeOpenAIServer() as server:
-            result = workspace.materialize("parts", chat=chat_resource(server.base_url, workspace.cache),
-                                           embeddings=embedding_resource(server.base_url, workspace.cache))
+            result = workspace.materialize(
+                "parts",
+                chat=chat_resource(server.base_url, workspace.cache),
+                embeddings=embedding_resource(server.base_url, workspace.cache),
+            )
             return result, server.successes("extract"), server.successes("report")
 
     first, first_extracts, first_reports = reindex()
@@ -74,11 +80,17 @@ def test_reindexing_pays_only_for_what_changed(workspace):
 
     held_out.write_text(held_text)  # a new document arrives
     added, extracts, reports = reindex()
-    new_units = workspace.sql("""SELECT t.id FROM text_units t JOIN documents d ON d.id = t.document_id
-                                 WHERE d.title = ? AND t.corpus = 'parts'""", names[-1])
+    new_units = workspace.sql(
+        """SELECT t.id FROM text_units t JOIN documents d ON d.id = t.document_id
+                                 WHERE d.title = ? AND t.corpus = 'parts'""",
+        names[-1],
+    )
     assert len(extracts) == len(new_units) and all(n == 1 for n in extracts.values())
-    total_reports = len(workspace.sql("SELECT id FROM community_reports WHERE corpus = 'parts'"))
-    assert len(reports) < total_reports  # only communities whose context changed were written again
+    # Only communities whose context changed were written again: every report asked for is one the first run never
+    # asked for (an unchanged context is answered by the cache), and fewer than the first run's report calls.
+    assert reports and not set(reports) & set(first_reports)
+    assert len(reports) < len(first_reports)
+    assert materialization_metadata(added, "community_reports")["model_calls"] == len(reports) + 1  # + the probe
 
     gone = workspace.data / "parts" / names[0]
     gone_id = workspace.sql("SELECT id FROM documents WHERE title = ?", names[0])["id"][0]
@@ -87,7 +99,10 @@ def test_reindexing_pays_only_for_what_changed(workspace):
     assert workspace.sql("SELECT count(*) AS n FROM text_units WHERE document_id = ?", gone_id)["n"][0] == 0
     units = set(workspace.sql("SELECT id FROM text_units WHERE corpus = 'parts'")["id"])
     for table in ("entities", "relationships"):
-        referenced = {u for ids in workspace.sql(f"SELECT text_unit_ids FROM {table} WHERE corpus = 'parts'")[
-            "text_unit_ids"] for u in ids}
+        referenced = {
+            u
+            for ids in workspace.sql(f"SELECT text_unit_ids FROM {table} WHERE corpus = 'parts'")["text_unit_ids"]
+            for u in ids
+        }
         assert referenced <= units
     assert set(workspace.sql("SELECT text_unit_id FROM covariates WHERE corpus = 'parts'")["text_unit_id"]) <= units

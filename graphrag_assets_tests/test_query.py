@@ -31,8 +31,10 @@ def ask(index_fixture, asset, config, server=None, **kwargs):
     workspace = index_fixture[0]
     models = {}
     if server is not None:
-        models = {"chat": chat_resource(server.base_url, workspace.cache),
-                  "embeddings": embedding_resource(server.base_url, workspace.cache)}
+        models = {
+            "chat": chat_resource(server.base_url, workspace.cache),
+            "embeddings": embedding_resource(server.base_url, workspace.cache),
+        }
     return workspace.ask(SAMPLE_CORPUS, asset, config, **models, **kwargs)
 
 
@@ -85,8 +87,12 @@ def test_global_search_at_every_level_records_context_tokens_against_ts(llm_inde
 
 @pytest.mark.parametrize("level", [0, 1])
 def test_dynamic_selection_rates_only_real_communities_down_to_the_level(llm_index, llm_server, level):
-    result = ask(llm_index, "global_search", {"question": QUESTION, "community_level": level,
-                                              "dynamic_community_selection": True}, server=llm_server)
+    result = ask(
+        llm_index,
+        "global_search",
+        {"question": QUESTION, "community_level": level, "dynamic_community_selection": True},
+        server=llm_server,
+    )
     details = materialization_metadata(result, "global_search")["details"]
     communities = llm_index[0].sql("SELECT community, level, carried_from FROM communities").set_index("community")
     rated = communities.loc[details["rated_communities"]]
@@ -100,8 +106,9 @@ def test_dynamic_selection_rates_only_real_communities_down_to_the_level(llm_ind
 
 
 def test_map_scores_of_zero_are_dropped_and_the_reduce_window_is_packed_by_score():
-    points = [{"description": f"point {i} " + "word " * 30, "score": score}
-              for i, score in enumerate([0, 40, 90, 0, 70, 10])]
+    points = [
+        {"description": f"point {i} " + "word " * 30, "score": score} for i, score in enumerate([0, 40, 90, 0, 70, 10])
+    ]
     one = count_tokens(f"----Analyst 1----\nImportance Score: 90\n{points[2]['description']}") + 1
     text, kept, tokens = reduce_points(points, budget=2 * one + 2)
     assert [p["score"] for p in kept] == [90, 70]  # room for two: the highest scores, in order
@@ -110,10 +117,13 @@ def test_map_scores_of_zero_are_dropped_and_the_reduce_window_is_packed_by_score
     assert [p["score"] for p in everything] == [90, 70, 40, 10]
 
 
-@pytest.mark.parametrize("config,message", [
-    ({"question": QUESTION, "community_level": 99}, "community level 99 does not exist"),
-    ({"question": "   ", "community_level": 0}, "the question is empty"),
-])
+@pytest.mark.parametrize(
+    "config,message",
+    [
+        ({"question": QUESTION, "community_level": 99}, "community level 99 does not exist"),
+        ({"question": "   ", "community_level": 0}, "the question is empty"),
+    ],
+)
 def test_bad_config_fails_before_any_model_call(llm_index, config, message):
     with FakeOpenAIServer() as server:
         result = ask(llm_index, "global_search", config, server=server, raise_on_error=False)

@@ -10,7 +10,7 @@ import diskcache
 import pytest
 
 from graphrag_assets.failures import NO_RUN_RETRY_TAG
-from graphrag_assets_tests.model_server import Faults, FakeOpenAIServer
+from graphrag_assets_tests.model_server import FakeOpenAIServer, Faults
 
 from .conftest import REPO, SAMPLE_CORPUS, Workspace, chat_resource, materialization_metadata, open_instance
 
@@ -23,17 +23,39 @@ def test_a_killed_run_resumes_from_the_response_cache(tmp_path):
     home = tmp_path / "dagster_home"
     home.mkdir()
     with FakeOpenAIServer(latency_seconds=0.05) as server:
-        env = {**os.environ, "DAGSTER_HOME": str(home), "GRAPHRAG_API_BASE": server.base_url,
-               "GRAPHRAG_DUCKDB": str(workspace.database), "GRAPHRAG_CACHE_DIR": str(workspace.cache),
-               "GRAPHRAG_DATA_DIR": str(workspace.data), "GRAPHRAG_MAX_CONCURRENCY": "4",
-               "GRAPHRAG_RPM": "1000000", "GRAPHRAG_TPM": "1000000000"}
+        env = {
+            **os.environ,
+            "DAGSTER_HOME": str(home),
+            "GRAPHRAG_API_BASE": server.base_url,
+            "GRAPHRAG_DUCKDB": str(workspace.database),
+            "GRAPHRAG_CACHE_DIR": str(workspace.cache),
+            "GRAPHRAG_DATA_DIR": str(workspace.data),
+            "GRAPHRAG_MAX_CONCURRENCY": "4",
+            "GRAPHRAG_RPM": "1000000",
+            "GRAPHRAG_TPM": "1000000000",
+        }
         with open_instance(home) as instance:
             instance.add_dynamic_partitions("corpus", [SAMPLE_CORPUS])
         # The real Dagster CLI in its own process group, killed with SIGKILL: no chance to clean up.
         run = subprocess.Popen(
-            [sys.executable, "-m", "dagster", "asset", "materialize", "-m", "graphrag_assets.definitions",
-             "--select", "entities,relationships", "--partition", SAMPLE_CORPUS],
-            cwd=REPO, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True,
+            [
+                sys.executable,
+                "-m",
+                "dagster",
+                "asset",
+                "materialize",
+                "-m",
+                "graphrag_assets.definitions",
+                "--select",
+                "entities,relationships",
+                "--partition",
+                SAMPLE_CORPUS,
+            ],
+            cwd=REPO,
+            env=env,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+            start_new_session=True,
         )
         deadline = time.monotonic() + 120
         while sum(server.successes("extract").values()) < 40:
@@ -48,8 +70,9 @@ def test_a_killed_run_resumes_from_the_response_cache(tmp_path):
             cached_before_kill = len(cache)
         assert 0 < cached_before_kill <= answered_before_kill
 
-        result = workspace.materialize(SAMPLE_CORPUS, chat=chat_resource(server.base_url, workspace.cache),
-                                       selection=["entities", "relationships"])
+        result = workspace.materialize(
+            SAMPLE_CORPUS, chat=chat_resource(server.base_url, workspace.cache), selection=["entities", "relationships"]
+        )
         answered_twice = {key: n for key, n in server.successes().items() if n > 1}
 
     metadata = materialization_metadata(result, "entities")
@@ -65,18 +88,24 @@ def test_a_step_failed_by_a_broken_endpoint_is_cheap_to_retry(tmp_path):
     workspace.materialize(SAMPLE_CORPUS, selection=["documents", "base_text_units"])
     selection = ["entities", "relationships"]
     with FakeOpenAIServer(Faults(broken_every=4)) as broken:
-        result = workspace.materialize(SAMPLE_CORPUS, chat=chat_resource(broken.base_url, workspace.cache,
-                                                                         max_retries=1),
-                                       selection=selection, raise_on_error=False)
+        result = workspace.materialize(
+            SAMPLE_CORPUS,
+            chat=chat_resource(broken.base_url, workspace.cache, max_retries=1),
+            selection=selection,
+            raise_on_error=False,
+        )
         paid_for = set(broken.successes())
     assert not result.success
     failure = result.get_step_failure_events()[0].step_failure_data.user_failure_data
     assert "text units got no valid model reply" in failure.description and "a re-run pays only" in failure.description
-    assert "injected" in str(failure.metadata["errors"].value) or "upstream failed" in str(failure.metadata["errors"].value)
+    assert "injected" in str(failure.metadata["errors"].value) or "upstream failed" in str(
+        failure.metadata["errors"].value
+    )
 
     with FakeOpenAIServer() as fixed:
-        retry = workspace.materialize(SAMPLE_CORPUS, chat=chat_resource(fixed.base_url, workspace.cache),
-                                      selection=selection)
+        retry = workspace.materialize(
+            SAMPLE_CORPUS, chat=chat_resource(fixed.base_url, workspace.cache), selection=selection
+        )
         asked_again = set(fixed.successes())
     metadata = materialization_metadata(retry, "entities")
     # No request that succeeded in the failed run was sent again; those answers came from the cache.
@@ -85,19 +114,25 @@ def test_a_step_failed_by_a_broken_endpoint_is_cheap_to_retry(tmp_path):
     assert metadata["failed_text_units"] == 0
 
 
-@pytest.mark.parametrize("faults,words,retried", [
-    (Faults(status=401), "refused the API key (HTTP 401)", False),
-    (Faults(hang=True), "did not answer within 2 s", True),
-])
+@pytest.mark.parametrize(
+    "faults,words,retried",
+    [
+        (Faults(status=401), "refused the API key (HTTP 401)", False),
+        (Faults(hang=True), "did not answer within 2 s", True),
+    ],
+)
 def test_a_dead_endpoint_fails_the_step_fast_and_retries_only_what_time_can_fix(tmp_path, faults, words, retried):
     workspace = Workspace(tmp_path)
     workspace.add_sample_corpus()
     workspace.materialize(SAMPLE_CORPUS, selection=["documents", "base_text_units"])
     with FakeOpenAIServer(faults) as server:
         started = time.monotonic()
-        result = workspace.materialize(SAMPLE_CORPUS, chat=chat_resource(server.base_url, workspace.cache,
-                                                                         timeout_seconds=2),
-                                       selection=["entities", "relationships"], raise_on_error=False)
+        result = workspace.materialize(
+            SAMPLE_CORPUS,
+            chat=chat_resource(server.base_url, workspace.cache, timeout_seconds=2),
+            selection=["entities", "relationships"],
+            raise_on_error=False,
+        )
         elapsed = time.monotonic() - started
         requests = server.count()
     failure = result.get_step_failure_events()[0]

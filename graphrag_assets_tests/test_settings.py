@@ -21,8 +21,12 @@ def chunked(tmp_path_factory):
 def extract(workspace: Workspace, tmp_path, config: dict, selection=("entities", "relationships"), **server_options):
     """Run the selection with its own response cache, so every call reaches the server; returns the server."""
     with FakeOpenAIServer(**server_options) as server:
-        result = workspace.materialize(SAMPLE_CORPUS, chat=chat_resource(server.base_url, tmp_path / "cache"),
-                                       selection=list(selection), run_config={"ops": config})
+        result = workspace.materialize(
+            SAMPLE_CORPUS,
+            chat=chat_resource(server.base_url, tmp_path / "cache"),
+            selection=list(selection),
+            run_config={"ops": config},
+        )
     return server, result
 
 
@@ -37,15 +41,17 @@ def test_gleaning_rounds(chunked, tmp_path, rounds, more):
 
 
 def test_entity_types_are_what_the_model_is_asked_for(chunked, tmp_path):
-    server, _ = extract(chunked, tmp_path, {"entity_graph": {"config": {"entity_types": ["ship", "harbour"],
-                                                                         "max_gleanings": 0}}})
+    server, _ = extract(
+        chunked, tmp_path, {"entity_graph": {"config": {"entity_types": ["ship", "harbour"], "max_gleanings": 0}}}
+    )
     prompts = [s.prompt for s in server.served if s.kind == "extract"]
     assert prompts and all("Entity_types: ship,harbour" in p for p in prompts)
 
 
 def test_claims_can_be_switched_off(chunked, tmp_path):
-    server, result = extract(chunked, tmp_path, {"covariates": {"config": {"enabled": False}}},
-                             selection=("covariates",))
+    server, result = extract(
+        chunked, tmp_path, {"covariates": {"config": {"enabled": False}}}, selection=("covariates",)
+    )
     assert server.count() == 0
     assert materialization_metadata(result, "covariates")["skipped_because"] == "claims are switched off"
 
@@ -69,19 +75,27 @@ def query_server():
 
 def test_drift_search_follows_up_to_the_depth_asked(llm_index, query_server):
     for depth in (1, 2):
-        result = ask(llm_index, "drift_search", {"question": QUESTION, "depth": depth, "follow_ups": 2},
-                     server=query_server)
+        result = ask(
+            llm_index, "drift_search", {"question": QUESTION, "depth": depth, "follow_ups": 2}, server=query_server
+        )
         follow_ups = json.loads(answer_row(llm_index[0], result).context)["follow_ups"]
         assert max(f["depth"] for f in follow_ups) == depth and all(f["answered"] for f in follow_ups)
         assert sum(f["depth"] == 2 for f in follow_ups) == (2 if depth == 2 else 0)
 
 
-@pytest.mark.parametrize("community_prop,text_unit_prop,has_reports,has_units", [
-    (0.0, 0.5, False, True), (0.25, 0.0, True, False), (0.25, 0.5, True, True)])
-def test_local_search_shares_its_budget_as_configured(llm_index, query_server, community_prop, text_unit_prop,
-                                                      has_reports, has_units):
-    result = ask(llm_index, "local_search", {"question": QUESTION, "community_prop": community_prop,
-                                             "text_unit_prop": text_unit_prop}, server=query_server)
+@pytest.mark.parametrize(
+    "community_prop,text_unit_prop,has_reports,has_units",
+    [(0.0, 0.5, False, True), (0.25, 0.0, True, False), (0.25, 0.5, True, True)],
+)
+def test_local_search_shares_its_budget_as_configured(
+    llm_index, query_server, community_prop, text_unit_prop, has_reports, has_units
+):
+    result = ask(
+        llm_index,
+        "local_search",
+        {"question": QUESTION, "community_prop": community_prop, "text_unit_prop": text_unit_prop},
+        server=query_server,
+    )
     context = json.loads(answer_row(llm_index[0], result).context)
     assert bool(context["reports"]) == has_reports and bool(context["text_units"]) == has_units
     assert context["entities"]
@@ -91,10 +105,13 @@ def test_global_search_shuffles_reports_into_windows_by_its_seed(llm_index, tmp_
     def map_prompts(seed: int, cache: str):
         with FakeOpenAIServer() as server:
             workspace = llm_index[0]
-            workspace.ask(SAMPLE_CORPUS, "global_search", {"question": QUESTION, "community_level": 1,
-                                                           "map_window_tokens": 600, "seed": seed},
-                          chat=chat_resource(server.base_url, tmp_path / cache),
-                          embeddings=embedding_resource(server.base_url, tmp_path / cache))
+            workspace.ask(
+                SAMPLE_CORPUS,
+                "global_search",
+                {"question": QUESTION, "community_level": 1, "map_window_tokens": 600, "seed": seed},
+                chat=chat_resource(server.base_url, tmp_path / cache),
+                embeddings=embedding_resource(server.base_url, tmp_path / cache),
+            )
             return sorted(s.prompt for s in server.served if s.kind == "map")
 
     first, again, other = map_prompts(1, "a"), map_prompts(1, "b"), map_prompts(2, "c")
@@ -102,6 +119,11 @@ def test_global_search_shuffles_reports_into_windows_by_its_seed(llm_index, tmp_
     assert first != other
 
     def rows(prompts):
-        return sorted(line for p in prompts for line in p.split("---Data tables---")[-1].split("---Question")[0]
-                      .splitlines()[2:] if "|" in line)
+        return sorted(
+            line
+            for p in prompts
+            for line in p.split("---Data tables---")[-1].split("---Question")[0].splitlines()[2:]
+            if "|" in line
+        )
+
     assert rows(first) == rows(other)  # another seed packs the same reports differently

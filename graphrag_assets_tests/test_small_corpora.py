@@ -25,7 +25,7 @@ def write_corpus(folder, kind: str) -> None:
         with open(folder / "book.csv", "w", newline="", encoding="utf-8") as out:
             rows = csv.writer(out)
             rows.writerow(["title", "text"])
-            rows.writerows([f"Chapter {i + 1}", book[20000 + i * 3000:20000 + (i + 1) * 3000]] for i in range(15))
+            rows.writerows([f"Chapter {i + 1}", book[20000 + i * 3000 : 20000 + (i + 1) * 3000]] for i in range(15))
 
 
 @pytest.mark.parametrize("kind", ["three files", "one lowercase sentence", "repetitive", "fifteen csv chapters"])
@@ -43,15 +43,20 @@ def test_the_offline_engine_indexes_a_small_corpus(workspace, kind):
 
 def test_the_offline_embedding_model_is_stored_as_arrays_and_embeds_questions_the_same(offline_index):
     workspace, _, _ = offline_index
-    columns = dict(workspace.sql("SELECT column_name, data_type FROM information_schema.columns "
-                                 "WHERE table_name = 'embedding_models'").values)
+    columns = dict(
+        workspace.sql(
+            "SELECT column_name, data_type FROM information_schema.columns WHERE table_name = 'embedding_models'"
+        ).values
+    )
     assert columns["vocabulary"] == "VARCHAR[]" and columns["components"] == "FLOAT[][]"
     assert "BLOB" not in columns.values()
     row = next(workspace.sql(f"SELECT * FROM embedding_models WHERE corpus = '{SAMPLE_CORPUS}'").itertuples())
     model = LocalEmbedder.from_row(row)
     assert model.dimensions == row.dimensions == 128
-    units = workspace.sql(f"SELECT u.text, e.embedding FROM text_units u JOIN text_embeddings e USING (id, corpus) "
-                          f"WHERE u.corpus = '{SAMPLE_CORPUS}' ORDER BY u.id LIMIT 5")
+    units = workspace.sql(
+        f"SELECT u.text, e.embedding FROM text_units u JOIN text_embeddings e USING (id, corpus) "
+        f"WHERE u.corpus = '{SAMPLE_CORPUS}' ORDER BY u.id LIMIT 5"
+    )
     stored = np.stack(units["embedding"].map(np.asarray))
     assert np.allclose(model.embed(units["text"].tolist()), stored, atol=1e-5)
 
@@ -60,5 +65,6 @@ def test_an_old_pickled_model_is_refused_not_loaded():
     class Row:
         vocabulary = None
         idf = components = stop_words = None
+
     with pytest.raises(ValueError, match="older version: materialize text_embeddings again"):
         LocalEmbedder.from_row(Row())

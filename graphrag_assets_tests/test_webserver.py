@@ -49,12 +49,17 @@ class UI:
     def __init__(self, client: DagsterGraphQLClient, url: str, workspace: Workspace, prompts: Path, home: Path):
         self.client, self.url, self.workspace, self.prompts, self.home = client, url, workspace, prompts, home
 
-    def run(self, job: str, run_config: dict | None = None, timeout: float = 300, assets: list[str] | None = None) -> str:
-        run_id = self.client.submit_job_execution(job, run_config=run_config or {}, asset_selection=assets,
-                                                  tags={"dagster/partition": SAMPLE_CORPUS})
+    def run(
+        self, job: str, run_config: dict | None = None, timeout: float = 300, assets: list[str] | None = None
+    ) -> str:
+        run_id = self.client.submit_job_execution(
+            job, run_config=run_config or {}, asset_selection=assets, tags={"dagster/partition": SAMPLE_CORPUS}
+        )
         deadline = time.monotonic() + timeout
-        while (status := self.client.get_run_status(run_id)) not in (dg.DagsterRunStatus.SUCCESS,
-                                                                      dg.DagsterRunStatus.FAILURE):
+        while (status := self.client.get_run_status(run_id)) not in (
+            dg.DagsterRunStatus.SUCCESS,
+            dg.DagsterRunStatus.FAILURE,
+        ):
             assert time.monotonic() < deadline, f"run {run_id} of {job} still {status}"
             time.sleep(1)
         assert status == dg.DagsterRunStatus.SUCCESS, f"run {run_id} of {job} failed"
@@ -81,18 +86,41 @@ def ui(tmp_path_factory):
     with open_instance(home) as instance:
         instance.add_dynamic_partitions("corpus", [SAMPLE_CORPUS])
     port = free_port()
-    env = {**os.environ, "DAGSTER_HOME": str(home), "GRAPHRAG_DUCKDB": str(workspace.database),
-           "GRAPHRAG_CACHE_DIR": str(workspace.cache), "GRAPHRAG_DATA_DIR": str(workspace.data),
-           "GRAPHRAG_PROMPTS_DIR": str(prompts)}
+    env = {
+        **os.environ,
+        "DAGSTER_HOME": str(home),
+        "GRAPHRAG_DUCKDB": str(workspace.database),
+        "GRAPHRAG_CACHE_DIR": str(workspace.cache),
+        "GRAPHRAG_DATA_DIR": str(workspace.data),
+        "GRAPHRAG_PROMPTS_DIR": str(prompts),
+    }
     for variable in ("GRAPHRAG_API_BASE", "GRAPHRAG_API_KEY"):
         env.pop(variable, None)
-    server = subprocess.Popen([sys.executable, "-m", "dagster_webserver", "-h", "127.0.0.1", "-p", str(port),
-                               "-w", str(REPO / "workspace.yaml")], cwd=REPO, env=env,
-                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    server = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "dagster_webserver",
+            "-h",
+            "127.0.0.1",
+            "-p",
+            str(port),
+            "-w",
+            str(REPO / "workspace.yaml"),
+        ],
+        cwd=REPO,
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
     # The daemon runs backfills, sensors and run monitoring, as under `dagster dev`.
-    daemon = subprocess.Popen([str(Path(sys.executable).parent / "dagster-daemon"), "run", "-w",
-                               str(REPO / "workspace.yaml")],
-                              cwd=REPO, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    daemon = subprocess.Popen(
+        [str(Path(sys.executable).parent / "dagster-daemon"), "run", "-w", str(REPO / "workspace.yaml")],
+        cwd=REPO,
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
     client = DagsterGraphQLClient("127.0.0.1", port_number=port, timeout=60)
     deadline = time.monotonic() + 180
     while True:
@@ -112,8 +140,10 @@ def ui(tmp_path_factory):
 
 
 def test_a_question_launched_through_graphql_is_answered_and_recorded(ui):
-    run_id = ui.run("ask_global_search", {"ops": {"global_search": {"config": {
-        "question": "Who is Tiny Tim?", "community_level": 1}}}})
+    run_id = ui.run(
+        "ask_global_search",
+        {"ops": {"global_search": {"config": {"question": "Who is Tiny Tim?", "community_level": 1}}}},
+    )
     row = ui.workspace.sql("SELECT * FROM query_answers WHERE run_id = ?", run_id).iloc[0]
     assert row.question == "Who is Tiny Tim?" and row.method == "global" and row.community_level == 1
     assert "Extractive answer" in row.answer
@@ -121,8 +151,11 @@ def test_a_question_launched_through_graphql_is_answered_and_recorded(ui):
 
 def test_graphql_refuses_a_config_the_launchpad_would_flag(ui):
     with pytest.raises(DagsterGraphQLClientError):
-        ui.client.submit_job_execution("ask_global_search", run_config={"ops": {"global_search": {"config": {
-            "community_level": 0}}}}, tags={"dagster/partition": SAMPLE_CORPUS})  # no question
+        ui.client.submit_job_execution(
+            "ask_global_search",
+            run_config={"ops": {"global_search": {"config": {"community_level": 0}}}},
+            tags={"dagster/partition": SAMPLE_CORPUS},
+        )  # no question
 
 
 def test_a_backfill_of_two_new_corpora_from_the_ui(ui):
@@ -134,16 +167,28 @@ def test_a_backfill_of_two_new_corpora_from_the_ui(ui):
         split_sample(ui.workspace.data / name, 10)
         for part in sorted((ui.workspace.data / name).iterdir())[1:]:
             part.unlink()
-    index_assets = ["documents", "base_text_units", "entities", "relationships", "covariates", "text_units",
-                    "communities", "community_reports"]
-    launched = ui.client._execute(BACKFILL, {"params": {
-        "assetSelection": [{"path": [a]} for a in index_assets], "partitionNames": ["north", "south"]}})
+    index_assets = [
+        "documents",
+        "base_text_units",
+        "entities",
+        "relationships",
+        "covariates",
+        "text_units",
+        "communities",
+        "community_reports",
+    ]
+    launched = ui.client._execute(
+        BACKFILL,
+        {"params": {"assetSelection": [{"path": [a]} for a in index_assets], "partitionNames": ["north", "south"]}},
+    )
     backfill = launched["launchPartitionBackfill"]
     assert backfill["__typename"] == "LaunchBackfillSuccess", backfill
     deadline = time.monotonic() + 400
-    while (status := ui.client._execute(BACKFILL_STATUS, {"id": backfill["backfillId"]})[
-            "partitionBackfillOrError"]["status"]) not in ("COMPLETED", "COMPLETED_SUCCESS", "FAILED",
-                                                          "COMPLETED_FAILED", "CANCELED"):
+    while (
+        status := ui.client._execute(BACKFILL_STATUS, {"id": backfill["backfillId"]})["partitionBackfillOrError"][
+            "status"
+        ]
+    ) not in ("COMPLETED", "COMPLETED_SUCCESS", "FAILED", "COMPLETED_FAILED", "CANCELED"):
         assert time.monotonic() < deadline, f"backfill still {status}"
         time.sleep(2)
     assert status in ("COMPLETED", "COMPLETED_SUCCESS")
@@ -158,12 +203,21 @@ def test_the_ui_in_a_real_browser(ui, tmp_path):
         pytest.skip(f"{CHROMIUM} is not installed here (apt-get install chromium)")
     from playwright.sync_api import sync_playwright
 
-    ui.run("ask_global_search", {"ops": {"global_search": {"config": {
-        "question": "What does Scrooge learn?", "community_level": 0}}}})
+    ui.run(
+        "ask_global_search",
+        {"ops": {"global_search": {"config": {"question": "What does Scrooge learn?", "community_level": 0}}}},
+    )
     shots = Path(os.environ.get("GRAPHRAG_SCREENSHOTS", tmp_path))
     shots.mkdir(parents=True, exist_ok=True)
-    flags = ["--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run", "--disable-background-networking",
-             "--disable-component-update", "--disable-sync"]
+    flags = [
+        "--no-sandbox",
+        "--disable-gpu",
+        "--disable-quic",
+        "--no-first-run",
+        "--disable-background-networking",
+        "--disable-component-update",
+        "--disable-sync",
+    ]
     with sync_playwright() as playwright:
         browser = playwright.chromium.launch(executable_path=CHROMIUM, args=flags)
         page = browser.new_page(viewport={"width": 1500, "height": 1000})
@@ -188,14 +242,29 @@ def test_the_ui_in_a_real_browser(ui, tmp_path):
         page.wait_for_timeout(1000)
         page.screenshot(path=shots / "global_search_answer.png")
         browser.close()
-    assert all((shots / name).stat().st_size > 10_000
-               for name in ("asset_graph.png", "umap_layout.png", "global_search_answer.png"))
+    assert all(
+        (shots / name).stat().st_size > 10_000
+        for name in ("asset_graph.png", "umap_layout.png", "global_search_answer.png")
+    )
 
 
 def test_editing_a_prompt_or_a_setting_marks_exactly_the_dependent_assets_stale(ui):
-    index_assets = {"documents", "base_text_units", "entities", "relationships", "covariates", "text_units",
-                    "communities", "community_reports", "text_embeddings", "document_embeddings",
-                    "graph_embeddings", "layouts", "graphml_export", "parquet_export"}
+    index_assets = {
+        "documents",
+        "base_text_units",
+        "entities",
+        "relationships",
+        "covariates",
+        "text_units",
+        "communities",
+        "community_reports",
+        "text_embeddings",
+        "document_embeddings",
+        "graph_embeddings",
+        "layouts",
+        "graphml_export",
+        "parquet_export",
+    }
     assert {a: s for a, s in ui.staleness().items() if a in index_assets and s != "FRESH"} == {}
 
     prompt = ui.prompts / "community_report.txt"
@@ -206,12 +275,16 @@ def test_editing_a_prompt_or_a_setting_marks_exactly_the_dependent_assets_stale(
     prompt.write_text(original)
     ui.reload()
     assert "community_reports" in stale
-    assert stale.isdisjoint({"documents", "base_text_units", "entities", "relationships", "covariates",
-                             "communities", "graph_embeddings"})
+    assert stale.isdisjoint(
+        {"documents", "base_text_units", "entities", "relationships", "covariates", "communities", "graph_embeddings"}
+    )
 
     # A setting: smaller chunks give base_text_units a new data version; what is built on it is stale.
-    ui.run("index_corpus", {"ops": {"corpus_documents": {"config": {"chunk_size": 300, "chunk_overlap": 50}}}},
-           assets=["documents", "base_text_units"])
+    ui.run(
+        "index_corpus",
+        {"ops": {"corpus_documents": {"config": {"chunk_size": 300, "chunk_overlap": 50}}}},
+        assets=["documents", "base_text_units"],
+    )
     after = ui.staleness()
     assert after["documents"] == "FRESH" and after["base_text_units"] == "FRESH"
     assert {after[a] for a in ("entities", "relationships", "covariates")} == {"STALE"}

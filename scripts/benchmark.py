@@ -43,8 +43,16 @@ CORPUS = "a-christmas-carol"
 QUIET = {"loggers": {"console": {"config": {"log_level": "ERROR"}}}}
 MODEL_ASSETS = ("entities", "covariates", "community_reports")
 # The models benchmark leaves out the steps that call no model (node2vec, UMAP, exports): `graph` times them.
-MODEL_SELECTION = ["documents", "base_text_units", "entities", "relationships", "covariates", "text_units",
-                   "communities", "community_reports"]
+MODEL_SELECTION = [
+    "documents",
+    "base_text_units",
+    "entities",
+    "relationships",
+    "covariates",
+    "text_units",
+    "communities",
+    "community_reports",
+]
 
 
 def peak_rss_mib() -> float:
@@ -55,19 +63,30 @@ def index_once(root: Path, chat: ChatModelResource) -> dict:
     instance = dg.DagsterInstance.ephemeral()
     instance.add_dynamic_partitions("corpus", [CORPUS])
     started = time.perf_counter()
-    result = dg.materialize(index_assets, instance=instance, partition_key=CORPUS, run_config=QUIET,
-                            selection=MODEL_SELECTION, resources={
-        "duckdb": DuckDBResource(database=str(root / "graphrag.duckdb")),
-        "corpora": CorporaResource(root=str(REPO / "data")), "chat": chat,
-        "embeddings": EmbeddingModelResource(cache_dir=str(root / "cache")),  # not used by MODEL_SELECTION
-    })
+    result = dg.materialize(
+        index_assets,
+        instance=instance,
+        partition_key=CORPUS,
+        run_config=QUIET,
+        selection=MODEL_SELECTION,
+        resources={
+            "duckdb": DuckDBResource(database=str(root / "graphrag.duckdb")),
+            "corpora": CorporaResource(root=str(REPO / "data")),
+            "chat": chat,
+            "embeddings": EmbeddingModelResource(cache_dir=str(root / "cache")),  # not used by MODEL_SELECTION
+        },
+    )
     wall = time.perf_counter() - started
     figures = {"wall_s": wall, "calls": 0, "cache_hits": 0, "prompt_tokens": 0, "completion_tokens": 0}
     for event in result.get_asset_materialization_events():
         if event.materialization.asset_key.path[0] in MODEL_ASSETS:
             metadata = event.materialization.metadata
-            for name, key in (("calls", "model_calls"), ("cache_hits", "cache_hits"),
-                              ("prompt_tokens", "prompt_tokens"), ("completion_tokens", "completion_tokens")):
+            for name, key in (
+                ("calls", "model_calls"),
+                ("cache_hits", "cache_hits"),
+                ("prompt_tokens", "prompt_tokens"),
+                ("completion_tokens", "completion_tokens"),
+            ):
                 figures[name] += metadata[key].value if key in metadata else 0
     figures["peak_rss_mib"] = peak_rss_mib()
     return figures
@@ -78,11 +97,20 @@ def models_benchmark(args) -> None:
     try:
         # The server allows a little more than the client asks for, as a provider's limit would.
         with FakeOpenAIServer(latency_seconds=args.latency, requests_per_minute=int(args.rpm * 1.05)) as server:
+
             def chat(cache: str, concurrency: int) -> ChatModelResource:
-                return ChatModelResource(base_url=server.base_url, cache_dir=str(work / cache),
-                                         requests_per_minute=args.rpm, tokens_per_minute=args.tpm,
-                                         max_concurrency=concurrency)
-            (work / "a").mkdir(); (work / "b").mkdir(); (work / "c").mkdir(); (work / "d").mkdir()
+                return ChatModelResource(
+                    base_url=server.base_url,
+                    cache_dir=str(work / cache),
+                    requests_per_minute=args.rpm,
+                    tokens_per_minute=args.tpm,
+                    max_concurrency=concurrency,
+                )
+
+            (work / "a").mkdir()
+            (work / "b").mkdir()
+            (work / "c").mkdir()
+            (work / "d").mkdir()
             concurrent = index_once(work / "a", chat("cache-a", args.concurrency))
             sequential = index_once(work / "b", chat("cache-b", 1))
             cached = index_once(work / "c", chat("cache-a", args.concurrency))
@@ -98,17 +126,25 @@ def models_benchmark(args) -> None:
     header = f"{'run':<28}{'wall s':>8}{'calls':>7}{'cache hits':>11}{'tokens':>10}{'peak RSS MiB':>14}{'vs bound':>10}"
     print(header)
     print("-" * len(header))
-    for name, figures in (("rate-limit lower bound", None), (f"concurrent ({args.concurrency})", concurrent),
-                          ("baseline: one at a time", sequential), ("re-run from cache", cached),
-                          ("offline engine", offline)):
+    for name, figures in (
+        ("rate-limit lower bound", None),
+        (f"concurrent ({args.concurrency})", concurrent),
+        ("baseline: one at a time", sequential),
+        ("re-run from cache", cached),
+        ("offline engine", offline),
+    ):
         if figures is None:
             print(f"{name:<28}{bound:>8.1f}")
             continue
         total = figures["prompt_tokens"] + figures["completion_tokens"]
-        print(f"{name:<28}{figures['wall_s']:>8.1f}{figures['calls']:>7}{figures['cache_hits']:>11}{total:>10}"
-              f"{figures['peak_rss_mib']:>14.0f}{figures['wall_s'] / bound:>9.2f}x")
-    print(f"\nconcurrent vs one-at-a-time: {sequential['wall_s'] / concurrent['wall_s']:.1f}x faster; "
-          f"requests the server refused for its rate limit: {rate_limited}")
+        print(
+            f"{name:<28}{figures['wall_s']:>8.1f}{figures['calls']:>7}{figures['cache_hits']:>11}{total:>10}"
+            f"{figures['peak_rss_mib']:>14.0f}{figures['wall_s'] / bound:>9.2f}x"
+        )
+    print(
+        f"\nconcurrent vs one-at-a-time: {sequential['wall_s'] / concurrent['wall_s']:.1f}x faster; "
+        f"requests the server refused for its rate limit: {rate_limited}"
+    )
     print("peak RSS is the process high-water mark so far, so later rows include earlier ones")
 
 
@@ -120,29 +156,55 @@ def queries_benchmark(args) -> None:
     rows = []
     try:
         with FakeOpenAIServer(latency_seconds=args.latency) as server:
-            limits = dict(base_url=server.base_url, cache_dir=str(work / "cache"), requests_per_minute=100_000,
-                          tokens_per_minute=100_000_000)
+            limits = dict(
+                base_url=server.base_url,
+                cache_dir=str(work / "cache"),
+                requests_per_minute=100_000,
+                tokens_per_minute=100_000_000,
+            )
             chat, embeddings = ChatModelResource(**limits), EmbeddingModelResource(**limits)
-            resources = {"duckdb": DuckDBResource(database=str(work / "graphrag.duckdb")),
-                         "corpora": CorporaResource(root=str(REPO / "data")), "chat": chat, "embeddings": embeddings}
+            resources = {
+                "duckdb": DuckDBResource(database=str(work / "graphrag.duckdb")),
+                "corpora": CorporaResource(root=str(REPO / "data")),
+                "chat": chat,
+                "embeddings": embeddings,
+            }
             instance = dg.DagsterInstance.ephemeral()
             instance.add_dynamic_partitions("corpus", [CORPUS])
             export = {"config": {"folder": str(work / "exports")}}
-            dg.materialize(index_assets, instance=instance, partition_key=CORPUS, resources=resources,
-                           run_config={**QUIET, "ops": {"graphml_export": export, "parquet_export": export}})
+            dg.materialize(
+                index_assets,
+                instance=instance,
+                partition_key=CORPUS,
+                resources=resources,
+                run_config={**QUIET, "ops": {"graphml_export": export, "parquet_export": export}},
+            )
             import duckdb
+
             with duckdb.connect(str(work / "graphrag.duckdb"), read_only=True) as conn:
                 levels = [r[0] for r in conn.execute("SELECT DISTINCT level FROM communities ORDER BY 1").fetchall()]
             cases = [(f"C{level} global", "global_search", {"community_level": level}) for level in levels]
-            cases += [(f"C{levels[-1]} dynamic global", "global_search",
-                       {"community_level": levels[-1], "dynamic_community_selection": True}),
-                      ("TS text summary", "text_summary_search", {}), ("SS basic", "basic_search", {}),
-                      ("local", "local_search", {}), ("DRIFT", "drift_search", {})]
+            cases += [
+                (
+                    f"C{levels[-1]} dynamic global",
+                    "global_search",
+                    {"community_level": levels[-1], "dynamic_community_selection": True},
+                ),
+                ("TS text summary", "text_summary_search", {}),
+                ("SS basic", "basic_search", {}),
+                ("local", "local_search", {}),
+                ("DRIFT", "drift_search", {}),
+            ]
             for name, asset, config in cases:
                 started = time.perf_counter()
-                result = dg.materialize([*index_assets, *query_assets], selection=[asset], instance=instance,
-                                        partition_key=CORPUS, resources=resources,
-                                        run_config={**QUIET, "ops": {asset: {"config": {"question": question, **config}}}})
+                result = dg.materialize(
+                    [*index_assets, *query_assets],
+                    selection=[asset],
+                    instance=instance,
+                    partition_key=CORPUS,
+                    resources=resources,
+                    run_config={**QUIET, "ops": {asset: {"config": {"question": question, **config}}}},
+                )
                 wall = time.perf_counter() - started
                 metadata = result.get_asset_materialization_events()[0].materialization.metadata
                 rows.append((name, metadata["context_tokens"].value, metadata["model_calls"].value, wall))
@@ -169,21 +231,36 @@ def incremental_benchmark(args) -> None:
         held_text = held_out.read_text()
         held_out.unlink()
         with FakeOpenAIServer(latency_seconds=0.01) as server:
-            limits = dict(base_url=server.base_url, cache_dir=str(work / "cache"), requests_per_minute=100_000,
-                          tokens_per_minute=100_000_000)
-            resources = {"duckdb": DuckDBResource(database=str(work / "graphrag.duckdb")),
-                         "corpora": CorporaResource(root=str(work / "data")), "chat": ChatModelResource(**limits),
-                         "embeddings": EmbeddingModelResource(**limits)}
+            limits = dict(
+                base_url=server.base_url,
+                cache_dir=str(work / "cache"),
+                requests_per_minute=100_000,
+                tokens_per_minute=100_000_000,
+            )
+            resources = {
+                "duckdb": DuckDBResource(database=str(work / "graphrag.duckdb")),
+                "corpora": CorporaResource(root=str(work / "data")),
+                "chat": ChatModelResource(**limits),
+                "embeddings": EmbeddingModelResource(**limits),
+            }
             export = {"config": {"folder": str(work / "exports")}}
-            for name in (f"full index, {args.parts - 1} documents", "re-index, nothing changed",
-                         "re-index, one document added"):
+            for name in (
+                f"full index, {args.parts - 1} documents",
+                "re-index, nothing changed",
+                "re-index, one document added",
+            ):
                 if name.endswith("added"):
                     held_out.write_text(held_text)
                 instance = dg.DagsterInstance.ephemeral()
                 instance.add_dynamic_partitions("corpus", ["many"])
                 started = time.perf_counter()
-                result = dg.materialize(index_assets, instance=instance, partition_key="many", resources=resources,
-                                        run_config={**QUIET, "ops": {"graphml_export": export, "parquet_export": export}})
+                result = dg.materialize(
+                    index_assets,
+                    instance=instance,
+                    partition_key="many",
+                    resources=resources,
+                    run_config={**QUIET, "ops": {"graphml_export": export, "parquet_export": export}},
+                )
                 wall = time.perf_counter() - started
                 calls = tokens = 0
                 for event in result.get_asset_materialization_events():

@@ -28,23 +28,39 @@ def synthetic_graph(nodes: int, edges: int, seed: int = 7) -> tuple[pd.DataFrame
         graph.add_edge(a, (a + rng.randrange(1, 50)) % nodes)  # local edges keep communities visible
     titles = {n: f"ENTITY {n}" for n in graph}
     degree = dict(graph.degree())
-    entities = pd.DataFrame({"id": [f"e{n}" for n in graph], "human_readable_id": list(graph),
-                             "title": [titles[n] for n in graph], "type": "X", "description": "",
-                             "text_unit_ids": [[f"u{n % 500}"] for n in graph], "frequency": 1,
-                             "degree": [degree[n] for n in graph]})
+    entities = pd.DataFrame(
+        {
+            "id": [f"e{n}" for n in graph],
+            "human_readable_id": list(graph),
+            "title": [titles[n] for n in graph],
+            "type": "X",
+            "description": "",
+            "text_unit_ids": [[f"u{n % 500}"] for n in graph],
+            "frequency": 1,
+            "degree": [degree[n] for n in graph],
+        }
+    )
     pairs = list(graph.edges())
-    relationships = pd.DataFrame({"id": [f"r{i}" for i in range(len(pairs))], "human_readable_id": range(len(pairs)),
-                                  "source": [titles[a] for a, _ in pairs], "target": [titles[b] for _, b in pairs],
-                                  "description": "", "weight": [1.0 + (a * b) % 5 for a, b in pairs],
-                                  "combined_degree": [degree[a] + degree[b] for a, b in pairs],
-                                  "text_unit_ids": [[f"u{a % 500}"] for a, _ in pairs]})
+    relationships = pd.DataFrame(
+        {
+            "id": [f"r{i}" for i in range(len(pairs))],
+            "human_readable_id": range(len(pairs)),
+            "source": [titles[a] for a, _ in pairs],
+            "target": [titles[b] for _, b in pairs],
+            "description": "",
+            "weight": [1.0 + (a * b) % 5 for a, b in pairs],
+            "combined_degree": [degree[a] + degree[b] for a, b in pairs],
+            "text_unit_ids": [[f"u{a % 500}"] for a, _ in pairs],
+        }
+    )
     return entities, relationships
 
 
 def _run_step(step: str, variant: str, data: Path) -> dict:
     """Run one step in a fresh interpreter so its peak RSS is its own."""
-    out = subprocess.run([sys.executable, __file__, step, variant, str(data)], capture_output=True, text=True,
-                         cwd=REPO, check=True)
+    out = subprocess.run(
+        [sys.executable, __file__, step, variant, str(data)], capture_output=True, text=True, cwd=REPO, check=True
+    )
     return json.loads(out.stdout.strip().splitlines()[-1])
 
 
@@ -67,10 +83,19 @@ def _step(step: str, variant: str, data_path: str) -> None:
         from graspologic.embed import node2vec_embed
 
         from graphrag_assets.method.graph_embeddings import node2vec
+
         started = time.perf_counter()
         if variant == "library":
-            node2vec_embed(graph.subgraph([n for n, d in graph.degree() if d > 0]).copy(), dimensions=128,
-                           num_walks=10, walk_length=40, window_size=2, iterations=3, workers=1, random_seed=86)
+            node2vec_embed(
+                graph.subgraph([n for n, d in graph.degree() if d > 0]).copy(),
+                dimensions=128,
+                num_walks=10,
+                walk_length=40,
+                window_size=2,
+                iterations=3,
+                workers=1,
+                random_seed=86,
+            )
         else:
             node2vec(graph)
     elif step == "umap":
@@ -78,6 +103,7 @@ def _step(step: str, variant: str, data_path: str) -> None:
         import umap
 
         from graphrag_assets.method.layouts import umap_2d
+
         vectors = np.random.default_rng(0).normal(size=(graph.number_of_nodes(), 128)).astype(np.float32)
         started = time.perf_counter()
         if variant == "library":
@@ -89,6 +115,7 @@ def _step(step: str, variant: str, data_path: str) -> None:
         from sklearn.feature_extraction.text import TfidfVectorizer
 
         from graphrag_assets.method.embeddings import LocalEmbedder
+
         texts = data["texts"]
         started = time.perf_counter()
         if variant == "library":
@@ -104,11 +131,14 @@ def sample_corpus_data() -> dict | None:
     if not database.exists():
         return None
     from graphrag_assets.store.tables import read_table
+
     with duckdb.connect(str(database), read_only=True) as conn:
         corpus = "a-christmas-carol"
         entities, relationships = read_table(conn, "entities", corpus), read_table(conn, "relationships", corpus)
-        texts = read_table(conn, "base_text_units", corpus)["text"].tolist() + \
-            (entities["title"] + ": " + entities["description"]).tolist()
+        texts = (
+            read_table(conn, "base_text_units", corpus)["text"].tolist()
+            + (entities["title"] + ": " + entities["description"]).tolist()
+        )
     return {"entities": entities, "relationships": relationships, "texts": texts}
 
 
@@ -116,15 +146,21 @@ def graph_benchmark(args) -> None:
     entities, relationships = synthetic_graph(args.nodes, args.edges)
     rng = random.Random(1)
     words = [f"w{i}" for i in range(20000)]
-    synthetic = {"entities": entities, "relationships": relationships,
-                 "texts": [" ".join(rng.choices(words, k=300)) for _ in range(4000)]}
+    synthetic = {
+        "entities": entities,
+        "relationships": relationships,
+        "texts": [" ".join(rng.choices(words, k=300)) for _ in range(4000)],
+    }
     inputs = {"synthetic": synthetic}
     sample = sample_corpus_data()
     if sample is None:
         print("(no index of the sample corpus in .graphrag/graphrag.duckdb: run bin/demo first to include it)")
     else:
         inputs = {"sample corpus": sample, **inputs}
-    header = f"{'input':<16}{'step':<17}{'ours s':>8}{'library s':>11}{'ratio':>7}{'peak RSS MiB':>14}  DESIGN.md (library alone)"
+    header = (
+        f"{'input':<16}{'step':<17}{'ours s':>8}{'library s':>11}{'ratio':>7}{'peak RSS MiB':>14}"
+        "  DESIGN.md (library alone)"
+    )
     print(header)
     print("-" * len(header))
     with tempfile.TemporaryDirectory() as folder:
@@ -135,9 +171,11 @@ def graph_benchmark(args) -> None:
             print(f"{name}: {size}")
             for step in ("communities", "node2vec", "umap", "text_embeddings"):
                 ours, library = _run_step(step, "ours", path), _run_step(step, "library", path)
-                print(f"{'':<16}{step:<17}{ours['wall_s']:>8.2f}{library['wall_s']:>11.2f}"
-                      f"{ours['wall_s'] / max(library['wall_s'], 1e-9):>6.2f}x{ours['peak_rss_mib']:>14.0f}"
-                      f"  {DESIGN_REFERENCE.get(step, '') if name == 'synthetic' else ''}")
+                print(
+                    f"{'':<16}{step:<17}{ours['wall_s']:>8.2f}{library['wall_s']:>11.2f}"
+                    f"{ours['wall_s'] / max(library['wall_s'], 1e-9):>6.2f}x{ours['peak_rss_mib']:>14.0f}"
+                    f"  {DESIGN_REFERENCE.get(step, '') if name == 'synthetic' else ''}"
+                )
 
 
 if __name__ == "__main__":

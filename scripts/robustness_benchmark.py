@@ -26,20 +26,24 @@ from graphrag_assets.resources import ChatModelResource, CorporaResource, Embedd
 root, corpus = sys.argv[1], sys.argv[2]
 instance = dg.DagsterInstance.ephemeral()
 instance.add_dynamic_partitions("corpus", [corpus])
+resources = {"duckdb": DuckDBResource(database=root + "/graphrag.duckdb"),
+             "corpora": CorporaResource(root=root + "/data"), "chat": ChatModelResource(cache_dir=root + "/cache"),
+             "embeddings": EmbeddingModelResource(cache_dir=root + "/cache")}
 started = time.perf_counter()
-result = dg.materialize(index_assets, instance=instance, partition_key=corpus, selection=["documents", "base_text_units"],
-    run_config={"loggers": {"console": {"config": {"log_level": "ERROR"}}}}, resources={
-    "duckdb": DuckDBResource(database=root + "/graphrag.duckdb"), "corpora": CorporaResource(root=root + "/data"),
-    "chat": ChatModelResource(cache_dir=root + "/cache"), "embeddings": EmbeddingModelResource(cache_dir=root + "/cache")})
-units = [e for e in result.get_asset_materialization_events() if e.materialization.asset_key.path == ["base_text_units"]]
-print(json.dumps({"wall_s": time.perf_counter() - started, "text_units": units[0].materialization.metadata["dagster/row_count"].value,
+result = dg.materialize(index_assets, instance=instance, partition_key=corpus, resources=resources,
+                        selection=["documents", "base_text_units"],
+                        run_config={"loggers": {"console": {"config": {"log_level": "ERROR"}}}})
+units = [e.materialization for e in result.get_asset_materialization_events()
+         if e.materialization.asset_key.path == ["base_text_units"]]
+print(json.dumps({"wall_s": time.perf_counter() - started, "text_units": units[0].metadata["dagster/row_count"].value,
                   "peak_rss_mib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024}))
 """
 
 
 def _ingest(root: Path, corpus: str) -> dict:
-    done = subprocess.run([sys.executable, "-c", _INGEST_CHILD, str(root), corpus], cwd=REPO, check=True,
-                          capture_output=True, text=True)
+    done = subprocess.run(
+        [sys.executable, "-c", _INGEST_CHILD, str(root), corpus], cwd=REPO, check=True, capture_output=True, text=True
+    )
     return json.loads(done.stdout.strip().splitlines()[-1])
 
 
@@ -55,18 +59,25 @@ def ingest_benchmark(args) -> None:
             while written < args.megabytes * 1024 * 1024:
                 copy += 1
                 written += out.write(f"\n\nCopy {copy}\n\n{book}")
-        size_mib = (big / "big.txt").stat().st_size / 2 ** 20
+        size_mib = (big / "big.txt").stat().st_size / 2**20
         baseline, large = _ingest(work, "sample"), _ingest(work, "big")
     finally:
         shutil.rmtree(work, ignore_errors=True)
     header = f"{'corpus':<26}{'file MiB':>9}{'text units':>12}{'wall s':>8}{'peak RSS MiB':>14}{'vs sample':>11}"
     print(header)
     print("-" * len(header))
-    for name, figures, size in (("sample (baseline)", baseline, 0.18), (f"{args.megabytes} MB text file", large, size_mib)):
-        print(f"{name:<26}{size:>9.1f}{figures['text_units']:>12}{figures['wall_s']:>8.1f}{figures['peak_rss_mib']:>14.0f}"
-              f"{figures['peak_rss_mib'] / baseline['peak_rss_mib']:>10.2f}x")
-    print(f"\npeak RSS above the sample's, per MiB of input: "
-          f"{(large['peak_rss_mib'] - baseline['peak_rss_mib']) / size_mib:.1f} MiB")
+    for name, figures, size in (
+        ("sample (baseline)", baseline, 0.18),
+        (f"{args.megabytes} MB text file", large, size_mib),
+    ):
+        print(
+            f"{name:<26}{size:>9.1f}{figures['text_units']:>12}{figures['wall_s']:>8.1f}{figures['peak_rss_mib']:>14.0f}"
+            f"{figures['peak_rss_mib'] / baseline['peak_rss_mib']:>10.2f}x"
+        )
+    print(
+        f"\npeak RSS above the sample's, per MiB of input: "
+        f"{(large['peak_rss_mib'] - baseline['peak_rss_mib']) / size_mib:.1f} MiB"
+    )
 
 
 def faults_benchmark(args) -> None:
@@ -75,8 +86,15 @@ def faults_benchmark(args) -> None:
     from graphrag_assets_tests.model_server import Faults
 
     work = Path(tempfile.mkdtemp(prefix="graphrag-bench-"))
-    faults = Faults(transient_every=5, retry_after_seconds=0.01, truncated_every=20, garbled_every=20,
-                    malformed_every=40, wrong_kind_every=40, refusal_every=40)
+    faults = Faults(
+        transient_every=5,
+        retry_after_seconds=0.01,
+        truncated_every=20,
+        garbled_every=20,
+        malformed_every=40,
+        wrong_kind_every=40,
+        refusal_every=40,
+    )
     try:
         runs = {}
         for name, run_faults in (("healthy endpoint (baseline)", None), ("misbehaving endpoint", faults)):
@@ -85,8 +103,10 @@ def faults_benchmark(args) -> None:
             workspace, result, server = index(work / name, run_faults)
             runs[name] = (workspace, time.perf_counter() - started, server)
         tables = ("entities", "relationships", "covariates", "community_reports")
-        print("faults: 20% HTTP 429/500 (first attempt), 5% cut off at max_tokens, 5% garbled HTTP body, 2.5% each of "
-              "prose, wrong record kind, refusal\n")
+        print(
+            "faults: 20% HTTP 429/500 (first attempt), 5% cut off at max_tokens, 5% garbled HTTP body, 2.5% each of "
+            "prose, wrong record kind, refusal\n"
+        )
         header = f"{'run':<30}" + "".join(f"{t:>18}" for t in tables) + f"{'requests':>10}{'wall s':>8}"
         print(header)
         print("-" * len(header))
@@ -94,10 +114,15 @@ def faults_benchmark(args) -> None:
             rows = "".join(f"{len(table(workspace, t)):>18}" for t in tables)
             print(f"{name:<30}{rows}{len(server.served):>10}{wall:>8.1f}")
         (clean, _, clean_server), (faulty, _, faulty_server) = runs.values()
-        equal = [t for t in tables + ("text_units", "communities", "text_embeddings")
-                 if table(clean, t).equals(table(faulty, t))]
+        equal = [
+            t
+            for t in tables + ("text_units", "communities", "text_embeddings")
+            if table(clean, t).equals(table(faulty, t))
+        ]
         print(f"\ntables equal to the healthy run's: {len(equal)} of 7 ({', '.join(equal)})")
-        print(f"requests: {len(faulty_server.served) / len(clean_server.served):.2f}x the healthy run's; "
-              f"sample corpus {SAMPLE_CORPUS}")
+        print(
+            f"requests: {len(faulty_server.served) / len(clean_server.served):.2f}x the healthy run's; "
+            f"sample corpus {SAMPLE_CORPUS}"
+        )
     finally:
         shutil.rmtree(work, ignore_errors=True)

@@ -12,7 +12,7 @@ from ..failures import step_failure
 from ..method.prompts import prompts_version
 from ..models import Usage
 from ..resources import ModelEndpointResource
-from ..store.tables import Lineage, latest_versions, write_table
+from ..store.tables import Lineage, latest_versions, read_tables, write_table
 
 corpus_partitions = dg.DynamicPartitionsDefinition(name="corpus")
 
@@ -45,28 +45,56 @@ def usage_metadata(model: ModelEndpointResource, usage: Usage | None) -> dict:
         return {}
     figures = usage.as_metadata(model.settings())
     return {
-        "model_calls": figures["calls"], "cache_hits": figures["cache_hits"],
-        "prompt_tokens": figures["prompt_tokens"], "completion_tokens": figures["completion_tokens"],
-        "retries": figures["retries"], "invalid_replies": figures["invalid_replies"],
-        "reasked": figures["reasked"], "failed_calls": figures["failures"],
+        "model_calls": figures["calls"],
+        "cache_hits": figures["cache_hits"],
+        "prompt_tokens": figures["prompt_tokens"],
+        "completion_tokens": figures["completion_tokens"],
+        "retries": figures["retries"],
+        "invalid_replies": figures["invalid_replies"],
+        "reasked": figures["reasked"],
+        "failed_calls": figures["failures"],
         "estimated_cost_usd": dg.MetadataValue.float(figures["estimated_cost_usd"]),
     }
 
 
-def lineage_for(context: dg.AssetExecutionContext, conn: duckdb.DuckDBPyConnection, asset: str, *,
-                upstream: list[str], engine: str, model: ModelEndpointResource | None = None,
-                usage: Usage | None = None, quality: dict | None = None) -> Lineage:
+def upstream_of(context: dg.AssetExecutionContext, asset: str) -> list[str]:
+    """The asset's declared deps: the tables it reads, and the upstream versions its lineage row records."""
+    return sorted(key.to_user_string() for key in context.assets_def.asset_deps[dg.AssetKey(asset)])
+
+
+def read_inputs(context: dg.AssetExecutionContext, conn: duckdb.DuckDBPyConnection, asset: str) -> dict:
+    """Every table the asset depends on, for its corpus."""
+    return read_tables(conn, upstream_of(context, asset), context.partition_key)
+
+
+def lineage_for(
+    context: dg.AssetExecutionContext,
+    conn: duckdb.DuckDBPyConnection,
+    asset: str,
+    *,
+    engine: str,
+    model: ModelEndpointResource | None = None,
+    usage: Usage | None = None,
+    quality: dict | None = None,
+    upstream: list[str] | None = None,
+) -> Lineage:
+    """The lineage row; `upstream` defaults to the asset's declared deps (pass it only for a table that is no asset)."""
+    upstream = upstream_of(context, asset) if upstream is None else upstream
     model_usage = usage.as_metadata(model.settings()) if usage and model else None
     return Lineage(
-        asset=asset, corpus=context.partition_key, run_id=context.run_id,
+        asset=asset,
+        corpus=context.partition_key,
+        run_id=context.run_id,
         code_version=context.assets_def.code_versions_by_key.get(dg.AssetKey(asset)) or "",
-        engine=engine, upstream_versions=latest_versions(conn, context.partition_key, upstream),
+        engine=engine,
+        upstream_versions=latest_versions(conn, context.partition_key, upstream),
         model_usage={**model_usage, **(quality or {})} if model_usage else None,
     )
 
 
-def fail_if_too_many_failed(context: dg.AssetExecutionContext, what: str, failed: int, total: int,
-                            usage: Usage | None, max_fraction: float) -> None:
+def fail_if_too_many_failed(
+    context: dg.AssetExecutionContext, what: str, failed: int, total: int, usage: Usage | None, max_fraction: float
+) -> None:
     """A few failures are logged; more than `max_fraction` of `total` fail the step, so nobody ships a hollow index.
 
     Every reply that was valid is in the response cache, so re-running the step pays only for the failures.
@@ -77,9 +105,13 @@ def fail_if_too_many_failed(context: dg.AssetExecutionContext, what: str, failed
     if failed > max_fraction * total:
         raise step_failure(
             f"{message} (more than {max_fraction:.0%}); valid replies are cached, so a re-run pays only for the "
-            "failed ones", retryable=False,
-            metadata={f"failed_{what.replace(' ', '_')}": failed,
-                      "errors": dg.MetadataValue.json((usage.errors if usage else [])[:5])})
+            "failed ones",
+            retryable=False,
+            metadata={
+                f"failed_{what.replace(' ', '_')}": failed,
+                "errors": dg.MetadataValue.json((usage.errors if usage else [])[:5]),
+            },
+        )
     context.log.warning(message)
 
 
@@ -89,7 +121,6 @@ def publish(
     table: str,
     df: pd.DataFrame,
     *,
-    upstream: list[str],
     engine: str,
     model: ModelEndpointResource | None = None,
     usage: Usage | None = None,
@@ -102,14 +133,17 @@ def publish(
     """
     corpus = context.partition_key
     key = dg.AssetKey(table)
-    lineage = lineage_for(context, conn, table, upstream=upstream, engine=engine, model=model, usage=usage,
-                          quality=quality)
+    lineage = lineage_for(context, conn, table, engine=engine, model=model, usage=usage, quality=quality)
     version = write_table(conn, table, corpus, df, lineage)
     return dg.MaterializeResult(
         asset_key=key,
         data_version=dg.DataVersion(version),
         metadata={
-            "dagster/row_count": len(df), "engine": engine, "corpus": corpus,
-            **(usage_metadata(model, usage) if model else {}), **(quality or {}), **(metadata or {}),
+            "dagster/row_count": len(df),
+            "engine": engine,
+            "corpus": corpus,
+            **(usage_metadata(model, usage) if model else {}),
+            **(quality or {}),
+            **(metadata or {}),
         },
     )

@@ -7,8 +7,16 @@ from dagster_duckdb import DuckDBResource
 from ..method.communities import DEFAULT_SEED, build_communities
 from ..method.community_reports import REPORT_PROMPTS, generate_reports
 from ..resources import ChatModelResource
-from ..store.tables import read_table, read_tables
-from .common import MODEL_POOL, code_version, corpus_partitions, fail_if_too_many_failed, markdown_table, publish
+from ..store.tables import read_table
+from .common import (
+    MODEL_POOL,
+    code_version,
+    corpus_partitions,
+    fail_if_too_many_failed,
+    markdown_table,
+    publish,
+    read_inputs,
+)
 
 
 class CommunityConfig(dg.Config):
@@ -33,8 +41,13 @@ def per_level(df: pd.DataFrame, **aggregations) -> dg.MetadataValue:
     group_name="communities",
     code_version=code_version(),
     kinds={"duckdb", "graspologic"},
-    check_specs=[dg.AssetCheckSpec("one_community_per_level", asset="communities",
-                                   description="Every clustered entity is in exactly one community at every level.")],
+    check_specs=[
+        dg.AssetCheckSpec(
+            "one_community_per_level",
+            asset="communities",
+            description="Every clustered entity is in exactly one community at every level.",
+        )
+    ],
 )
 def communities(context: dg.AssetExecutionContext, config: CommunityConfig, duckdb: DuckDBResource):
     """Hierarchical Leiden communities; level 0 is the coarsest, unsplit communities are carried down."""
@@ -43,10 +56,19 @@ def communities(context: dg.AssetExecutionContext, config: CommunityConfig, duck
         entities, relationships = read_table(conn, "entities", corpus), read_table(conn, "relationships", corpus)
     table = build_communities(entities, relationships, config.max_cluster_size, config.seed, config.use_lcc)
     with duckdb.get_connection() as conn:
-        yield publish(context, conn, "communities", table, upstream=["entities", "relationships"], engine="graspologic",
-                      metadata={"levels": int(table["level"].nunique()),
-                                "communities_per_level": per_level(table, communities=("community", "count"),
-                                                                   entities=("size", "sum"), largest=("size", "max"))})
+        yield publish(
+            context,
+            conn,
+            "communities",
+            table,
+            engine="graspologic",
+            metadata={
+                "levels": int(table["level"].nunique()),
+                "communities_per_level": per_level(
+                    table, communities=("community", "count"), entities=("size", "sum"), largest=("size", "max")
+                ),
+            },
+        )
     yield one_community_per_level(table)
 
 
@@ -60,9 +82,11 @@ def one_community_per_level(table: pd.DataFrame) -> dg.AssetCheckResult:
         if clustered is not None and set(members) != clustered:
             problems.append(f"level {level}: {len(clustered ^ set(members))} entities missing or extra")
         clustered = set(members) if clustered is None else clustered
-    return dg.AssetCheckResult(check_name="one_community_per_level", passed=not problems,
-                               metadata={"problems": "; ".join(problems) or "none",
-                                         "clustered_entities": len(clustered or ())})
+    return dg.AssetCheckResult(
+        check_name="one_community_per_level",
+        passed=not problems,
+        metadata={"problems": "; ".join(problems) or "none", "clustered_entities": len(clustered or ())},
+    )
 
 
 @dg.asset(
@@ -72,36 +96,54 @@ def one_community_per_level(table: pd.DataFrame) -> dg.AssetCheckResult:
     code_version=code_version(*REPORT_PROMPTS),
     kinds={"duckdb"},
     pool=MODEL_POOL,
-    check_specs=[dg.AssetCheckSpec("every_community_reported", asset="community_reports",
-                                   description="Every community has a report that the model wrote and that parsed.")],
+    check_specs=[
+        dg.AssetCheckSpec(
+            "every_community_reported",
+            asset="community_reports",
+            description="Every community has a report that the model wrote and that parsed.",
+        )
+    ],
 )
-def community_reports(context: dg.AssetExecutionContext, config: ReportConfig, chat: ChatModelResource,
-                      duckdb: DuckDBResource):
+def community_reports(
+    context: dg.AssetExecutionContext, config: ReportConfig, chat: ChatModelResource, duckdb: DuckDBResource
+):
     """One report per community, written bottom-up (paper section 3.1.5); extractive offline."""
-    corpus = context.partition_key
     with duckdb.get_connection() as conn:
-        inputs = read_tables(conn, ("communities", "entities", "relationships", "covariates", "text_units"),
-                             corpus)
+        inputs = read_inputs(context, conn, "community_reports")
 
     def work(client):
-        return generate_reports(client, **inputs, max_context_tokens=config.max_context_tokens,
-                                max_report_length=config.max_report_length)
+        return generate_reports(
+            client, **inputs, max_context_tokens=config.max_context_tokens, max_report_length=config.max_report_length
+        )
 
     (reports, stats), usage = chat.run(work)
-    fail_if_too_many_failed(context, "community reports", stats.failed, len(reports), usage,
-                            config.max_failed_fraction)
+    fail_if_too_many_failed(context, "community reports", stats.failed, len(reports), usage, config.max_failed_fraction)
     top = reports[reports["status"] == "ok"].sort_values(["level", "rank"], ascending=[True, False])
-    quality = {"generated": stats.generated, "reused_for_carried_down": stats.reused,
-               "repaired_json": stats.repaired_json, "failed": stats.failed}
+    quality = {
+        "generated": stats.generated,
+        "reused_for_carried_down": stats.reused,
+        "repaired_json": stats.repaired_json,
+        "failed": stats.failed,
+    }
     with duckdb.get_connection() as conn:
-        yield publish(context, conn, "community_reports", reports, engine=chat.engine, model=chat, usage=usage,
-                      upstream=list(inputs), quality=quality, metadata={
-                          "communities_with_substituted_sub_reports": len(stats.substitutions),
-                          "reports_per_level": per_level(reports, reports=("community", "count"),
-                                                         mean_context_tokens=("context_tokens", "mean")),
-                          "top_reports": markdown_table(top, ["community", "level", "rank", "title"]),
-                          "sample_report": dg.MetadataValue.md(top["full_content"].iloc[0] if len(top) else "_none_"),
-                      })
+        yield publish(
+            context,
+            conn,
+            "community_reports",
+            reports,
+            engine=chat.engine,
+            model=chat,
+            usage=usage,
+            quality=quality,
+            metadata={
+                "communities_with_substituted_sub_reports": len(stats.substitutions),
+                "reports_per_level": per_level(
+                    reports, reports=("community", "count"), mean_context_tokens=("context_tokens", "mean")
+                ),
+                "top_reports": markdown_table(top, ["community", "level", "rank", "title"]),
+                "sample_report": dg.MetadataValue.md(top["full_content"].iloc[0] if len(top) else "_none_"),
+            },
+        )
     yield every_community_reported(inputs["communities"], reports)
 
 
@@ -109,6 +151,9 @@ def every_community_reported(communities: pd.DataFrame, reports: pd.DataFrame) -
     """A community without a row, or whose report failed, has no report a search could read."""
     ok = set(reports.loc[reports["status"] == "ok", "community"])
     missing = sorted(set(communities["community"]) - ok)
-    return dg.AssetCheckResult(check_name="every_community_reported", passed=not missing,
-                               severity=dg.AssetCheckSeverity.ERROR,
-                               metadata={"communities_without_report": len(missing), "examples": str(missing[:20])})
+    return dg.AssetCheckResult(
+        check_name="every_community_reported",
+        passed=not missing,
+        severity=dg.AssetCheckSeverity.ERROR,
+        metadata={"communities_without_report": len(missing), "examples": str(missing[:20])},
+    )

@@ -6,12 +6,22 @@ import pandas as pd
 from dagster_duckdb import DuckDBResource
 
 from ..method.communities import entity_graph
-from ..method.embeddings import LocalEmbedder, document_embeddings as mean_document_embeddings, embed_with_model, embedding_inputs
+from ..method.embeddings import LocalEmbedder, embed_with_model, embedding_inputs
+from ..method.embeddings import document_embeddings as mean_document_embeddings
 from ..method.graph_embeddings import node2vec
 from ..method.layouts import layout_nodes, plot_layout
 from ..resources import EmbeddingModelResource
-from ..store.tables import read_table, read_tables, write_table
-from .common import MODEL_POOL, code_version, corpus_partitions, fail_if_too_many_failed, lineage_for, png, publish
+from ..store.tables import read_table, write_table
+from .common import (
+    MODEL_POOL,
+    code_version,
+    corpus_partitions,
+    fail_if_too_many_failed,
+    lineage_for,
+    png,
+    publish,
+    read_inputs,
+)
 
 
 class TextEmbeddingConfig(dg.Config):
@@ -35,17 +45,24 @@ class LayoutConfig(dg.Config):
     seed: int = 42
 
 
-def vectors_check(name: str, asset: str, df: pd.DataFrame, dimensions: int | None,
-                  expected_ids: set[str] | None = None) -> dg.AssetCheckResult:
+def vectors_check(
+    name: str, asset: str, df: pd.DataFrame, dimensions: int | None, expected_ids: set[str] | None = None
+) -> dg.AssetCheckResult:
     """Every vector has the configured dimension and no NaN; every expected row is there."""
     lengths = df["embedding"].map(len)
     nan_rows = int(df["embedding"].map(lambda v: bool(np.isnan(np.asarray(v, dtype=np.float64)).any())).sum())
     wrong = int((lengths != dimensions).sum()) if dimensions else int((lengths != lengths.max()).sum())
     missing = len(expected_ids - set(df["id"])) if expected_ids is not None else 0
     return dg.AssetCheckResult(
-        check_name=name, asset_key=asset, passed=not (nan_rows or wrong or missing),
-        metadata={"dimensions": int(lengths.max()) if len(df) else 0, "wrong_dimension": wrong,
-                  "rows_with_nan": nan_rows, "missing_rows": missing},
+        check_name=name,
+        asset_key=asset,
+        passed=not (nan_rows or wrong or missing),
+        metadata={
+            "dimensions": int(lengths.max()) if len(df) else 0,
+            "wrong_dimension": wrong,
+            "rows_with_nan": nan_rows,
+            "missing_rows": missing,
+        },
     )
 
 
@@ -58,45 +75,81 @@ def vectors_check(name: str, asset: str, df: pd.DataFrame, dimensions: int | Non
     pool=MODEL_POOL,
     check_specs=[dg.AssetCheckSpec("text_embeddings_complete", asset="text_embeddings")],
 )
-def text_embeddings(context: dg.AssetExecutionContext, config: TextEmbeddingConfig,
-                    embeddings: EmbeddingModelResource, duckdb: DuckDBResource):
+def text_embeddings(
+    context: dg.AssetExecutionContext,
+    config: TextEmbeddingConfig,
+    embeddings: EmbeddingModelResource,
+    duckdb: DuckDBResource,
+):
     """Entity descriptions, text units and community reports as vectors (kind tells which)."""
     corpus = context.partition_key
     with duckdb.get_connection() as conn:
-        inputs = embedding_inputs(read_table(conn, "entities", corpus), read_table(conn, "text_units", corpus),
-                                  read_table(conn, "community_reports", corpus))
+        inputs = embedding_inputs(
+            read_table(conn, "entities", corpus),
+            read_table(conn, "text_units", corpus),
+            read_table(conn, "community_reports", corpus),
+        )
     texts = inputs["text"].tolist()
     local_model = None
     if embeddings.configured:
-        (vectors, failed_batches), usage = embeddings.run(lambda client: embed_with_model(client, texts, embeddings.batch_size))
-        fail_if_too_many_failed(context, "embedding batches", failed_batches, -(-len(texts) // embeddings.batch_size),
-                                usage, config.max_failed_fraction)
+        (vectors, failed_batches), usage = embeddings.run(
+            lambda client: embed_with_model(client, texts, embeddings.batch_size)
+        )
+        fail_if_too_many_failed(
+            context,
+            "embedding batches",
+            failed_batches,
+            -(-len(texts) // embeddings.batch_size),
+            usage,
+            config.max_failed_fraction,
+        )
         dimensions = None
     else:
         local_model = LocalEmbedder.fit(texts, config.offline_dimensions, config.seed)
         vectors, failed_batches, usage = local_model.embed(texts).tolist(), 0, None
         dimensions = local_model.dimensions
         if dimensions != config.offline_dimensions:
-            context.log.info(f"offline embedding has {dimensions} dimensions, not {config.offline_dimensions}: "
-                             f"the corpus has {len(texts)} texts and {len(local_model.vocabulary)} distinct terms")
+            context.log.info(
+                f"offline embedding has {dimensions} dimensions, not {config.offline_dimensions}: "
+                f"the corpus has {len(texts)} texts and {len(local_model.vocabulary)} distinct terms"
+            )
     table = inputs[["id", "kind"]].assign(embedding=vectors)
     table = table[table["embedding"].notna()].reset_index(drop=True)
     engine = embeddings.engine if embeddings.configured else "offline:tfidf-svd"
     with duckdb.get_connection() as conn:
         # The fitted offline model is kept so that questions can be embedded in the same space; with an
         # embedding model there is none, and an older offline one must not outlive its vectors.
-        models = pd.DataFrame([local_model.to_row()] if local_model is not None else [],
-                              columns=["id", "dimensions", "vocabulary", "idf", "components", "stop_words"])
-        write_table(conn, "embedding_models", corpus, models,
-                    lineage_for(context, conn, "embedding_models", upstream=[], engine=engine))
-        yield publish(context, conn, "text_embeddings", table, upstream=["entities", "text_units", "community_reports"],
-                      engine=engine, model=embeddings if embeddings.configured else None, usage=usage,
-                      metadata={"failed_batches": failed_batches, "dimensions": dimensions or 0,
-                                "offline_dimensions_note": (
-                                    f"reduced from {config.offline_dimensions}: the corpus is small"
-                                    if local_model is not None and dimensions != config.offline_dimensions else "none"),
-                                "vectors_by_kind": dg.MetadataValue.json(table["kind"].value_counts().to_dict()),
-                                "vector_search": "exact cosine similarity over these vectors at query time"})
+        models = pd.DataFrame(
+            [local_model.to_row()] if local_model is not None else [],
+            columns=["id", "dimensions", "vocabulary", "idf", "components", "stop_words"],
+        )
+        write_table(
+            conn,
+            "embedding_models",
+            corpus,
+            models,
+            lineage_for(context, conn, "embedding_models", engine=engine, upstream=[]),
+        )
+        yield publish(
+            context,
+            conn,
+            "text_embeddings",
+            table,
+            engine=engine,
+            model=embeddings if embeddings.configured else None,
+            usage=usage,
+            metadata={
+                "failed_batches": failed_batches,
+                "dimensions": dimensions or 0,
+                "offline_dimensions_note": (
+                    f"reduced from {config.offline_dimensions}: the corpus is small"
+                    if local_model is not None and dimensions != config.offline_dimensions
+                    else "none"
+                ),
+                "vectors_by_kind": dg.MetadataValue.json(table["kind"].value_counts().to_dict()),
+                "vector_search": "exact cosine similarity over these vectors at query time",
+            },
+        )
     yield vectors_check("text_embeddings_complete", "text_embeddings", table, dimensions, set(inputs["id"]))
 
 
@@ -115,8 +168,7 @@ def document_embeddings(context: dg.AssetExecutionContext, duckdb: DuckDBResourc
         units = read_table(conn, "base_text_units", corpus)
         vectors = read_table(conn, "text_embeddings", corpus)
         table = mean_document_embeddings(units, vectors[vectors["kind"] == "text_unit"])
-        yield publish(context, conn, "document_embeddings", table, upstream=["text_embeddings", "base_text_units"],
-                      engine="weighted-mean")
+        yield publish(context, conn, "document_embeddings", table, engine="weighted-mean")
     yield vectors_check("document_embeddings_valid", "document_embeddings", table, None, set(units["document_id"]))
 
 
@@ -133,11 +185,24 @@ def graph_embeddings(context: dg.AssetExecutionContext, config: Node2VecConfig, 
     corpus = context.partition_key
     with duckdb.get_connection() as conn:
         graph = entity_graph(read_table(conn, "entities", corpus), read_table(conn, "relationships", corpus))
-    table = node2vec(graph, config.dimensions, config.num_walks, config.walk_length, config.window_size,
-                     config.iterations, config.seed)
+    table = node2vec(
+        graph,
+        config.dimensions,
+        config.num_walks,
+        config.walk_length,
+        config.window_size,
+        config.iterations,
+        config.seed,
+    )
     with duckdb.get_connection() as conn:
-        yield publish(context, conn, "graph_embeddings", table, upstream=["entities", "relationships"],
-                      engine="node2vec", metadata={"isolated_entities_skipped": graph.number_of_nodes() - len(table)})
+        yield publish(
+            context,
+            conn,
+            "graph_embeddings",
+            table,
+            engine="node2vec",
+            metadata={"isolated_entities_skipped": graph.number_of_nodes() - len(table)},
+        )
     yield vectors_check("graph_embeddings_valid", "graph_embeddings", table, config.dimensions)
 
 
@@ -152,21 +217,38 @@ def graph_embeddings(context: dg.AssetExecutionContext, config: Node2VecConfig, 
 def layouts(context: dg.AssetExecutionContext, config: LayoutConfig, duckdb: DuckDBResource):
     """UMAP 2-D positions of entities (node2vec) and documents (embeddings), one nodes table."""
     corpus = context.partition_key
-    upstream = ["graph_embeddings", "document_embeddings", "communities", "entities", "documents"]
     with duckdb.get_connection() as conn:
-        inputs = read_tables(conn, upstream, corpus)
+        inputs = read_inputs(context, conn, "layouts")
     level_0 = inputs["communities"][inputs["communities"]["level"] == 0]
     top_community = {e: int(c) for c, ids in zip(level_0["community"], level_0["entity_ids"]) for e in ids}
-    nodes = layout_nodes(inputs["graph_embeddings"], inputs["entities"], top_community,
-                         inputs["document_embeddings"], inputs["documents"],
-                         n_neighbors=config.n_neighbors, min_dist=config.min_dist, seed=config.seed)
+    nodes = layout_nodes(
+        inputs["graph_embeddings"],
+        inputs["entities"],
+        top_community,
+        inputs["document_embeddings"],
+        inputs["documents"],
+        n_neighbors=config.n_neighbors,
+        min_dist=config.min_dist,
+        seed=config.seed,
+    )
     with duckdb.get_connection() as conn:
-        yield publish(context, conn, "layouts", nodes, upstream=upstream, engine="umap", metadata={
-            "entity_layout": png(plot_layout(nodes, "entity", f"{corpus}: entities (node2vec + UMAP)"), "entities"),
-            "document_layout": png(plot_layout(nodes, "document", f"{corpus}: documents (embeddings + UMAP)"),
-                                   "documents"),
-        })
+        yield publish(
+            context,
+            conn,
+            "layouts",
+            nodes,
+            engine="umap",
+            metadata={
+                "entity_layout": png(plot_layout(nodes, "entity", f"{corpus}: entities (node2vec + UMAP)"), "entities"),
+                "document_layout": png(
+                    plot_layout(nodes, "document", f"{corpus}: documents (embeddings + UMAP)"), "documents"
+                ),
+            },
+        )
     expected = len(inputs["graph_embeddings"]) + len(inputs["document_embeddings"])
     duplicated = int(nodes.duplicated(["kind", "id"]).sum())
-    yield dg.AssetCheckResult(check_name="one_row_per_node", passed=len(nodes) == expected and not duplicated,
-                              metadata={"rows": len(nodes), "expected": expected, "duplicated": duplicated})
+    yield dg.AssetCheckResult(
+        check_name="one_row_per_node",
+        passed=len(nodes) == expected and not duplicated,
+        metadata={"rows": len(nodes), "expected": expected, "duplicated": duplicated},
+    )

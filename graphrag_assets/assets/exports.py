@@ -7,11 +7,18 @@ import dagster as dg
 from dagster_duckdb import DuckDBResource
 
 from ..method import exports
-from ..store.tables import read_tables, record_lineage
-from .common import code_version, corpus_partitions, lineage_for
+from ..store.tables import record_lineage
+from .common import code_version, corpus_partitions, lineage_for, read_inputs
 
-PARQUET_TABLES = ("documents", "text_units", "entities", "relationships", "covariates", "communities",
-                  "community_reports")
+PARQUET_TABLES = (
+    "documents",
+    "text_units",
+    "entities",
+    "relationships",
+    "covariates",
+    "communities",
+    "community_reports",
+)
 
 
 class ExportConfig(dg.Config):
@@ -28,16 +35,25 @@ class ExportConfig(dg.Config):
 def graphml_export(context: dg.AssetExecutionContext, config: ExportConfig, duckdb: DuckDBResource):
     """The entity graph as GraphML, with community ids per level and layout positions as node attributes."""
     corpus = context.partition_key
-    upstream = ["entities", "relationships", "communities", "layouts"]
     with duckdb.get_connection() as conn:
-        tables = read_tables(conn, upstream, corpus)
+        tables = read_inputs(context, conn, "graphml_export")
     path = Path(config.folder) / corpus / "graph.graphml"
     graph = exports.graphml(tables["entities"], tables["relationships"], tables["communities"], tables["layouts"], path)
     with duckdb.get_connection() as conn:
-        record_lineage(conn, lineage_for(context, conn, "graphml_export", upstream=upstream, engine="networkx"),
-                       corpus, version="", rows=graph.number_of_nodes())
-    return dg.MaterializeResult(metadata={"path": dg.MetadataValue.path(str(path.resolve())),
-                                          "nodes": graph.number_of_nodes(), "edges": graph.number_of_edges()})
+        record_lineage(
+            conn,
+            lineage_for(context, conn, "graphml_export", engine="networkx"),
+            corpus,
+            version="",
+            rows=graph.number_of_nodes(),
+        )
+    return dg.MaterializeResult(
+        metadata={
+            "path": dg.MetadataValue.path(str(path.resolve())),
+            "nodes": graph.number_of_nodes(),
+            "edges": graph.number_of_edges(),
+        }
+    )
 
 
 @dg.asset(
@@ -51,14 +67,17 @@ def parquet_export(context: dg.AssetExecutionContext, config: ExportConfig, duck
     """Every index table as a parquet file, as GraphRAG writes its outputs."""
     corpus = context.partition_key
     with duckdb.get_connection() as conn:
-        tables = read_tables(conn, PARQUET_TABLES, corpus)
+        tables = read_inputs(context, conn, "parquet_export")
     # GraphRAG stores findings as a list of {summary, explanation}; DuckDB holds them as JSON text.
     tables["community_reports"]["findings"] = tables["community_reports"]["findings"].map(json.loads)
     written = exports.parquet(tables, Path(config.folder) / corpus / "parquet")
     with duckdb.get_connection() as conn:
-        record_lineage(conn, lineage_for(context, conn, "parquet_export", upstream=list(PARQUET_TABLES),
-                                         engine="pyarrow"), corpus, version="", rows=len(written))
-    return dg.MaterializeResult(metadata={
-        "folder": dg.MetadataValue.path(str((Path(config.folder) / corpus / "parquet").resolve())),
-        "rows": dg.MetadataValue.json({name: len(df) for name, df in tables.items()}),
-    })
+        record_lineage(
+            conn, lineage_for(context, conn, "parquet_export", engine="pyarrow"), corpus, version="", rows=len(written)
+        )
+    return dg.MaterializeResult(
+        metadata={
+            "folder": dg.MetadataValue.path(str((Path(config.folder) / corpus / "parquet").resolve())),
+            "rows": dg.MetadataValue.json({name: len(df) for name, df in tables.items()}),
+        }
+    )

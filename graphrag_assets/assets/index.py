@@ -4,15 +4,23 @@ import dagster as dg
 import pandas as pd
 from dagster_duckdb import DuckDBResource
 
+from ..failures import step_failure
 from ..method.documents import TabularColumns, read_corpus
-from ..method.extract_claims import CLAIM_PROMPTS, DEFAULT_CLAIM_DESCRIPTION, extract_claims, COVARIATE_COLUMNS
+from ..method.extract_claims import CLAIM_PROMPTS, COVARIATE_COLUMNS, DEFAULT_CLAIM_DESCRIPTION, extract_claims
 from ..method.extract_graph import DEFAULT_ENTITY_TYPES, EXTRACTION_PROMPTS
 from ..method.graph import build_entity_graph, link_text_units
 from ..method.text_units import chunk_documents
-from ..failures import step_failure
 from ..resources import ChatModelResource, CorporaResource
-from ..store.tables import read_table, read_tables
-from .common import MODEL_POOL, code_version, corpus_partitions, fail_if_too_many_failed, markdown_table, publish
+from ..store.tables import read_table
+from .common import (
+    MODEL_POOL,
+    code_version,
+    corpus_partitions,
+    fail_if_too_many_failed,
+    markdown_table,
+    publish,
+    read_inputs,
+)
 
 
 class IngestConfig(dg.Config):
@@ -42,96 +50,181 @@ class ClaimsConfig(dg.Config):
 
 @dg.multi_asset(
     specs=[
-        dg.AssetSpec("documents", description="One row per document of the corpus; id is the content hash.",
-                     code_version=code_version(), kinds={"duckdb"}),
-        dg.AssetSpec("base_text_units", deps=["documents"], code_version=code_version(), kinds={"duckdb"},
-                     description="Token chunks of the documents, the unit of extraction and provenance."),
+        dg.AssetSpec(
+            "documents",
+            description="One row per document of the corpus; id is the content hash.",
+            code_version=code_version(),
+            kinds={"duckdb"},
+        ),
+        dg.AssetSpec(
+            "base_text_units",
+            deps=["documents"],
+            code_version=code_version(),
+            kinds={"duckdb"},
+            description="Token chunks of the documents, the unit of extraction and provenance.",
+        ),
     ],
     partitions_def=corpus_partitions,
     group_name="ingest",
 )
-def corpus_documents(context: dg.AssetExecutionContext, config: IngestConfig,
-                     corpora: CorporaResource, duckdb: DuckDBResource):
+def corpus_documents(
+    context: dg.AssetExecutionContext, config: IngestConfig, corpora: CorporaResource, duckdb: DuckDBResource
+):
     folder = corpora.folder(context.partition_key)
-    read = read_corpus(folder, TabularColumns(config.text_column, config.title_column or None,
-                                              tuple(config.metadata_columns)))
+    read = read_corpus(
+        folder, TabularColumns(config.text_column, config.title_column or None, tuple(config.metadata_columns))
+    )
     for problem in read.problems:
         context.log.warning(f"{folder.name}/{problem}")
     problems = dg.MetadataValue.md("\n".join(f"- `{p.path}`: {p.message}" for p in read.problems) or "none")
     if read.documents.empty:
-        raise step_failure(f"corpus folder {folder} has no readable documents", retryable=False,
-                           metadata={"problems": problems})
+        raise step_failure(
+            f"corpus folder {folder} has no readable documents", retryable=False, metadata={"problems": problems}
+        )
     text_units, documents = chunk_documents(read.documents, config.chunk_size, config.chunk_overlap)
     with duckdb.get_connection() as conn:
-        yield publish(context, conn, "documents", documents, upstream=[], engine="none", metadata={
-            "files_read": read.files_read, "problems": problems,
-            "preview": markdown_table(documents, ["title", "source_path"]),
-        })
-        yield publish(context, conn, "base_text_units", text_units, upstream=["documents"], engine="none", metadata={
-            "total_tokens": int(text_units["n_tokens"].sum()), "chunk_size": config.chunk_size,
-            "chunk_overlap": config.chunk_overlap,
-        })
+        yield publish(
+            context,
+            conn,
+            "documents",
+            documents,
+            engine="none",
+            metadata={
+                "files_read": read.files_read,
+                "problems": problems,
+                "preview": markdown_table(documents, ["title", "source_path"]),
+            },
+        )
+        yield publish(
+            context,
+            conn,
+            "base_text_units",
+            text_units,
+            engine="none",
+            metadata={
+                "total_tokens": int(text_units["n_tokens"].sum()),
+                "chunk_size": config.chunk_size,
+                "chunk_overlap": config.chunk_overlap,
+            },
+        )
 
 
 @dg.multi_asset(
     specs=[
-        dg.AssetSpec("entities", deps=["base_text_units"], code_version=code_version(*EXTRACTION_PROMPTS, "summarize_descriptions"),
-                     kinds={"duckdb"}, description="Entities merged by exact name, with summarized descriptions."),
-        dg.AssetSpec("relationships", deps=["base_text_units"], code_version=code_version(*EXTRACTION_PROMPTS, "summarize_descriptions"),
-                     kinds={"duckdb"}, description="Relationships merged by (source, target); weight sums strengths."),
+        dg.AssetSpec(
+            "entities",
+            deps=["base_text_units"],
+            code_version=code_version(*EXTRACTION_PROMPTS, "summarize_descriptions"),
+            kinds={"duckdb"},
+            description="Entities merged by exact name, with summarized descriptions.",
+        ),
+        dg.AssetSpec(
+            "relationships",
+            deps=["base_text_units"],
+            code_version=code_version(*EXTRACTION_PROMPTS, "summarize_descriptions"),
+            kinds={"duckdb"},
+            description="Relationships merged by (source, target); weight sums strengths.",
+        ),
     ],
     partitions_def=corpus_partitions,
     group_name="graph",
     pool=MODEL_POOL,
     check_specs=[
-        dg.AssetCheckSpec("relationship_endpoints_are_entities", asset="relationships",
-                          description="Every relationship's source and target is an extracted entity."),
-        dg.AssetCheckSpec("entities_found", asset="entities", blocking=True,
-                          description="A corpus with text yields entities; an empty graph stops the run here."),
+        dg.AssetCheckSpec(
+            "relationship_endpoints_are_entities",
+            asset="relationships",
+            description="Every relationship's source and target is an extracted entity.",
+        ),
+        dg.AssetCheckSpec(
+            "entities_found",
+            asset="entities",
+            blocking=True,
+            description="A corpus with text yields entities; an empty graph stops the run here.",
+        ),
     ],
 )
-def entity_graph(context: dg.AssetExecutionContext, config: GraphConfig, chat: ChatModelResource, duckdb: DuckDBResource):
+def entity_graph(
+    context: dg.AssetExecutionContext, config: GraphConfig, chat: ChatModelResource, duckdb: DuckDBResource
+):
     corpus = context.partition_key
     with duckdb.get_connection() as conn:
         units = read_table(conn, "base_text_units", corpus)
-    options = dict(entity_types=tuple(config.entity_types), max_gleanings=config.max_gleanings,
-                   summary_max_input_tokens=config.summary_max_input_tokens,
-                   summary_max_tokens=config.summary_max_tokens, offline_min_mentions=config.offline_min_mentions)
+    options = dict(
+        entity_types=tuple(config.entity_types),
+        max_gleanings=config.max_gleanings,
+        summary_max_input_tokens=config.summary_max_input_tokens,
+        summary_max_tokens=config.summary_max_tokens,
+        offline_min_mentions=config.offline_min_mentions,
+    )
     graph, usage = chat.run(lambda client: build_entity_graph(client, units, **options))
-    fail_if_too_many_failed(context, "text units", len(graph.extraction.failed_units), graph.extraction.units,
-                            usage, config.max_failed_unit_fraction)
+    fail_if_too_many_failed(
+        context,
+        "text units",
+        len(graph.extraction.failed_units),
+        graph.extraction.units,
+        usage,
+        config.max_failed_unit_fraction,
+    )
     summarized = graph.summaries.summarized + graph.summaries.failed
-    fail_if_too_many_failed(context, "description summaries", graph.summaries.failed, summarized, usage,
-                            config.max_failed_unit_fraction)
-    quality = {**graph.extraction.as_metadata(), "summarized_descriptions": graph.summaries.summarized,
-               "failed_summaries": graph.summaries.failed}
+    fail_if_too_many_failed(
+        context, "description summaries", graph.summaries.failed, summarized, usage, config.max_failed_unit_fraction
+    )
+    quality = {
+        **graph.extraction.as_metadata(),
+        "summarized_descriptions": graph.summaries.summarized,
+        "failed_summaries": graph.summaries.failed,
+    }
     top = graph.entities.sort_values(["degree", "frequency"], ascending=False)
     with duckdb.get_connection() as conn:
-        yield publish(context, conn, "entities", graph.entities, upstream=["base_text_units"], engine=chat.engine,
-                      model=chat, usage=usage, quality=quality, metadata={
-                          "top_entities_by_degree": markdown_table(top, ["title", "type", "degree", "frequency", "description"]),
-                      })
-        yield publish(context, conn, "relationships", graph.relationships, upstream=["base_text_units"],
-                      engine=chat.engine, metadata={
-                          "sample": markdown_table(graph.relationships.sort_values("weight", ascending=False),
-                                                   ["source", "target", "weight", "description"]),
-                      })
+        yield publish(
+            context,
+            conn,
+            "entities",
+            graph.entities,
+            engine=chat.engine,
+            model=chat,
+            usage=usage,
+            quality=quality,
+            metadata={
+                "top_entities_by_degree": markdown_table(top, ["title", "type", "degree", "frequency", "description"]),
+            },
+        )
+        yield publish(
+            context,
+            conn,
+            "relationships",
+            graph.relationships,
+            engine=chat.engine,
+            metadata={
+                "sample": markdown_table(
+                    graph.relationships.sort_values("weight", ascending=False),
+                    ["source", "target", "weight", "description"],
+                ),
+            },
+        )
     yield relationship_endpoints_are_entities(graph.entities, graph.relationships)
     yield entities_found(units, graph.entities)
 
 
 def entities_found(units: pd.DataFrame, entities: pd.DataFrame) -> dg.AssetCheckResult:
     tokens = int(units["n_tokens"].sum()) if len(units) else 0
-    return dg.AssetCheckResult(check_name="entities_found", asset_key="entities", passed=bool(len(entities) or not tokens),
-                               metadata={"entities": len(entities), "input_tokens": tokens})
+    return dg.AssetCheckResult(
+        check_name="entities_found",
+        asset_key="entities",
+        passed=bool(len(entities) or not tokens),
+        metadata={"entities": len(entities), "input_tokens": tokens},
+    )
 
 
 def relationship_endpoints_are_entities(entities: pd.DataFrame, relationships: pd.DataFrame) -> dg.AssetCheckResult:
     titles = set(entities["title"])
     dangling = sorted({t for t in (*relationships["source"], *relationships["target"]) if t not in titles})
-    return dg.AssetCheckResult(check_name="relationship_endpoints_are_entities", asset_key="relationships",
-                               passed=not dangling, metadata={"dangling_endpoints": len(dangling),
-                                                              "examples": ", ".join(dangling[:10]) or "none"})
+    return dg.AssetCheckResult(
+        check_name="relationship_endpoints_are_entities",
+        asset_key="relationships",
+        passed=not dangling,
+        metadata={"dangling_endpoints": len(dangling), "examples": ", ".join(dangling[:10]) or "none"},
+    )
 
 
 @dg.asset(
@@ -142,28 +235,48 @@ def relationship_endpoints_are_entities(entities: pd.DataFrame, relationships: p
     kinds={"duckdb"},
     pool=MODEL_POOL,
 )
-def covariates(context: dg.AssetExecutionContext, config: ClaimsConfig, chat: ChatModelResource,
-               duckdb: DuckDBResource) -> dg.MaterializeResult:
+def covariates(
+    context: dg.AssetExecutionContext, config: ClaimsConfig, chat: ChatModelResource, duckdb: DuckDBResource
+) -> dg.MaterializeResult:
     """Claims about entities (subject, object, type, status, dates, quote), one LLM pass per text unit."""
     corpus = context.partition_key
     if not (config.enabled and chat.configured):
         reason = "claims are switched off" if not config.enabled else "the offline engine extracts no claims"
         context.log.info(f"covariates left empty: {reason}")
         with duckdb.get_connection() as conn:
-            return publish(context, conn, "covariates", pd.DataFrame(columns=COVARIATE_COLUMNS),
-                           upstream=["base_text_units"], engine=chat.engine, metadata={"skipped_because": reason})
+            return publish(
+                context,
+                conn,
+                "covariates",
+                pd.DataFrame(columns=COVARIATE_COLUMNS),
+                engine=chat.engine,
+                metadata={"skipped_because": reason},
+            )
     with duckdb.get_connection() as conn:
         units = read_table(conn, "base_text_units", corpus)
-    (claims, stats), usage = chat.run(lambda client: extract_claims(
-        client, units, tuple(config.entity_specs), config.claim_description, config.max_gleanings))
-    fail_if_too_many_failed(context, "text units", len(stats.failed_units), stats.units, usage,
-                            config.max_failed_unit_fraction)
+    (claims, stats), usage = chat.run(
+        lambda client: extract_claims(
+            client, units, tuple(config.entity_specs), config.claim_description, config.max_gleanings
+        )
+    )
+    fail_if_too_many_failed(
+        context, "text units", len(stats.failed_units), stats.units, usage, config.max_failed_unit_fraction
+    )
     with duckdb.get_connection() as conn:
-        return publish(context, conn, "covariates", claims, upstream=["base_text_units"], engine=chat.engine,
-                       model=chat, usage=usage, quality=stats.as_metadata(), metadata={
-                           "claims_by_status": dg.MetadataValue.json(claims["status"].value_counts().to_dict()),
-                           "sample": markdown_table(claims, ["subject_id", "type", "status", "description"]),
-                       })
+        return publish(
+            context,
+            conn,
+            "covariates",
+            claims,
+            engine=chat.engine,
+            model=chat,
+            usage=usage,
+            quality=stats.as_metadata(),
+            metadata={
+                "claims_by_status": dg.MetadataValue.json(claims["status"].value_counts().to_dict()),
+                "sample": markdown_table(claims, ["subject_id", "type", "status", "description"]),
+            },
+        )
 
 
 @dg.asset(
@@ -175,10 +288,16 @@ def covariates(context: dg.AssetExecutionContext, config: ClaimsConfig, chat: Ch
 )
 def text_units(context: dg.AssetExecutionContext, duckdb: DuckDBResource) -> dg.MaterializeResult:
     """Text units with the ids of the entities, relationships and claims extracted from each."""
-    corpus = context.partition_key
     with duckdb.get_connection() as conn:
-        tables = read_tables(conn, ("base_text_units", "entities", "relationships", "covariates"), corpus)
+        tables = read_inputs(context, conn, "text_units")
         units = link_text_units(**tables)
-        return publish(context, conn, "text_units", units, upstream=list(tables), engine="none", metadata={
-            "units_without_entities": int((units["entity_ids"].map(len) == 0).sum()),
-        })
+        return publish(
+            context,
+            conn,
+            "text_units",
+            units,
+            engine="none",
+            metadata={
+                "units_without_entities": int((units["entity_ids"].map(len) == 0).sum()),
+            },
+        )

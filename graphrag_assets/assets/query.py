@@ -8,28 +8,38 @@ to the documents behind it (the answer_sources view).
 import json
 import time
 import uuid
-from datetime import datetime, timezone
-from typing import Callable
+from collections.abc import Callable
+from datetime import UTC, datetime
 
 import dagster as dg
 import pandas as pd
 from dagster_duckdb import DuckDBResource
 from pydantic import Field
 
+from ..failures import step_failure
 from ..method.embeddings import LocalEmbedder
 from ..method.search.context import Index, SearchResult
 from ..method.search.drift_search import drift_search as run_drift
-from ..method.search.global_search import global_search as run_global, text_summary_search as run_text_summary
-from ..method.search.local_search import basic_search as run_basic, local_search as run_local
+from ..method.search.global_search import global_search as run_global
+from ..method.search.global_search import text_summary_search as run_text_summary
+from ..method.search.local_search import basic_search as run_basic
+from ..method.search.local_search import local_search as run_local
 from ..method.search.questions import generate_questions
-from ..failures import step_failure
 from ..resources import ChatModelResource, EmbeddingModelResource, run_with_models
 from ..store.schema import ANSWER_SOURCES_VIEW
 from ..store.tables import append_rows, read_table, read_tables, row_count
 from .common import MODEL_POOL, code_version, corpus_partitions, usage_metadata
 
-INDEX_TABLES = ("entities", "relationships", "covariates", "communities", "community_reports", "text_units",
-                "documents", "text_embeddings")
+INDEX_TABLES = (
+    "entities",
+    "relationships",
+    "covariates",
+    "communities",
+    "community_reports",
+    "text_units",
+    "documents",
+    "text_embeddings",
+)
 
 
 class QueryConfig(dg.Config):
@@ -48,18 +58,21 @@ class MapReduceOptions(dg.Config):
 
 
 class LocalContextOptions(dg.Config):
-    top_k_entities: int = 10
+    top_k_entities: int = Field(10, description="Entities nearest the question that seed the context.")
     max_context_tokens: int = 8000
+    community_prop: float = Field(0.25, description="Share of the context budget for community reports.")
+    text_unit_prop: float = Field(0.5, description="Share of the context budget for source text units.")
 
 
 class GlobalSearchConfig(LeveledQueryConfig, MapReduceOptions):
-    dynamic_community_selection: bool = False
+    dynamic_community_selection: bool = Field(
+        False, description="Rate reports from the root down to community_level and read only relevant branches."
+    )
     dynamic_threshold: int = Field(1, description="Minimum 0-5 relevance rating to keep a report and descend.")
 
 
 class LocalSearchConfig(LeveledQueryConfig, LocalContextOptions):
-    community_prop: float = 0.25
-    text_unit_prop: float = 0.5
+    pass
 
 
 class DriftSearchConfig(LeveledQueryConfig, LocalContextOptions):
@@ -86,14 +99,22 @@ class QuestionGenerationConfig(LocalContextOptions):
 def load_index(conn, corpus: str) -> Index:
     missing = [t for t in INDEX_TABLES if t != "covariates" and not row_count(conn, t, corpus)]
     if missing:
-        raise step_failure(f"corpus {corpus!r} is not indexed: no rows in {', '.join(missing)}. Run the index_corpus "
-                           "job for it first.", retryable=False)
+        raise step_failure(
+            f"corpus {corpus!r} is not indexed: no rows in {', '.join(missing)}. Run the index_corpus "
+            "job for it first.",
+            retryable=False,
+        )
     tables = read_tables(conn, INDEX_TABLES, corpus)
     models = read_table(conn, "embedding_models", corpus) if row_count(conn, "embedding_models", corpus) else None
     return Index(
-        entities=tables["entities"], relationships=tables["relationships"], covariates=tables["covariates"],
-        communities=tables["communities"], reports=tables["community_reports"], text_units=tables["text_units"],
-        documents=tables["documents"], embeddings=tables["text_embeddings"],
+        entities=tables["entities"],
+        relationships=tables["relationships"],
+        covariates=tables["covariates"],
+        communities=tables["communities"],
+        reports=tables["community_reports"],
+        text_units=tables["text_units"],
+        documents=tables["documents"],
+        embeddings=tables["text_embeddings"],
         local_embedder=_offline_embedder(models),
     )
 
@@ -112,13 +133,18 @@ def validate(question: str | None, level: int | None, index: Index, embeddings: 
     if question is not None and not question.strip():
         raise step_failure("the question is empty: write one in the launchpad config", retryable=False)
     if level is not None and level not in index.levels:
-        raise step_failure(f"community level {level} does not exist: this corpus has levels "
-                           f"{index.levels[0]}..{index.levels[-1]}", retryable=False)
+        raise step_failure(
+            f"community level {level} does not exist: this corpus has levels {index.levels[0]}..{index.levels[-1]}",
+            retryable=False,
+        )
     if embeddings.configured == (index.local_embedder is not None):
         indexed_with = "the offline embedding" if index.local_embedder is not None else "an embedding model"
-        raise step_failure(f"the corpus was embedded with {indexed_with}, but the embeddings resource is "
-                           f"{'configured' if embeddings.configured else 'not configured'} now: re-run "
-                           "text_embeddings or change the resource", retryable=False)
+        raise step_failure(
+            f"the corpus was embedded with {indexed_with}, but the embeddings resource is "
+            f"{'configured' if embeddings.configured else 'not configured'} now: re-run "
+            "text_embeddings or change the resource",
+            retryable=False,
+        )
 
 
 def sources_markdown(index: Index, result: SearchResult) -> str:
@@ -126,7 +152,9 @@ def sources_markdown(index: Index, result: SearchResult) -> str:
     reports = index.reports.set_index("id")
     if result.context.get("reports"):
         rows = reports.loc[[r for r in result.context["reports"] if r in reports.index]]
-        parts.append("**Community reports**\n\n" + rows[["community", "level", "title"]].head(15).to_markdown(index=False))
+        parts.append(
+            "**Community reports**\n\n" + rows[["community", "level", "title"]].head(15).to_markdown(index=False)
+        )
     if result.context.get("points"):
         points = pd.DataFrame(result.context["points"])[["score", "description"]]
         parts.append("**Scored points (map step)**\n\n" + points.head(15).to_markdown(index=False))
@@ -136,113 +164,180 @@ def sources_markdown(index: Index, result: SearchResult) -> str:
     if result.context.get("text_units"):
         units = index.text_units.set_index("id").loc[result.context["text_units"]]
         titles = index.documents.set_index("id")["title"]
-        parts.append("**Source text units**\n\n" + pd.DataFrame({
-            "text unit": units.index.str[:12], "document": units["document_id"].map(titles),
-            "chunk": units["chunk_index"], "starts": units["text"].str[:80].str.replace("\n", " ")}
-        ).head(10).to_markdown(index=False))
+        parts.append(
+            "**Source text units**\n\n"
+            + pd.DataFrame(
+                {
+                    "text unit": units.index.str[:12],
+                    "document": units["document_id"].map(titles),
+                    "chunk": units["chunk_index"],
+                    "starts": units["text"].str[:80].str.replace("\n", " "),
+                }
+            )
+            .head(10)
+            .to_markdown(index=False)
+        )
     return "\n\n".join(parts) or "_no sources: nothing relevant was found_"
 
 
-def answer_query(context: dg.AssetExecutionContext, method: str, config: dg.Config, level: int | None,
-                 question: str | None, chat: ChatModelResource, embeddings: EmbeddingModelResource,
-                 duckdb: DuckDBResource, search: Callable) -> dg.MaterializeResult:
+def answer_query(
+    context: dg.AssetExecutionContext,
+    method: str,
+    config: dg.Config,
+    search: Callable,
+    chat: ChatModelResource,
+    embeddings: EmbeddingModelResource,
+    duckdb: DuckDBResource,
+) -> dg.MaterializeResult:
+    """Answer with `search`, a method function whose keyword options are exactly the config's fields."""
     corpus = context.partition_key
+    level, question = getattr(config, "community_level", None), getattr(config, "question", None)
     with duckdb.get_connection() as conn:
         index = load_index(conn, corpus)
     validate(question, level, index, embeddings)
     started = time.perf_counter()
     result, (chat_usage, embed_usage) = run_with_models(
-        [chat, embeddings], lambda chat_client, embed_client: search(chat_client, embed_client, index))
+        [chat, embeddings],
+        lambda chat_client, embed_client: search(chat_client, embed_client, index, **config.model_dump()),
+    )
     latency = time.perf_counter() - started
-    usage = {k: (getattr(chat_usage, k, 0) or 0) + (getattr(embed_usage, k, 0) or 0)
-             for k in ("calls", "cache_hits", "prompt_tokens", "completion_tokens")}
+    usage = {
+        k: (getattr(chat_usage, k, 0) or 0) + (getattr(embed_usage, k, 0) or 0)
+        for k in ("calls", "cache_hits", "prompt_tokens", "completion_tokens")
+    }
     answer_id = str(uuid.uuid4())
-    row = pd.DataFrame([{
-        "id": answer_id, "question": question or "", "method": method, "community_level": level,
-        "config": config.model_dump_json(), "answer": result.answer, "extractive": result.extractive,
-        "context": result.context_json(), "context_tokens": result.context_tokens,
-        "details": json.dumps(result.details, default=str), "model_calls": usage["calls"],
-        "cache_hits": usage["cache_hits"], "prompt_tokens": usage["prompt_tokens"],
-        "completion_tokens": usage["completion_tokens"], "latency_seconds": latency, "run_id": context.run_id,
-        "created_at": datetime.now(timezone.utc).replace(tzinfo=None),
-    }])
+    row = pd.DataFrame(
+        [
+            {
+                "id": answer_id,
+                "question": question or "",
+                "method": method,
+                "community_level": level,
+                "config": config.model_dump_json(),
+                "answer": result.answer,
+                "extractive": result.extractive,
+                "context": result.context_json(),
+                "context_tokens": result.context_tokens,
+                "details": json.dumps(result.details, default=str),
+                "model_calls": usage["calls"],
+                "cache_hits": usage["cache_hits"],
+                "prompt_tokens": usage["prompt_tokens"],
+                "completion_tokens": usage["completion_tokens"],
+                "latency_seconds": latency,
+                "run_id": context.run_id,
+                "created_at": datetime.now(UTC).replace(tzinfo=None),
+            }
+        ]
+    )
     with duckdb.get_connection() as conn:
         append_rows(conn, "query_answers", corpus, row)
         conn.execute(ANSWER_SOURCES_VIEW)
     heading = f"**{question}**\n\n" if question else ""
-    return dg.MaterializeResult(metadata={
-        "answer": dg.MetadataValue.md(heading + result.answer),
-        "sources": dg.MetadataValue.md(sources_markdown(index, result)),
-        "answer_id": answer_id, "method": method, "community_level": level if level is not None else -1,
-        "extractive": result.extractive, "context_tokens": result.context_tokens,
-        "latency_seconds": round(latency, 3), "details": dg.MetadataValue.json(result.details),
-        "trace_sql": f"SELECT * FROM answer_sources WHERE answer_id = '{answer_id}'",
-        **usage_metadata(chat, chat_usage),
-    })
+    return dg.MaterializeResult(
+        metadata={
+            "answer": dg.MetadataValue.md(heading + result.answer),
+            "sources": dg.MetadataValue.md(sources_markdown(index, result)),
+            "answer_id": answer_id,
+            "method": method,
+            "community_level": level if level is not None else -1,
+            "extractive": result.extractive,
+            "context_tokens": result.context_tokens,
+            "latency_seconds": round(latency, 3),
+            "details": dg.MetadataValue.json(result.details),
+            "trace_sql": f"SELECT * FROM answer_sources WHERE answer_id = '{answer_id}'",
+            **usage_metadata(chat, chat_usage),
+        }
+    )
 
 
 def query_asset(name: str, prompts: tuple[str, ...], description: str):
-    return dg.asset(name=name, deps=list(INDEX_TABLES), partitions_def=corpus_partitions, group_name="query",
-                    code_version=code_version(*prompts), kinds={"duckdb"}, description=description,
-                    pool=MODEL_POOL)
+    return dg.asset(
+        name=name,
+        deps=list(INDEX_TABLES),
+        partitions_def=corpus_partitions,
+        group_name="query",
+        code_version=code_version(*prompts),
+        kinds={"duckdb"},
+        description=description,
+        pool=MODEL_POOL,
+    )
 
 
-@query_asset("global_search", ("global_search_map", "global_search_reduce", "rate_community"),
-             "Map-reduce over the community reports of one level; or dynamic community selection.")
-def global_search(context: dg.AssetExecutionContext, config: GlobalSearchConfig, chat: ChatModelResource,
-                  embeddings: EmbeddingModelResource, duckdb: DuckDBResource):
-    return answer_query(context, "global", config, config.community_level, config.question, chat, embeddings, duckdb,
-                        lambda c, e, index: run_global(
-                            c, e, index, config.question, config.community_level, config.response_type,
-                            config.map_window_tokens, config.reduce_window_tokens, config.seed,
-                            config.dynamic_community_selection, config.dynamic_threshold))
+@query_asset(
+    "global_search",
+    ("global_search_map", "global_search_reduce", "rate_community"),
+    "Map-reduce over the community reports of one level; or dynamic community selection.",
+)
+def global_search(
+    context: dg.AssetExecutionContext,
+    config: GlobalSearchConfig,
+    chat: ChatModelResource,
+    embeddings: EmbeddingModelResource,
+    duckdb: DuckDBResource,
+):
+    return answer_query(context, "global", config, run_global, chat, embeddings, duckdb)
 
 
 @query_asset("local_search", ("local_search",), "Nearest entities and one context of reports, tables and sources.")
-def local_search(context: dg.AssetExecutionContext, config: LocalSearchConfig, chat: ChatModelResource,
-                 embeddings: EmbeddingModelResource, duckdb: DuckDBResource):
-    return answer_query(context, "local", config, config.community_level, config.question, chat, embeddings, duckdb,
-                        lambda c, e, index: run_local(
-                            c, e, index, config.question, config.community_level, config.response_type,
-                            config.top_k_entities, config.max_context_tokens, config.community_prop,
-                            config.text_unit_prop))
+def local_search(
+    context: dg.AssetExecutionContext,
+    config: LocalSearchConfig,
+    chat: ChatModelResource,
+    embeddings: EmbeddingModelResource,
+    duckdb: DuckDBResource,
+):
+    return answer_query(context, "local", config, run_local, chat, embeddings, duckdb)
 
 
-@query_asset("drift_search", ("drift_primer", "drift_local", "drift_reduce", "local_search"),
-             "A primer from the nearest reports, follow-ups answered by local search, a reduce.")
-def drift_search(context: dg.AssetExecutionContext, config: DriftSearchConfig, chat: ChatModelResource,
-                 embeddings: EmbeddingModelResource, duckdb: DuckDBResource):
-    return answer_query(context, "drift", config, config.community_level, config.question, chat, embeddings, duckdb,
-                        lambda c, e, index: run_drift(
-                            c, e, index, config.question, config.community_level, config.response_type,
-                            config.primer_reports, config.follow_ups, config.depth, config.top_k_entities,
-                            config.max_context_tokens))
+@query_asset(
+    "drift_search",
+    ("drift_primer", "drift_local", "drift_reduce", "local_search"),
+    "A primer from the nearest reports, follow-ups answered by local search, a reduce.",
+)
+def drift_search(
+    context: dg.AssetExecutionContext,
+    config: DriftSearchConfig,
+    chat: ChatModelResource,
+    embeddings: EmbeddingModelResource,
+    duckdb: DuckDBResource,
+):
+    return answer_query(context, "drift", config, run_drift, chat, embeddings, duckdb)
 
 
 @query_asset("basic_search", ("basic_search",), "The paper's SS baseline: vector search over text units.")
-def basic_search(context: dg.AssetExecutionContext, config: BasicSearchConfig, chat: ChatModelResource,
-                 embeddings: EmbeddingModelResource, duckdb: DuckDBResource):
-    return answer_query(context, "basic", config, None, config.question, chat, embeddings, duckdb,
-                        lambda c, e, index: run_basic(c, e, index, config.question, config.response_type,
-                                                      config.top_k, config.max_context_tokens))
+def basic_search(
+    context: dg.AssetExecutionContext,
+    config: BasicSearchConfig,
+    chat: ChatModelResource,
+    embeddings: EmbeddingModelResource,
+    duckdb: DuckDBResource,
+):
+    return answer_query(context, "basic", config, run_basic, chat, embeddings, duckdb)
 
 
-@query_asset("text_summary_search", ("global_search_map", "global_search_reduce"),
-             "The paper's TS baseline: global map-reduce over shuffled source text units.")
-def text_summary_search(context: dg.AssetExecutionContext, config: TextSummaryConfig, chat: ChatModelResource,
-                        embeddings: EmbeddingModelResource, duckdb: DuckDBResource):
-    return answer_query(context, "text_summary", config, None, config.question, chat, embeddings, duckdb,
-                        lambda c, e, index: run_text_summary(c, e, index, config.question, config.response_type,
-                                                             config.map_window_tokens, config.reduce_window_tokens,
-                                                             config.seed))
+@query_asset(
+    "text_summary_search",
+    ("global_search_map", "global_search_reduce"),
+    "The paper's TS baseline: global map-reduce over shuffled source text units.",
+)
+def text_summary_search(
+    context: dg.AssetExecutionContext,
+    config: TextSummaryConfig,
+    chat: ChatModelResource,
+    embeddings: EmbeddingModelResource,
+    duckdb: DuckDBResource,
+):
+    return answer_query(context, "text_summary", config, run_text_summary, chat, embeddings, duckdb)
 
 
 @query_asset("question_generation", ("question_generation",), "Candidate next questions from the local context.")
-def question_generation(context: dg.AssetExecutionContext, config: QuestionGenerationConfig, chat: ChatModelResource,
-                        embeddings: EmbeddingModelResource, duckdb: DuckDBResource):
+def question_generation(
+    context: dg.AssetExecutionContext,
+    config: QuestionGenerationConfig,
+    chat: ChatModelResource,
+    embeddings: EmbeddingModelResource,
+    duckdb: DuckDBResource,
+):
     if not [q for q in config.previous_questions if q.strip()]:
         raise step_failure("previous_questions is empty: give at least one question", retryable=False)
-    return answer_query(context, "question_generation", config, config.community_level, None, chat, embeddings,
-                        duckdb, lambda c, e, index: generate_questions(
-                            c, e, index, config.previous_questions, config.community_level, config.question_count,
-                            config.top_k_entities, config.max_context_tokens))
+    return answer_query(context, "question_generation", config, generate_questions, chat, embeddings, duckdb)

@@ -13,8 +13,12 @@ from ..resources import CorporaResource
 from .jobs import index_corpus_job
 
 
-@dg.sensor(job=index_corpus_job, minimum_interval_seconds=30, default_status=dg.DefaultSensorStatus.RUNNING,
-           description="Registers each new folder under data/ as a corpus partition and requests its index run.")
+@dg.sensor(
+    job=index_corpus_job,
+    minimum_interval_seconds=30,
+    default_status=dg.DefaultSensorStatus.RUNNING,
+    description="Registers each new folder under data/ as a corpus partition and requests its index run.",
+)
 def new_corpus_sensor(context: dg.SensorEvaluationContext, corpora: CorporaResource):
     names, refused = corpora.scan()
     for folder, reason in refused.items():
@@ -22,17 +26,23 @@ def new_corpus_sensor(context: dg.SensorEvaluationContext, corpora: CorporaResou
     known = set(context.instance.get_dynamic_partitions(corpus_partitions.name))
     new = [name for name in names if name not in known]
     if not new:
-        return dg.SkipReason(f"no new corpus folders ({len(names)} known"
-                             + (f", refused: {', '.join(sorted(refused))})" if refused else ")"))
+        return dg.SkipReason(
+            f"no new corpus folders ({len(names)} known"
+            + (f", refused: {', '.join(sorted(refused))})" if refused else ")")
+        )
     return dg.SensorResult(
         run_requests=[dg.RunRequest(partition_key=name, run_key=f"new-corpus-{name}") for name in new],
         dynamic_partitions_requests=[corpus_partitions.build_add_request(new)],
     )
 
 
-@dg.schedule(job=index_corpus_job, cron_schedule="0 2 * * *", execution_timezone="UTC",
-             default_status=dg.DefaultScheduleStatus.RUNNING,
-             description="Re-index every corpus at 02:00 UTC; unchanged documents cost no model call.")
+@dg.schedule(
+    job=index_corpus_job,
+    cron_schedule="0 2 * * *",
+    execution_timezone="UTC",
+    default_status=dg.DefaultScheduleStatus.RUNNING,
+    description="Re-index every corpus at 02:00 UTC; unchanged documents cost no model call.",
+)
 def nightly_reindex(context: dg.ScheduleEvaluationContext, corpora: CorporaResource):
     registered = context.instance.get_dynamic_partitions(corpus_partitions.name)
     present = set(corpora.names())

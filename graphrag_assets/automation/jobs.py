@@ -12,14 +12,20 @@ index_corpus_job = dg.define_asset_job(
     "index_corpus",
     selection=dg.AssetSelection.assets(*index_assets),
     partitions_def=corpus_partitions,
-    description="Index one corpus: documents, entity graph, claims, communities, reports, embeddings, layouts, exports.",
+    description="Index one corpus: documents, entity graph, claims, communities, reports, embeddings, layouts, "
+    "exports.",
     # Run monitoring (dagster.yaml) fails a run that hangs past this many seconds.
     tags={"dagster/max_runtime": str(6 * 3600)},
 )
 
 # One job per query method, so the launchpad, the CLI and the GraphQL API can each launch a question.
 query_jobs = [
-    dg.define_asset_job(f"ask_{asset.key.path[-1]}", selection=[asset], partitions_def=corpus_partitions,
-                        description=asset.descriptions_by_key[asset.key], tags={"dagster/max_runtime": "1800"})
+    dg.define_asset_job(
+        f"ask_{asset.key.path[-1]}",
+        selection=[asset],
+        partitions_def=corpus_partitions,
+        description=asset.descriptions_by_key[asset.key],
+        tags={"dagster/max_runtime": "1800"},
+    )
     for asset in query_assets
 ]

@@ -33,15 +33,22 @@ def fail_runs_of_dead_processes(instance: dg.DagsterInstance) -> list[tuple[str,
     for run in runs:
         pid = int(run.tags.get(PID_TAG, "0") or 0)
         if pid and pid != os.getpid() and not _alive(pid):
-            instance.report_run_failed(run, message=(
-                f"the process that ran this run (pid {pid} on {host}) is gone: killed or crashed. Run it again; "
-                "model replies it received are cached and will not be paid for twice"))
+            instance.report_run_failed(
+                run,
+                message=(
+                    f"the process that ran this run (pid {pid} on {host}) is gone: killed or crashed. Run it again; "
+                    "model replies it received are cached and will not be paid for twice"
+                ),
+            )
             failed.append((run.run_id, pid))
     return failed
 
 
-@dg.sensor(minimum_interval_seconds=60, default_status=dg.DefaultSensorStatus.RUNNING,
-           description="Marks failed the graphrag-assets CLI runs of this host whose process died.")
+@dg.sensor(
+    minimum_interval_seconds=60,
+    default_status=dg.DefaultSensorStatus.RUNNING,
+    description="Marks failed the graphrag-assets CLI runs of this host whose process died.",
+)
 def abandoned_runs_sensor(context: dg.SensorEvaluationContext):
     failed = fail_runs_of_dead_processes(context.instance)
     for run_id, pid in failed:

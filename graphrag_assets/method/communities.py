@@ -16,8 +16,18 @@ import networkx as nx
 import pandas as pd
 
 COMMUNITY_COLUMNS = [
-    "id", "human_readable_id", "community", "level", "parent", "children", "title", "entity_ids",
-    "relationship_ids", "text_unit_ids", "size", "carried_from",
+    "id",
+    "human_readable_id",
+    "community",
+    "level",
+    "parent",
+    "children",
+    "title",
+    "entity_ids",
+    "relationship_ids",
+    "text_unit_ids",
+    "size",
+    "carried_from",
 ]
 DEFAULT_SEED = 0xDEADBEEF
 
@@ -35,8 +45,9 @@ def entity_graph(entities: pd.DataFrame, relationships: pd.DataFrame) -> nx.Grap
     return graph
 
 
-def cluster_graph(graph: nx.Graph, max_cluster_size: int = 10, seed: int = DEFAULT_SEED,
-                  use_lcc: bool = False) -> dict[int, dict[str, tuple[int, int]]]:
+def cluster_graph(
+    graph: nx.Graph, max_cluster_size: int = 10, seed: int = DEFAULT_SEED, use_lcc: bool = False
+) -> dict[int, dict[str, tuple[int, int]]]:
     """{level: {node: (level Leiden made its cluster at, cluster)}}, every clustered node at every level.
 
     A cluster Leiden did not split is carried down unchanged, keeping its key; a key made at a
@@ -61,8 +72,13 @@ def cluster_graph(graph: nx.Graph, max_cluster_size: int = 10, seed: int = DEFAU
     return dict(by_level)
 
 
-def build_communities(entities: pd.DataFrame, relationships: pd.DataFrame, max_cluster_size: int = 10,
-                      seed: int = DEFAULT_SEED, use_lcc: bool = False) -> pd.DataFrame:
+def build_communities(
+    entities: pd.DataFrame,
+    relationships: pd.DataFrame,
+    max_cluster_size: int = 10,
+    seed: int = DEFAULT_SEED,
+    use_lcc: bool = False,
+) -> pd.DataFrame:
     """One row per community per level, with ids unique across levels and full provenance."""
     graph = entity_graph(entities, relationships)
     levels = cluster_graph(graph, max_cluster_size, seed, use_lcc)
@@ -85,14 +101,23 @@ def build_communities(entities: pd.DataFrame, relationships: pd.DataFrame, max_c
                 above = levels[level - 1][titles[0]]
                 parent_key = (level - 1, above)
             rels = sorted(r.id for r in inside[cluster])
-            units = sorted({u for r in inside[cluster] for u in r.text_unit_ids}
-                           or {u for t in titles for u in entity_by_title.loc[t, "text_unit_ids"]})
-            rows.append({
-                "key": (level, cluster), "parent_key": parent_key, "community": number[(level, cluster)],
-                "level": level, "entity_ids": [entity_by_title.loc[t, "id"] for t in titles],
-                "relationship_ids": rels, "text_unit_ids": units, "size": len(titles),
-                "carried": cluster[0] < level,
-            })
+            units = sorted(
+                {u for r in inside[cluster] for u in r.text_unit_ids}
+                or {u for t in titles for u in entity_by_title.loc[t, "text_unit_ids"]}
+            )
+            rows.append(
+                {
+                    "key": (level, cluster),
+                    "parent_key": parent_key,
+                    "community": number[(level, cluster)],
+                    "level": level,
+                    "entity_ids": [entity_by_title.loc[t, "id"] for t in titles],
+                    "relationship_ids": rels,
+                    "text_unit_ids": units,
+                    "size": len(titles),
+                    "carried": cluster[0] < level,
+                }
+            )
     communities = pd.DataFrame(rows)
     if communities.empty:
         return pd.DataFrame(columns=COMMUNITY_COLUMNS)
@@ -102,9 +127,13 @@ def build_communities(entities: pd.DataFrame, relationships: pd.DataFrame, max_c
         if row.parent >= 0:
             children[row.parent].append(row.community)
     communities["children"] = communities["community"].map(lambda c: sorted(children.get(c, [])))
-    communities["carried_from"] = [p if carried else -1 for p, carried in zip(communities["parent"], communities["carried"])]
+    communities["carried_from"] = [
+        p if carried else -1 for p, carried in zip(communities["parent"], communities["carried"])
+    ]
     communities["title"] = communities["community"].map(lambda c: f"Community {c}")
     communities["human_readable_id"] = communities["community"]
-    communities["id"] = [hashlib.sha256(f"community:{lv}:{','.join(sorted(e))}".encode()).hexdigest()[:32]
-                         for lv, e in zip(communities["level"], communities["entity_ids"])]
+    communities["id"] = [
+        hashlib.sha256(f"community:{lv}:{','.join(sorted(e))}".encode()).hexdigest()[:32]
+        for lv, e in zip(communities["level"], communities["entity_ids"])
+    ]
     return communities[COMMUNITY_COLUMNS].reset_index(drop=True)

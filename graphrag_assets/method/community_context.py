@@ -15,6 +15,7 @@ import pandas as pd
 
 from .tokens import count_tokens
 
+
 # Record ids in the context are short content-derived ids, not row numbers: adding a document to a corpus
 # then leaves the context of an untouched community unchanged, and its report is served from the cache.
 def short_id(element_id: str) -> str:
@@ -81,21 +82,34 @@ class GraphIndex:
             if ("entity", title) in seen:
                 return
             seen.add(("entity", title))
-            ordered.append(Element("entity", title, _csv(short_id(row.id), title, row.description, row.degree),
-                                   frozenset([title])))
+            ordered.append(
+                Element("entity", title, _csv(short_id(row.id), title, row.description, row.degree), frozenset([title]))
+            )
             for claim in self.claims_by_subject.get(title, []):
-                ordered.append(Element("claim", claim.id, _csv(short_id(claim.id), title, claim.type,
-                                                               claim.status, claim.description), frozenset([title])))
+                ordered.append(
+                    Element(
+                        "claim",
+                        claim.id,
+                        _csv(short_id(claim.id), title, claim.type, claim.status, claim.description),
+                        frozenset([title]),
+                    )
+                )
 
         by_title = {self.entity[e].title: self.entity[e] for e in entity_ids}
-        relationships = sorted((self.relationship[r] for r in relationship_ids),
-                               key=lambda r: (-r.combined_degree, r.id))
+        relationships = sorted(
+            (self.relationship[r] for r in relationship_ids), key=lambda r: (-r.combined_degree, r.id)
+        )
         for rel in relationships:
             add_entity(rel.source, by_title[rel.source])
             add_entity(rel.target, by_title[rel.target])
-            ordered.append(Element("relationship", rel.id, _csv(short_id(rel.id), rel.source, rel.target,
-                                                                rel.description, rel.combined_degree),
-                                   frozenset([rel.source, rel.target])))
+            ordered.append(
+                Element(
+                    "relationship",
+                    rel.id,
+                    _csv(short_id(rel.id), rel.source, rel.target, rel.description, rel.combined_degree),
+                    frozenset([rel.source, rel.target]),
+                )
+            )
         for title, row in sorted(by_title.items(), key=lambda kv: (-kv[1].degree, kv[0])):
             add_entity(title, row)
         return ordered
@@ -164,7 +178,9 @@ def build_context(elements: list[Element], budget: int, sub_communities: list[Su
     packed, truncated = _pack(remaining, budget - used)
     text = render(packed, kept_reports)
     return CommunityContext(
-        text, count_tokens(text), substituted=[s.community for s in substituted],
+        text,
+        count_tokens(text),
+        substituted=[s.community for s in substituted],
         replaced_elements={s.community: len(owned[s.community]) for s in substituted},
         truncated=truncated or len(kept_reports) < len(substituted),
     )

@@ -15,8 +15,23 @@ from .prompts import load_prompt
 from .records import ChatModel, InvalidReply, parse_json_reply
 
 REPORT_COLUMNS = [
-    "id", "human_readable_id", "community", "level", "parent", "children", "title", "summary", "full_content",
-    "rank", "rating_explanation", "findings", "full_content_json", "size", "status", "error", "context_tokens",
+    "id",
+    "human_readable_id",
+    "community",
+    "level",
+    "parent",
+    "children",
+    "title",
+    "summary",
+    "full_content",
+    "rank",
+    "rating_explanation",
+    "findings",
+    "full_content_json",
+    "size",
+    "status",
+    "error",
+    "context_tokens",
     "substituted_communities",
 ]
 REPORT_PROMPTS = ("community_report",)
@@ -55,7 +70,9 @@ def parse_report(reply: str) -> tuple[dict, bool]:
     if not all(isinstance(f, dict) for f in findings):
         raise InvalidReply("a finding is not an object with summary and explanation")
     report = {
-        "title": _text(data, "title"), "summary": _text(data, "summary"), "rating": rating,
+        "title": _text(data, "title"),
+        "summary": _text(data, "summary"),
+        "rating": rating,
         "rating_explanation": str(data.get("rating_explanation") or ""),
         "findings": [{"summary": _text(f, "summary"), "explanation": _text(f, "explanation")} for f in findings],
     }
@@ -68,11 +85,16 @@ def markdown(report: dict) -> str:
     return "\n\n".join(parts)
 
 
-async def llm_report(chat: ChatModel, context: CommunityContext,
-                     max_report_length: int) -> tuple[dict, bool] | None:
+async def llm_report(chat: ChatModel, context: CommunityContext, max_report_length: int) -> tuple[dict, bool] | None:
     """(report, whether its JSON needed repair), or None when no valid report came after the re-asks."""
-    messages = [{"role": "user", "content": load_prompt("community_report").format(
-        input_text=context.text, max_report_length=max_report_length)}]
+    messages = [
+        {
+            "role": "user",
+            "content": load_prompt("community_report").format(
+                input_text=context.text, max_report_length=max_report_length
+            ),
+        }
+    ]
     return await chat.complete(messages, parse=parse_report, response_format={"type": "json_object"})
 
 
@@ -103,18 +125,29 @@ async def generate_reports(
             report = extractive_report(row, graph, titles_of[row.community], units)
             stats.generated += 1
             return {**report, "status": "ok", "error": None, "context_tokens": 0, "substituted_communities": []}
-        subs = [SubReport(c, by_number[c].id, frozenset(titles_of[c]), reports[c]["title"], reports[c]["summary"])
-                for c in children if reports.get(c, {}).get("status") == "ok"]
-        context = build_context(graph.elements(list(row.entity_ids), list(row.relationship_ids)),
-                                max_context_tokens, subs)
+        subs = [
+            SubReport(c, by_number[c].id, frozenset(titles_of[c]), reports[c]["title"], reports[c]["summary"])
+            for c in children
+            if reports.get(c, {}).get("status") == "ok"
+        ]
+        context = build_context(
+            graph.elements(list(row.entity_ids), list(row.relationship_ids)), max_context_tokens, subs
+        )
         if context.substituted:
             stats.substitutions.append({"community": row.community, "replaced_by_reports": context.replaced_elements})
         parsed = await llm_report(chat, context, max_report_length)
         common = {"context_tokens": context.tokens, "substituted_communities": context.substituted}
         if parsed is None:
-            return {"title": f"Community {row.community}", "summary": "", "rating": 0.0, "rating_explanation": "",
-                    "findings": [], "status": "failed",
-                    "error": "no valid report after the re-asks, or the model call failed", **common}
+            return {
+                "title": f"Community {row.community}",
+                "summary": "",
+                "rating": 0.0,
+                "rating_explanation": "",
+                "findings": [],
+                "status": "failed",
+                "error": "no valid report after the re-asks, or the model call failed",
+                **common,
+            }
         report, repaired = parsed
         stats.repaired_json += repaired
         stats.generated += 1
@@ -128,18 +161,30 @@ async def generate_reports(
     table = []
     for number, report in sorted(reports.items()):
         row = by_number[number]
-        table.append({
-            "id": hashlib.sha256(f"report:{row.id}".encode()).hexdigest()[:32], "human_readable_id": number,
-            "community": number, "level": row.level, "parent": row.parent, "children": list(row.children),
-            "title": report["title"], "summary": report["summary"],
-            "full_content": markdown(report) if report["status"] == "ok" else "",
-            "rank": report["rating"], "rating_explanation": report["rating_explanation"],
-            "findings": json.dumps(report["findings"]),
-            "full_content_json": json.dumps({k: report[k] for k in ("title", "summary", "rating",
-                                                                     "rating_explanation", "findings")}),
-            "size": row.size, "status": report["status"], "error": report["error"],
-            "context_tokens": report["context_tokens"], "substituted_communities": report["substituted_communities"],
-        })
+        table.append(
+            {
+                "id": hashlib.sha256(f"report:{row.id}".encode()).hexdigest()[:32],
+                "human_readable_id": number,
+                "community": number,
+                "level": row.level,
+                "parent": row.parent,
+                "children": list(row.children),
+                "title": report["title"],
+                "summary": report["summary"],
+                "full_content": markdown(report) if report["status"] == "ok" else "",
+                "rank": report["rating"],
+                "rating_explanation": report["rating_explanation"],
+                "findings": json.dumps(report["findings"]),
+                "full_content_json": json.dumps(
+                    {k: report[k] for k in ("title", "summary", "rating", "rating_explanation", "findings")}
+                ),
+                "size": row.size,
+                "status": report["status"],
+                "error": report["error"],
+                "context_tokens": report["context_tokens"],
+                "substituted_communities": report["substituted_communities"],
+            }
+        )
     table = pd.DataFrame(table, columns=REPORT_COLUMNS)
     stats.failed = int((table["status"] == "failed").sum())  # carried-down copies of a failure count too
     return table, stats

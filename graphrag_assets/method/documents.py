@@ -65,14 +65,22 @@ def _decode(path: Path, relative: str) -> tuple[str | None, list[Problem]]:
     if first_nul >= 0:
         nuls = raw.count(b"\x00")
         raw = raw.replace(b"\x00", b"")
-        problems.append(Problem(relative, f"{nuls} NUL byte(s) from offset {first_nul} on were removed; the rest of "
-                                          "the file was read", skipped=False))
+        problems.append(
+            Problem(
+                relative,
+                f"{nuls} NUL byte(s) from offset {first_nul} on were removed; the rest of the file was read",
+                skipped=False,
+            )
+        )
     try:
         return raw.decode("utf-8-sig"), problems
     except UnicodeDecodeError as err:
-        return None, problems + [Problem(
-            relative, f"not valid UTF-8 (byte 0x{raw[err.start]:02x} at offset {err.start}), skipped; re-save it as UTF-8"
-        )]
+        return None, problems + [
+            Problem(
+                relative,
+                f"not valid UTF-8 (byte 0x{raw[err.start]:02x} at offset {err.start}), skipped; re-save it as UTF-8",
+            )
+        ]
 
 
 def _rows_from_csv(text: str, relative: str) -> tuple[list[dict], list[Problem]]:
@@ -116,9 +124,7 @@ def _tabular_documents(
             continue
         title = row.get(columns.title) if columns.title else None
         metadata = {name: row.get(name) for name in columns.metadata if name in row}
-        documents.append(
-            {"title": str(title) if title else f"{relative}#{number}", "text": body, "metadata": metadata}
-        )
+        documents.append({"title": str(title) if title else f"{relative}#{number}", "text": body, "metadata": metadata})
     return documents, problems
 
 
@@ -143,7 +149,12 @@ def read_corpus(folder: str | Path, columns: TabularColumns = TabularColumns()) 
             continue
         suffix = path.suffix.lower()
         if suffix not in SUPPORTED_SUFFIXES:
-            problems.append(Problem(relative, f"unsupported file type {suffix or '(none)'}; expected one of {', '.join(SUPPORTED_SUFFIXES)}"))
+            problems.append(
+                Problem(
+                    relative,
+                    f"unsupported file type {suffix or '(none)'}; expected one of {', '.join(SUPPORTED_SUFFIXES)}",
+                )
+            )
             continue
         text, file_problems = _decode(path, relative)
         problems.extend(file_problems)

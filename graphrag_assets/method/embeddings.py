@@ -24,12 +24,20 @@ DEFAULT_SEED = 42
 def embedding_inputs(entities: pd.DataFrame, text_units: pd.DataFrame, reports: pd.DataFrame) -> pd.DataFrame:
     """What gets embedded: "title: description" for entities, text units, report full content."""
     ok = reports[reports["status"] == "ok"] if "status" in reports else reports
-    return pd.concat([
-        pd.DataFrame({"id": entities["id"], "kind": "entity",
-                      "text": entities["title"] + ": " + entities["description"].fillna("")}),
-        pd.DataFrame({"id": text_units["id"], "kind": "text_unit", "text": text_units["text"]}),
-        pd.DataFrame({"id": ok["id"], "kind": "community_report", "text": ok["full_content"]}),
-    ], ignore_index=True)
+    return pd.concat(
+        [
+            pd.DataFrame(
+                {
+                    "id": entities["id"],
+                    "kind": "entity",
+                    "text": entities["title"] + ": " + entities["description"].fillna(""),
+                }
+            ),
+            pd.DataFrame({"id": text_units["id"], "kind": "text_unit", "text": text_units["text"]}),
+            pd.DataFrame({"id": ok["id"], "kind": "community_report", "text": ok["full_content"]}),
+        ],
+        ignore_index=True,
+    )
 
 
 # Words of one letter or more: a tiny corpus may have few words of the default two.
@@ -55,12 +63,13 @@ class LocalEmbedder:
         return len(self.vocabulary) if self.components is None else int(self.components.shape[0])
 
     @classmethod
-    def fit(cls, texts: list[str], dimensions: int = 128, seed: int = DEFAULT_SEED) -> "LocalEmbedder":
+    def fit(cls, texts: list[str], dimensions: int = 128, seed: int = DEFAULT_SEED) -> LocalEmbedder:
         """Fit on the corpus. Fewer dimensions than asked when the corpus has too few texts or terms for them."""
         features = None
         for stop_words in (True, False):  # a corpus of nothing but stop words keeps them
-            vectorizer = TfidfVectorizer(sublinear_tf=True, stop_words="english" if stop_words else None,
-                                         token_pattern=_TOKEN_PATTERN)
+            vectorizer = TfidfVectorizer(
+                sublinear_tf=True, stop_words="english" if stop_words else None, token_pattern=_TOKEN_PATTERN
+            )
             try:
                 features = vectorizer.fit_transform(texts)
                 break
@@ -77,33 +86,49 @@ class LocalEmbedder:
         return cls(vocabulary, vectorizer.idf_.astype(np.float64), components, stop_words)
 
     def embed(self, texts: list[str]) -> np.ndarray:
-        counts = CountVectorizer(vocabulary=self.vocabulary, stop_words="english" if self.stop_words else None,
-                                 token_pattern=_TOKEN_PATTERN).transform(texts).astype(np.float64)
+        counts = (
+            CountVectorizer(
+                vocabulary=self.vocabulary,
+                stop_words="english" if self.stop_words else None,
+                token_pattern=_TOKEN_PATTERN,
+            )
+            .transform(texts)
+            .astype(np.float64)
+        )
         counts.data = 1.0 + np.log(counts.data)
         tfidf = normalize(counts.multiply(self.idf).tocsr())
         vectors = tfidf @ self.components.T if self.components is not None else tfidf.toarray()
         return normalize(np.asarray(vectors)).astype(np.float32)
 
     def to_row(self) -> dict:
-        return {"id": "offline", "dimensions": self.dimensions, "vocabulary": list(self.vocabulary),
-                "idf": self.idf.tolist(), "stop_words": self.stop_words,
-                "components": None if self.components is None else self.components.tolist()}
+        return {
+            "id": "offline",
+            "dimensions": self.dimensions,
+            "vocabulary": list(self.vocabulary),
+            "idf": self.idf.tolist(),
+            "stop_words": self.stop_words,
+            "components": None if self.components is None else self.components.tolist(),
+        }
 
     @classmethod
-    def from_row(cls, row) -> "LocalEmbedder":
+    def from_row(cls, row) -> LocalEmbedder:
         vocabulary = getattr(row, "vocabulary", None)
         if vocabulary is None or len(vocabulary) == 0:
-            raise ValueError("the stored offline embedding model is from an older version: materialize "
-                             "text_embeddings again")
+            raise ValueError(
+                "the stored offline embedding model is from an older version: materialize text_embeddings again"
+            )
         components = row.components if row.components is not None and len(row.components) else None
-        return cls(tuple(vocabulary), np.asarray(row.idf, dtype=np.float64),
-                   None if components is None else np.stack([np.asarray(c, dtype=np.float32) for c in components]),
-                   bool(row.stop_words))
+        return cls(
+            tuple(vocabulary),
+            np.asarray(row.idf, dtype=np.float64),
+            None if components is None else np.stack([np.asarray(c, dtype=np.float32) for c in components]),
+            bool(row.stop_words),
+        )
 
 
 async def embed_with_model(client, texts: list[str], batch_size: int = 16) -> tuple[list[list[float] | None], int]:
     """Embeddings in batches sent concurrently; a batch that fails leaves None rows and is counted."""
-    batches = [texts[i:i + batch_size] for i in range(0, len(texts), batch_size)]
+    batches = [texts[i : i + batch_size] for i in range(0, len(texts), batch_size)]
     results = await asyncio.gather(*(client.embed(batch) for batch in batches))
     vectors: list[list[float] | None] = []
     failed = 0

@@ -8,8 +8,9 @@ import networkx as nx
 import pandas as pd
 
 
-def graphml(entities: pd.DataFrame, relationships: pd.DataFrame, communities: pd.DataFrame,
-            nodes: pd.DataFrame, path: Path) -> nx.Graph:
+def graphml(
+    entities: pd.DataFrame, relationships: pd.DataFrame, communities: pd.DataFrame, nodes: pd.DataFrame, path: Path
+) -> nx.Graph:
     """Write the entity graph with type, description, degree, community per level and x, y."""
     graph = nx.Graph()
     position = nodes[nodes["kind"] == "entity"].set_index("id")[["x", "y"]]
@@ -18,10 +19,15 @@ def graphml(entities: pd.DataFrame, relationships: pd.DataFrame, communities: pd
         for entity in row.entity_ids:
             levels.setdefault(entity, {})[f"community_level_{row.level}"] = int(row.community)
     for row in entities.itertuples(index=False):
-        attributes = {"id": row.id, "type": row.type or "", "description": row.description or "",
-                      "degree": int(row.degree), "frequency": int(row.frequency),
-                      "community": levels.get(row.id, {}).get("community_level_0", -1),
-                      **levels.get(row.id, {})}
+        attributes = {
+            "id": row.id,
+            "type": row.type or "",
+            "description": row.description or "",
+            "degree": int(row.degree),
+            "frequency": int(row.frequency),
+            "community": levels.get(row.id, {}).get("community_level_0", -1),
+            **levels.get(row.id, {}),
+        }
         if row.id in position.index:
             attributes["x"], attributes["y"] = (float(v) for v in position.loc[row.id])
         graph.add_node(row.title, **attributes)

@@ -10,13 +10,28 @@ import pandas as pd
 from .extract_graph import ExtractionStats
 from .prompts import load_prompt
 from .records import (
-    COMPLETION_DELIMITER, RECORD_DELIMITER, TUPLE_DELIMITER, ChatModel, check_records_reply, complete_with_gleaning,
+    COMPLETION_DELIMITER,
+    RECORD_DELIMITER,
+    TUPLE_DELIMITER,
+    ChatModel,
+    check_records_reply,
+    complete_with_gleaning,
     parse_records,
 )
 
 COVARIATE_COLUMNS = [
-    "id", "human_readable_id", "covariate_type", "type", "description", "subject_id", "object_id",
-    "status", "start_date", "end_date", "source_text", "text_unit_id",
+    "id",
+    "human_readable_id",
+    "covariate_type",
+    "type",
+    "description",
+    "subject_id",
+    "object_id",
+    "status",
+    "start_date",
+    "end_date",
+    "source_text",
+    "text_unit_id",
 ]
 CLAIM_PROMPTS = ("extract_claims", "extract_claims_continue", "gleaning_loop")
 DEFAULT_CLAIM_DESCRIPTION = "Any claims or facts that could be relevant to information discovery."
@@ -33,7 +48,8 @@ CLAIM_FIELDS = 8  # subject, object, type, status, start, end, description, sour
 def check_claims_reply(reply: str) -> str:
     """A claims reply holds claim records only (eight fields; not an entity or relationship tuple)."""
     return check_records_reply(
-        reply, lambda r: len(r) >= CLAIM_FIELDS and r[0].lower() not in ("entity", "relationship"), "a claim")
+        reply, lambda r: len(r) >= CLAIM_FIELDS and r[0].lower() not in ("entity", "relationship"), "a claim"
+    )
 
 
 def records_to_claims(unit_id: str, replies: list[str]) -> tuple[list[dict], int]:
@@ -47,12 +63,20 @@ def records_to_claims(unit_id: str, replies: list[str]) -> tuple[list[dict], int
                 continue
             subject, obj, claim_type, status, start, end, description, source = record[:CLAIM_FIELDS]
             status = status.upper() if status.upper() in _STATUSES else "SUSPECTED"
-            claims.append({
-                "covariate_type": "claim", "type": claim_type.upper(), "description": description,
-                "subject_id": subject.upper(), "object_id": None if obj.upper() in {"", "NONE"} else obj.upper(),
-                "status": status, "start_date": _date(start), "end_date": _date(end),
-                "source_text": source, "text_unit_id": unit_id,
-            })
+            claims.append(
+                {
+                    "covariate_type": "claim",
+                    "type": claim_type.upper(),
+                    "description": description,
+                    "subject_id": subject.upper(),
+                    "object_id": None if obj.upper() in {"", "NONE"} else obj.upper(),
+                    "status": status,
+                    "start_date": _date(start),
+                    "end_date": _date(end),
+                    "source_text": source,
+                    "text_unit_id": unit_id,
+                }
+            )
     return claims, dropped
 
 
@@ -71,12 +95,16 @@ async def extract_claims(
 
     async def one(unit_id: str, text: str):
         first = prompt.format(
-            entity_specs=", ".join(entity_specs), claim_description=claim_description,
-            tuple_delimiter=TUPLE_DELIMITER, record_delimiter=RECORD_DELIMITER,
-            completion_delimiter=COMPLETION_DELIMITER, input_text=text,
+            entity_specs=", ".join(entity_specs),
+            claim_description=claim_description,
+            tuple_delimiter=TUPLE_DELIMITER,
+            record_delimiter=RECORD_DELIMITER,
+            completion_delimiter=COMPLETION_DELIMITER,
+            input_text=text,
         )
-        return unit_id, await complete_with_gleaning(chat, first, continue_prompt, loop_prompt, max_gleanings,
-                                                     check_claims_reply)
+        return unit_id, await complete_with_gleaning(
+            chat, first, continue_prompt, loop_prompt, max_gleanings, check_claims_reply
+        )
 
     results = await asyncio.gather(*(one(u.id, u.text) for u in text_units.itertuples(index=False)))
     stats = ExtractionStats(units=len(results))
@@ -89,9 +117,13 @@ async def extract_claims(
         stats.dropped_records += dropped
         rows.extend(claims)
     covariates = pd.DataFrame(rows, columns=[c for c in COVARIATE_COLUMNS if c not in ("id", "human_readable_id")])
-    covariates.insert(0, "id", [
-        hashlib.sha256(f"claim:{r.text_unit_id}:{i}:{r.subject_id}:{r.description}".encode()).hexdigest()[:32]
-        for i, r in enumerate(covariates.itertuples(index=False))
-    ])
+    covariates.insert(
+        0,
+        "id",
+        [
+            hashlib.sha256(f"claim:{r.text_unit_id}:{i}:{r.subject_id}:{r.description}".encode()).hexdigest()[:32]
+            for i, r in enumerate(covariates.itertuples(index=False))
+        ],
+    )
     covariates.insert(1, "human_readable_id", range(len(covariates)))
     return covariates[COVARIATE_COLUMNS], stats

@@ -11,7 +11,12 @@ import pandas as pd
 
 from .prompts import load_prompt
 from .records import (
-    COMPLETION_DELIMITER, RECORD_DELIMITER, TUPLE_DELIMITER, ChatModel, check_records_reply, complete_with_gleaning,
+    COMPLETION_DELIMITER,
+    RECORD_DELIMITER,
+    TUPLE_DELIMITER,
+    ChatModel,
+    check_records_reply,
+    complete_with_gleaning,
     parse_records,
 )
 
@@ -53,8 +58,9 @@ def _strength(value: str) -> float | None:
 
 def check_graph_reply(reply: str) -> str:
     """An extraction reply holds entity and relationship records only, and is complete."""
-    return check_records_reply(reply, lambda record: record[0].lower() in ("entity", "relationship"),
-                               "an entity or a relationship")
+    return check_records_reply(
+        reply, lambda record: record[0].lower() in ("entity", "relationship"), "an entity or a relationship"
+    )
 
 
 def records_to_graph(replies: list[str]) -> tuple[list[dict], list[dict], int]:
@@ -73,7 +79,12 @@ def records_to_graph(replies: list[str]) -> tuple[list[dict], list[dict], int]:
                     dropped += 1
                     continue
                 relationships.append(
-                    {"source": record[1].upper(), "target": record[2].upper(), "description": record[3], "strength": strength}
+                    {
+                        "source": record[1].upper(),
+                        "target": record[2].upper(),
+                        "description": record[3],
+                        "strength": strength,
+                    }
                 )
             else:
                 dropped += 1
@@ -94,9 +105,13 @@ def merge_entities(per_unit: list[tuple[str, list[dict]]]) -> pd.DataFrame:
                 row["text_unit_ids"].append(unit_id)
     return pd.DataFrame(
         [
-            {"title": title, "type": row["types"].most_common(1)[0][0] if row["types"] else "",
-             "descriptions": row["descriptions"], "text_unit_ids": row["text_unit_ids"],
-             "frequency": len(row["text_unit_ids"])}
+            {
+                "title": title,
+                "type": row["types"].most_common(1)[0][0] if row["types"] else "",
+                "descriptions": row["descriptions"],
+                "text_unit_ids": row["text_unit_ids"],
+                "frequency": len(row["text_unit_ids"]),
+            }
             for title, row in merged.items()
         ],
         columns=["title", "type", "descriptions", "text_unit_ids", "frequency"],
@@ -110,7 +125,9 @@ def merge_relationships(per_unit: list[tuple[str, list[dict]]]) -> pd.DataFrame:
         for rel in relationships:
             if rel["source"] == rel["target"]:
                 continue
-            row = merged.setdefault((rel["source"], rel["target"]), {"descriptions": [], "weight": 0.0, "text_unit_ids": []})
+            row = merged.setdefault(
+                (rel["source"], rel["target"]), {"descriptions": [], "weight": 0.0, "text_unit_ids": []}
+            )
             row["weight"] += rel["strength"]
             if rel["description"] and rel["description"] not in row["descriptions"]:
                 row["descriptions"].append(rel["description"])

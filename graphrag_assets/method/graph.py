@@ -14,7 +14,14 @@ from .summarize import SummaryStats, summarize_descriptions
 
 ENTITY_COLUMNS = ["id", "human_readable_id", "title", "type", "description", "text_unit_ids", "frequency", "degree"]
 RELATIONSHIP_COLUMNS = [
-    "id", "human_readable_id", "source", "target", "description", "weight", "combined_degree", "text_unit_ids",
+    "id",
+    "human_readable_id",
+    "source",
+    "target",
+    "description",
+    "weight",
+    "combined_degree",
+    "text_unit_ids",
 ]
 
 
@@ -72,17 +79,25 @@ async def build_entity_graph(
     else:
         entities, relationships, stats = await extract_graph(chat, text_units, entity_types, max_gleanings)
     entity_summaries, relationship_summaries = await asyncio.gather(
-        summarize_descriptions(chat, list(zip(entities["title"], entities["descriptions"])),
-                               summary_max_input_tokens, summary_max_tokens),
-        summarize_descriptions(chat, [(f"{s} -> {t}", d) for s, t, d in zip(
-            relationships["source"], relationships["target"], relationships["descriptions"])],
-            summary_max_input_tokens, summary_max_tokens),
+        summarize_descriptions(
+            chat, list(zip(entities["title"], entities["descriptions"])), summary_max_input_tokens, summary_max_tokens
+        ),
+        summarize_descriptions(
+            chat,
+            [
+                (f"{s} -> {t}", d)
+                for s, t, d in zip(relationships["source"], relationships["target"], relationships["descriptions"])
+            ],
+            summary_max_input_tokens,
+            summary_max_tokens,
+        ),
     )
     entities = entities.drop(columns="descriptions").assign(description=entity_summaries[0])
     relationships = relationships.drop(columns="descriptions").assign(description=relationship_summaries[0])
     entities, relationships, stats.orphan_relationships = finalize_graph(entities, relationships)
-    summary_stats = SummaryStats(*(a + b for a, b in zip(
-        astuple(entity_summaries[1]), astuple(relationship_summaries[1]))))
+    summary_stats = SummaryStats(
+        *(a + b for a, b in zip(astuple(entity_summaries[1]), astuple(relationship_summaries[1])))
+    )
     return GraphBuild(entities, relationships, stats, summary_stats)
 
 
@@ -90,10 +105,11 @@ def link_text_units(
     base_text_units: pd.DataFrame, entities: pd.DataFrame, relationships: pd.DataFrame, covariates: pd.DataFrame
 ) -> pd.DataFrame:
     """The final text units: each knows the entities, relationships and claims extracted from it."""
+
     def ids_by_unit(ids: pd.Series, unit_ids: pd.Series) -> dict[str, list[str]]:
         found: dict[str, list[str]] = {}
         for element_id, units in zip(ids, unit_ids):
-            for unit in ([units] if isinstance(units, str) else units):
+            for unit in [units] if isinstance(units, str) else units:
                 found.setdefault(unit, []).append(element_id)
         return found
 

@@ -18,32 +18,57 @@ def umap_2d(vectors: np.ndarray, n_neighbors: int = 15, min_dist: float = 0.75, 
         return np.column_stack([centred @ first, np.zeros(len(vectors))])
     import umap  # slow to import (numba); only this step needs it
 
-    reducer = umap.UMAP(n_components=2, n_neighbors=min(n_neighbors, len(vectors) - 1), min_dist=min_dist,
-                        random_state=seed, n_jobs=1)
+    reducer = umap.UMAP(
+        n_components=2, n_neighbors=min(n_neighbors, len(vectors) - 1), min_dist=min_dist, random_state=seed, n_jobs=1
+    )
     return reducer.fit_transform(vectors)
 
 
-def layout_nodes(graph_embeddings: pd.DataFrame, entities: pd.DataFrame, top_community: dict[str, int],
-                 document_embeddings: pd.DataFrame, documents: pd.DataFrame, **umap_options) -> pd.DataFrame:
+def layout_nodes(
+    graph_embeddings: pd.DataFrame,
+    entities: pd.DataFrame,
+    top_community: dict[str, int],
+    document_embeddings: pd.DataFrame,
+    documents: pd.DataFrame,
+    **umap_options,
+) -> pd.DataFrame:
     """One row per entity (with a node2vec vector) and per document; `kind` tells them apart."""
     frames = []
     if len(graph_embeddings):
         xy = umap_2d(np.stack(graph_embeddings["embedding"].map(np.asarray)), **umap_options)
         degree = entities.set_index("id")["degree"]
-        frames.append(pd.DataFrame({
-            "id": graph_embeddings["id"], "kind": "entity", "title": graph_embeddings["title"],
-            "x": xy[:, 0], "y": xy[:, 1],
-            "community": graph_embeddings["id"].map(lambda e: top_community.get(e, -1)),
-            "degree": graph_embeddings["id"].map(degree).astype("int64"),
-        }))
+        frames.append(
+            pd.DataFrame(
+                {
+                    "id": graph_embeddings["id"],
+                    "kind": "entity",
+                    "title": graph_embeddings["title"],
+                    "x": xy[:, 0],
+                    "y": xy[:, 1],
+                    "community": graph_embeddings["id"].map(lambda e: top_community.get(e, -1)),
+                    "degree": graph_embeddings["id"].map(degree).astype("int64"),
+                }
+            )
+        )
     if len(document_embeddings):
         xy = umap_2d(np.stack(document_embeddings["embedding"].map(np.asarray)), **umap_options)
         titles = documents.set_index("id")["title"]
-        frames.append(pd.DataFrame({
-            "id": document_embeddings["id"], "kind": "document", "title": document_embeddings["id"].map(titles),
-            "x": xy[:, 0], "y": xy[:, 1], "community": -1,
-            "degree": documents.set_index("id").loc[document_embeddings["id"], "text_unit_ids"].map(len).to_numpy(),
-        }))
+        frames.append(
+            pd.DataFrame(
+                {
+                    "id": document_embeddings["id"],
+                    "kind": "document",
+                    "title": document_embeddings["id"].map(titles),
+                    "x": xy[:, 0],
+                    "y": xy[:, 1],
+                    "community": -1,
+                    "degree": documents.set_index("id")
+                    .loc[document_embeddings["id"], "text_unit_ids"]
+                    .map(len)
+                    .to_numpy(),
+                }
+            )
+        )
     return pd.concat(frames, ignore_index=True)[LAYOUT_COLUMNS] if frames else pd.DataFrame(columns=LAYOUT_COLUMNS)
 
 
@@ -58,8 +83,15 @@ def plot_layout(nodes: pd.DataFrame, kind: str, title: str) -> bytes:
 
     points = nodes[nodes["kind"] == kind]
     figure, axes = plt.subplots(figsize=(7, 5), dpi=90)
-    scatter = axes.scatter(points["x"], points["y"], c=points["community"], cmap="tab20",
-                           s=12 + 4 * np.sqrt(points["degree"].clip(lower=0)), alpha=0.8, linewidths=0)
+    scatter = axes.scatter(
+        points["x"],
+        points["y"],
+        c=points["community"],
+        cmap="tab20",
+        s=12 + 4 * np.sqrt(points["degree"].clip(lower=0)),
+        alpha=0.8,
+        linewidths=0,
+    )
     for row in points.nlargest(12, "degree").itertuples(index=False):
         axes.annotate(str(row.title).title()[:24], (row.x, row.y), fontsize=7, alpha=0.9)
     axes.set_title(title)

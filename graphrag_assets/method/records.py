@@ -12,8 +12,9 @@ from __future__ import annotations
 
 import json
 import re
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Callable, Protocol, TypeVar
+from typing import Protocol, TypeVar
 
 import json_repair
 
@@ -37,8 +38,14 @@ class ChatModel(Protocol):
     is None when no valid reply came after every retry.
     """
 
-    async def complete(self, messages: list[dict], *, parse: Callable[[str], T] | None = None,
-                       allow_truncated: bool = False, **params: object) -> T | str | None: ...
+    async def complete(
+        self,
+        messages: list[dict],
+        *,
+        parse: Callable[[str], T] | None = None,
+        allow_truncated: bool = False,
+        **params: object,
+    ) -> T | str | None: ...
 
 
 class Embedder(Protocol):
@@ -76,11 +83,14 @@ def parse_records(reply: str) -> ParsedRecords:
 def check_records_reply(reply: str, is_expected: Callable[[list[str]], bool], expected: str) -> str:
     """The reply itself if it ends with the completion marker and holds only records of the expected kind."""
     if COMPLETION_DELIMITER not in reply:
-        raise InvalidReply(f"the reply does not end with {COMPLETION_DELIMITER}: it was cut off or is not in the "
-                           "record format")
+        raise InvalidReply(
+            f"the reply does not end with {COMPLETION_DELIMITER}: it was cut off or is not in the record format"
+        )
     for record in parse_records(reply).records:
         if not is_expected(record):
-            raise InvalidReply(f"the reply holds a record that is not {expected}: ({TUPLE_DELIMITER.join(record)[:80]})")
+            raise InvalidReply(
+                f"the reply holds a record that is not {expected}: ({TUPLE_DELIMITER.join(record)[:80]})"
+            )
     return reply
 
 
@@ -91,8 +101,11 @@ def check_yes_no(reply: str) -> str:
     return answer
 
 
-_REFUSAL = re.compile(r"^\W*(I'?m sorry|I am sorry|sorry,|I can(?:no|')t|I can not|I'?m unable|I am unable|"
-                      r"I won'?t|As an AI)\b", re.IGNORECASE)
+_REFUSAL = re.compile(
+    r"^\W*(I'?m sorry|I am sorry|sorry,|I can(?:no|')t|I can not|I'?m unable|I am unable|"
+    r"I won'?t|As an AI)\b",
+    re.IGNORECASE,
+)
 
 
 def check_free_text(reply: str) -> str:
@@ -153,11 +166,12 @@ async def complete_with_gleaning(
             break
         answer = await chat.complete(
             messages + [{"role": "assistant", "content": more}, {"role": "user", "content": loop_prompt}],
-            parse=check_yes_no, allow_truncated=True, max_tokens=1,
+            parse=check_yes_no,
+            allow_truncated=True,
+            max_tokens=1,
         )
         if answer is None:
             return None
         if answer != "Y":
             break
     return replies
-

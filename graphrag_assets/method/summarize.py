@@ -40,10 +40,18 @@ async def summarize_one(
     for batch in _batches(descriptions, max_input_tokens):
         listed = ([summary] if summary else []) + batch
         reply = await chat.complete(
-            [{"role": "user", "content": prompt.format(
-                entity_name=name, description_list="\n".join(f"- {d}" for d in listed),
-                max_length=max_summary_tokens)}],
-            parse=check_free_text, max_tokens=max_summary_tokens,
+            [
+                {
+                    "role": "user",
+                    "content": prompt.format(
+                        entity_name=name,
+                        description_list="\n".join(f"- {d}" for d in listed),
+                        max_length=max_summary_tokens,
+                    ),
+                }
+            ],
+            parse=check_free_text,
+            max_tokens=max_summary_tokens,
         )
         if reply is None:
             return None

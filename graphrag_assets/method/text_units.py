@@ -27,8 +27,13 @@ def chunk_documents(
             unit_id = text_unit_id(document.id, chunk.index, chunk.text)
             ids.append(unit_id)
             rows.append(
-                {"id": unit_id, "text": chunk.text, "n_tokens": chunk.n_tokens,
-                 "document_id": document.id, "chunk_index": chunk.index}
+                {
+                    "id": unit_id,
+                    "text": chunk.text,
+                    "n_tokens": chunk.n_tokens,
+                    "document_id": document.id,
+                    "chunk_index": chunk.index,
+                }
             )
     documents = documents.copy()
     documents["text_unit_ids"] = [ids_by_document.get(doc_id, []) for doc_id in documents["id"]]

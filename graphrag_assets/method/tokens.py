@@ -7,9 +7,9 @@ cl100k_base (with its official sha256) so this works on air-gapped machines.
 from __future__ import annotations
 
 import re
+from collections.abc import Iterator
 from dataclasses import dataclass
 from functools import lru_cache
-from typing import Iterator
 
 import tiktoken
 

@@ -22,8 +22,9 @@ import asyncio
 import hashlib
 import json
 import logging
+from collections.abc import Awaitable, Callable
 from dataclasses import asdict, dataclass, field
-from typing import Awaitable, Callable, TypeVar
+from typing import TypeVar
 
 import diskcache
 import openai
@@ -37,8 +38,10 @@ log = logging.getLogger(__name__)
 T = TypeVar("T")
 _MAX_RETRY_AFTER_SECONDS = 120.0
 _PROBE_ATTEMPTS = 3
-_CORRECTION = ("Your previous reply could not be used: {problem}. Answer the original request again, "
-               "completely and exactly in the format it asks for.")
+_CORRECTION = (
+    "Your previous reply could not be used: {problem}. Answer the original request again, "
+    "completely and exactly in the format it asks for."
+)
 
 
 @dataclass(frozen=True)
@@ -74,8 +77,10 @@ class Usage:
     errors: list[str] = field(default_factory=list)
 
     def cost(self, settings: ModelSettings) -> float:
-        return (self.prompt_tokens * settings.prompt_price_per_million
-                + self.completion_tokens * settings.completion_price_per_million) / 1e6
+        return (
+            self.prompt_tokens * settings.prompt_price_per_million
+            + self.completion_tokens * settings.completion_price_per_million
+        ) / 1e6
 
     def as_metadata(self, settings: ModelSettings) -> dict:
         data = asdict(self)
@@ -158,8 +163,8 @@ class ModelClient:
         self.settings = settings
         self.usage = Usage()
         self._backoff = wait_random_exponential(multiplier=0.5, max=30)
-        self._cache = cache if cache is not None else (
-            diskcache.Cache(settings.cache_dir) if settings.cache_dir else None
+        self._cache = (
+            cache if cache is not None else (diskcache.Cache(settings.cache_dir) if settings.cache_dir else None)
         )
         self._semaphore = asyncio.Semaphore(settings.max_concurrency)
         # Per-second buckets spread a minute's quota evenly instead of spending it in one burst,
@@ -205,11 +210,15 @@ class ModelClient:
             cause = error.__cause__ or error.__context__
             return f"cannot connect to {where}: {self._redact(str(cause or error))}", True
         if isinstance(error, (openai.AuthenticationError, openai.PermissionDeniedError)):
-            return (f"{where} refused the API key (HTTP {error.status_code}): check GRAPHRAG_API_KEY "
-                    "(and GRAPHRAG_API_VERSION for Azure)"), False
+            return (
+                f"{where} refused the API key (HTTP {error.status_code}): check GRAPHRAG_API_KEY "
+                "(and GRAPHRAG_API_VERSION for Azure)"
+            ), False
         if isinstance(error, openai.NotFoundError):
-            return (f"{where} answered HTTP 404: the model or deployment name, or the base URL path, is wrong "
-                    "(check GRAPHRAG_API_BASE and the model variables)"), False
+            return (
+                f"{where} answered HTTP 404: the model or deployment name, or the base URL path, is wrong "
+                "(check GRAPHRAG_API_BASE and the model variables)"
+            ), False
         status = getattr(error, "status_code", None)
         return f"{where} failed: HTTP {status}: {self._redact(str(error))[:200]}", True
 
@@ -230,8 +239,11 @@ class ModelClient:
                     if kind == "embed":
                         await _unless_garbled(probe.embeddings.create(model=self.settings.model, input=["ping"]))
                     else:
-                        await _unless_garbled(probe.chat.completions.create(
-                            model=self.settings.model, messages=[{"role": "user", "content": "ping"}], max_tokens=1))
+                        await _unless_garbled(
+                            probe.chat.completions.create(
+                                model=self.settings.model, messages=[{"role": "user", "content": "ping"}], max_tokens=1
+                            )
+                        )
                     break
                 except openai.BadRequestError:
                     break  # the endpoint and model answered; they only disliked the probe's parameters
@@ -242,7 +254,7 @@ class ModelClient:
                         self._broken = EndpointError(message, retryable)
                         raise self._broken from None
                     if not timed_out:
-                        await asyncio.sleep(min(_retry_after_seconds(error) or 0.5 * 2 ** attempt, 5.0))
+                        await asyncio.sleep(min(_retry_after_seconds(error) or 0.5 * 2**attempt, 5.0))
             self._probed = True
 
     def _note_unreachable(self, error: BaseException) -> None:
@@ -251,7 +263,9 @@ class ModelClient:
             message, _ = self._describe(error)
             self._broken = EndpointError(
                 f"{self._consecutive_unreachable} requests in a row failed, last: {message}; stopped instead of "
-                "retrying every remaining call", retryable=True)
+                "retrying every remaining call",
+                retryable=True,
+            )
 
     async def _send(self, kind: str, estimated_tokens: int, send: Callable[[], Awaitable[tuple]]):
         """One logical request under the limits, with retries on transient errors."""
@@ -259,8 +273,10 @@ class ModelClient:
             raise self._broken
         await self._probe(kind)
         async for attempt in AsyncRetrying(
-            retry=retry_if_exception(_retryable), wait=self._wait,
-            stop=stop_after_attempt(self.settings.max_retries + 1), reraise=True,
+            retry=retry_if_exception(_retryable),
+            wait=self._wait,
+            stop=stop_after_attempt(self.settings.max_retries + 1),
+            reraise=True,
         ):
             with attempt:
                 if attempt.retry_state.attempt_number > 1:
@@ -291,16 +307,25 @@ class ModelClient:
         self.usage.errors.append(message)
         log.warning("model call failed: %s", message)
 
-    async def complete(self, messages: list[dict], *, parse: Callable[[str], T] | None = None,
-                       allow_truncated: bool = False, **params: object) -> T | str | None:
+    async def complete(
+        self,
+        messages: list[dict],
+        *,
+        parse: Callable[[str], T] | None = None,
+        allow_truncated: bool = False,
+        **params: object,
+    ) -> T | str | None:
         """A checked chat completion: parse(text) (the text itself without parse), or None after every retry.
 
         A reply that is cut off, refused, empty, or that `parse` rejects with InvalidReply is asked for
         again, and is never cached; the first valid reply is cached under the original request.
         """
         request = {
-            "model": self.settings.model, "messages": messages,
-            "temperature": self.settings.temperature, "max_tokens": self.settings.max_tokens, **params,
+            "model": self.settings.model,
+            "messages": messages,
+            "temperature": self.settings.temperature,
+            "max_tokens": self.settings.max_tokens,
+            **params,
         }
         key = hashlib.sha256(json.dumps(["chat", request], sort_keys=True).encode()).hexdigest()
 
@@ -323,15 +348,20 @@ class ModelClient:
             reply = _Reply(choice.message.content or "", choice.finish_reason, getattr(choice.message, "refusal", None))
             return reply, (usage.prompt_tokens if usage else 0), (usage.completion_tokens if usage else 0)
 
-        body, problem = request, None
+        body, problem, previous = request, None, ""
         for attempt in range(self.settings.invalid_reply_retries + 1):
             if attempt:
                 self.usage.reasked += 1
             if attempt >= 2 or (attempt == 1 and "max_tokens" in str(problem)):
                 # Asking the same thing again did not help (or cannot, for a reply cut off at max_tokens).
-                body = {**request, "messages": messages + [
-                    {"role": "assistant", "content": reply.text},
-                    {"role": "user", "content": _CORRECTION.format(problem=problem)}]}
+                body = {
+                    **request,
+                    "messages": messages
+                    + [
+                        {"role": "assistant", "content": previous},
+                        {"role": "user", "content": _CORRECTION.format(problem=problem)},
+                    ],
+                }
             estimated = sum(count_tokens(m["content"]) for m in body["messages"])
             try:
                 reply = await self._send("chat", estimated, lambda b=body: send_request(b))
@@ -342,7 +372,7 @@ class ModelClient:
                 value = accept(reply)
             except InvalidReply as invalid:
                 self.usage.invalid_replies += 1
-                problem = invalid
+                problem, previous = invalid, reply.text
                 continue
             if self._cache is not None:
                 self._cache.set(key, reply.text)
@@ -372,7 +402,9 @@ class ModelClient:
         dimensions = {len(v) for v in vectors}
         if len(vectors) != len(texts) or len(dimensions) != 1 or 0 in dimensions:
             self.usage.invalid_replies += 1
-            self._failed(f"InvalidReply: {len(vectors)} vectors of dimensions {sorted(dimensions)} for {len(texts)} texts")
+            self._failed(
+                f"InvalidReply: {len(vectors)} vectors of dimensions {sorted(dimensions)} for {len(texts)} texts"
+            )
             return None
         if self._cache is not None:
             self._cache.set(key, vectors)

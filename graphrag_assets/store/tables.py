@@ -43,8 +43,12 @@ def ensure_table(conn: duckdb.DuckDBPyConnection, table: str) -> None:
     columns = TABLES[table]
     definition = ", ".join([f'"{name}" {kind}' for name, kind in columns.items()] + ['"corpus" VARCHAR'])
     conn.execute(f'CREATE TABLE IF NOT EXISTS "{table}" ({definition})')
-    existing = {row[0] for row in conn.execute(
-        "SELECT column_name FROM information_schema.columns WHERE table_name = ?", [table]).fetchall()}
+    existing = {
+        row[0]
+        for row in conn.execute(
+            "SELECT column_name FROM information_schema.columns WHERE table_name = ?", [table]
+        ).fetchall()
+    }
     for name, kind in columns.items():
         if name not in existing:  # a newer version of the project added a column
             conn.execute(f'ALTER TABLE "{table}" ADD COLUMN "{name}" {kind}')
@@ -54,10 +58,18 @@ def record_lineage(conn: duckdb.DuckDBPyConnection, lineage: Lineage, corpus: st
     conn.execute(LINEAGE_DDL)
     conn.execute(
         "INSERT INTO lineage VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
-        [lineage.asset, corpus, lineage.run_id, lineage.code_version, version,
-         json.dumps(lineage.upstream_versions, sort_keys=True), rows, lineage.engine,
-         json.dumps(lineage.model_usage) if lineage.model_usage is not None else None,
-         dt.datetime.now(dt.timezone.utc).replace(tzinfo=None)],
+        [
+            lineage.asset,
+            corpus,
+            lineage.run_id,
+            lineage.code_version,
+            version,
+            json.dumps(lineage.upstream_versions, sort_keys=True),
+            rows,
+            lineage.engine,
+            json.dumps(lineage.model_usage) if lineage.model_usage is not None else None,
+            dt.datetime.now(dt.UTC).replace(tzinfo=None),
+        ],
     )
 
 
@@ -87,7 +99,7 @@ _INSERT_BATCH_ROWS = 2000  # DuckDB converts a registered frame's text at once: 
 def _insert(conn: duckdb.DuckDBPyConnection, table: str, corpus: str, df: pd.DataFrame) -> None:
     columns = ", ".join(f'"{c}"' for c in [*df.columns, "corpus"])
     for start in range(0, len(df), _INSERT_BATCH_ROWS):
-        conn.register("_incoming", df.iloc[start:start + _INSERT_BATCH_ROWS].assign(corpus=corpus))
+        conn.register("_incoming", df.iloc[start : start + _INSERT_BATCH_ROWS].assign(corpus=corpus))
         conn.execute(f'INSERT INTO "{table}" ({columns}) SELECT {columns} FROM _incoming')
         conn.unregister("_incoming")
 
@@ -99,7 +111,9 @@ def append_rows(conn: duckdb.DuckDBPyConnection, table: str, corpus: str, df: pd
 
 
 def table_exists(conn: duckdb.DuckDBPyConnection, table: str) -> bool:
-    return bool(conn.execute("SELECT count(*) FROM information_schema.tables WHERE table_name = ?", [table]).fetchone()[0])
+    return bool(
+        conn.execute("SELECT count(*) FROM information_schema.tables WHERE table_name = ?", [table]).fetchone()[0]
+    )
 
 
 def row_count(conn: duckdb.DuckDBPyConnection, table: str, corpus: str) -> int:

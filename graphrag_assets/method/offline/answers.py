@@ -47,5 +47,7 @@ def extractive_answer(points: list[tuple[float, str, str]], cite: str) -> str:
 def cited_sentences(index, question: str, kind: str, ids: list[str], texts: dict[str, str], limit: int = 6) -> str:
     """The best sentences of the given records, cited as the context tables number them."""
     sentences = best_sentences(question, [(i, texts[i]) for i in ids if i in texts], limit)
-    return extractive_answer([(score, text, index.cite(kind, [source])) for score, text, source in sentences],
-                             "Reports" if kind == "reports" else "Sources")
+    return extractive_answer(
+        [(score, text, index.cite(kind, [source])) for score, text, source in sentences],
+        "Reports" if kind == "reports" else "Sources",
+    )

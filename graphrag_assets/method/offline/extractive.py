@@ -35,18 +35,22 @@ def central_sentences(texts: list[str], titles: set[str], limit: int = MAX_SUMMA
 def extractive_report(community, graph, titles: set[str], unit_texts: dict[str, str]) -> dict:
     members = sorted((graph.entity[e] for e in community.entity_ids), key=lambda e: (-e.degree, e.title))
     names = [m.title.title() for m in members[:3]]
-    relationships = sorted((graph.relationship[r] for r in community.relationship_ids),
-                           key=lambda r: (-r.combined_degree, r.id))[:MAX_FINDINGS]
+    relationships = sorted(
+        (graph.relationship[r] for r in community.relationship_ids), key=lambda r: (-r.combined_degree, r.id)
+    )[:MAX_FINDINGS]
     summary = central_sentences([unit_texts[u] for u in community.text_unit_ids if u in unit_texts], titles)
     degree = sum(m.degree for m in members)
     return {
-        "title": ("Community of " + ", ".join(names[:-1]) + " and " + names[-1]) if len(names) > 1
+        "title": ("Community of " + ", ".join(names[:-1]) + " and " + names[-1])
+        if len(names) > 1
         else f"Community of {names[0]}",
         "summary": " ".join(summary) or members[0].description,
         "rating": round(min(10.0, 2.5 * math.log1p(degree)), 1),
         "rating_explanation": "Extractive report (offline engine): the rating grows with the total degree of the "
-                              f"community's {len(members)} entities; no model judged its importance.",
-        "findings": [{"summary": f"{r.source.title()} and {r.target.title()}", "explanation": r.description}
-                     for r in relationships]
-                    or [{"summary": m.title.title(), "explanation": m.description} for m in members[:MAX_FINDINGS]],
+        f"community's {len(members)} entities; no model judged its importance.",
+        "findings": [
+            {"summary": f"{r.source.title()} and {r.target.title()}", "explanation": r.description}
+            for r in relationships
+        ]
+        or [{"summary": m.title.title(), "explanation": m.description} for m in members[:MAX_FINDINGS]],
     }

@@ -66,7 +66,8 @@ def _keywords(phrases_by_sentence: dict, sentences_by_unit: dict[str, list[str]]
     """The most frequent words that are not stop words, as phrases of their sentences (filled in place)."""
     words_by_sentence = {
         key: [w for w in _KEYWORD.findall(sentences_by_unit[key[0]][key[1]].lower()) if w not in _STOPWORDS]
-        for key in phrases_by_sentence}
+        for key in phrases_by_sentence
+    }
     counts = Counter(w for words in words_by_sentence.values() for w in words)
     chosen = {w for w, _ in sorted(counts.items(), key=lambda kv: (-kv[1], kv[0]))[:MAX_KEYWORDS]}
     for key, words in words_by_sentence.items():
@@ -77,8 +78,11 @@ def _keywords(phrases_by_sentence: dict, sentences_by_unit: dict[str, list[str]]
 def extract_nlp_graph(text_units: pd.DataFrame, min_mentions: int = MIN_MENTIONS) -> tuple[pd.DataFrame, pd.DataFrame]:
     """Entities and relationships (merged across text units) from noun-phrase co-occurrence."""
     sentences_by_unit = {unit.id: split_sentences(unit.text) for unit in text_units.itertuples(index=False)}
-    found = {(unit_id, number): candidate_phrases(sentence)
-             for unit_id, sentences in sentences_by_unit.items() for number, sentence in enumerate(sentences)}
+    found = {
+        (unit_id, number): candidate_phrases(sentence)
+        for unit_id, sentences in sentences_by_unit.items()
+        for number, sentence in enumerate(sentences)
+    }
     # A word capitalised only at sentence starts is an ordinary word ("Nothing", "Later").
     mid_sentence_words = {w for phrases in found.values() for p, at_start in phrases if not at_start for w in p.split()}
 
@@ -90,8 +94,7 @@ def extract_nlp_graph(text_units: pd.DataFrame, min_mentions: int = MIN_MENTIONS
         key: [without_ordinary_first_word(p, at_start) for p, at_start in phrases] for key, phrases in found.items()
     }
     mentions = Counter(p for phrases in phrases_by_sentence.values() for p in phrases)
-    keep = {p for p, n in mentions.items()
-            if n >= min_mentions and (" " in p or p in mid_sentence_words)}
+    keep = {p for p, n in mentions.items() if n >= min_mentions and (" " in p or p in mid_sentence_words)}
     if not keep:
         # A small or oddly written corpus: any capitalised phrase, else its most frequent content words.
         keep = set(mentions) or _keywords(phrases_by_sentence, sentences_by_unit)

@@ -40,8 +40,10 @@ class Index:
 
     def report_text(self) -> dict[str, str]:
         """Report summaries and findings as plain sentences, for extractive answers."""
-        return {r.id: " ".join([r.summary] + [f["explanation"] for f in json.loads(r.findings or "[]")])
-                for r in self.reports.itertuples(index=False)}
+        return {
+            r.id: " ".join([r.summary] + [f["explanation"] for f in json.loads(r.findings or "[]")])
+            for r in self.reports.itertuples(index=False)
+        }
 
     @property
     def levels(self) -> list[int]:
@@ -108,6 +110,7 @@ def windows(records: list[tuple[str, str]], header: str, budget: int) -> list[tu
         text, ids, used = pack(records[start:], header, budget)
         if not ids:  # one record alone exceeds the window: keep its beginning
             from ..tokens import truncate_to_tokens
+
             record_id, line = records[start]
             line = truncate_to_tokens(line, budget - count_tokens(header) - 2)
             text, ids, used = f"{header}\n{line}", [record_id], count_tokens(header) + count_tokens(line) + 1

@@ -5,18 +5,20 @@ from __future__ import annotations
 import asyncio
 
 from ..prompts import load_prompt
-from ..records import ChatModel, InvalidReply, parse_json_reply
+from ..records import ChatModel, Embedder, InvalidReply, parse_json_reply
 from .context import EXTRACTIVE_LABEL, NO_ANSWER, Index, SearchResult, csv_line, embed_query, nearest, pack
 from .local_search import extractive_local_answer, local_context_for
 
 
 def answer_parser(field: str):
     """A DRIFT reply: a JSON object whose `field` is the answer, with optional follow-up queries."""
+
     def parse(reply: str) -> dict:
         data, _ = parse_json_reply(reply)
         if not isinstance(data, dict) or not isinstance(data.get(field), str):
             raise InvalidReply(f"the reply is not a JSON object with a {field!r} text")
         return data
+
     return parse
 
 
@@ -25,18 +27,39 @@ def _follow_ups(data, limit: int) -> list[str]:
     return [q for q in queries if isinstance(q, str) and q.strip()][:limit] if isinstance(queries, list) else []
 
 
-async def drift_search(chat: ChatModel | None, embedder, index: Index, question: str, level: int, response_type: str,
-                       primer_reports: int = 5, follow_ups: int = 3, depth: int = 1, top_k_entities: int = 10,
-                       max_context_tokens: int = 8000) -> SearchResult:
+async def drift_search(
+    chat: ChatModel | None,
+    embedder: Embedder | None,
+    index: Index,
+    *,
+    question: str,
+    community_level: int,
+    response_type: str,
+    primer_reports: int,
+    follow_ups: int,
+    depth: int,
+    top_k_entities: int,
+    max_context_tokens: int,
+    community_prop: float,
+    text_unit_prop: float,
+) -> SearchResult:
     query = await embed_query(embedder, index, question)
     ids, matrix = index.vectors("community_report")
     nearest_reports = [i for i, _ in nearest(query, ids, matrix, primer_reports)]
     reports = index.reports.set_index("id").loc[nearest_reports]
     primer_text, primer_ids, primer_tokens = pack(
         [(i, csv_line(r.community, r.title, r.full_content)) for i, r in reports.iterrows()],
-        "id|title|content", max_context_tokens)
-    context = {"reports": primer_ids, "entities": [], "relationships": [], "claims": [], "text_units": [],
-               "follow_ups": []}
+        "id|title|content",
+        max_context_tokens,
+    )
+    context = {
+        "reports": primer_ids,
+        "entities": [],
+        "relationships": [],
+        "claims": [],
+        "text_units": [],
+        "follow_ups": [],
+    }
     tokens = primer_tokens
     intermediate: list[tuple[str, str]] = []
 
@@ -46,28 +69,59 @@ async def drift_search(chat: ChatModel | None, embedder, index: Index, question:
         entity_rows, communities = index.entities.set_index("id"), index.communities.set_index("community")
         titles = []
         for report_id in primer_ids:
-            members = [e for e in communities.loc[reports.loc[report_id, "community"], "entity_ids"]
-                       if e in entity_rows.index]
+            members = [
+                e for e in communities.loc[reports.loc[report_id, "community"], "entity_ids"] if e in entity_rows.index
+            ]
             if members:
                 titles.append(entity_rows.loc[members].sort_values("degree", ascending=False)["title"].iloc[0])
         queue = list(dict.fromkeys(f"{question} {t.title()}" for t in titles))[:follow_ups]
     else:
-        data = await chat.complete([{"role": "user", "content": load_prompt("drift_primer").format(
-            context_data=primer_text, question=question, follow_up_count=follow_ups)}],
-            parse=answer_parser("intermediate_answer"), response_format={"type": "json_object"})
+        data = await chat.complete(
+            [
+                {
+                    "role": "user",
+                    "content": load_prompt("drift_primer").format(
+                        context_data=primer_text, question=question, follow_up_count=follow_ups
+                    ),
+                }
+            ],
+            parse=answer_parser("intermediate_answer"),
+            response_format={"type": "json_object"},
+        )
         if data is not None:
             intermediate.append(("primer", data["intermediate_answer"]))
         queue = _follow_ups(data, follow_ups)
 
     for step in range(depth):
+
         async def answer(follow_up: str):
-            local = await local_context_for(embedder, index, follow_up, level, top_k_entities, max_context_tokens,
-                                            0.25, 0.5)
+            local = await local_context_for(
+                embedder,
+                index,
+                follow_up,
+                community_level,
+                top_k_entities,
+                max_context_tokens,
+                community_prop,
+                text_unit_prop,
+            )
             if chat is None:
                 return follow_up, local, {"response": extractive_local_answer(index, follow_up, local), "score": 0}
-            reply = await chat.complete([{"role": "user", "content": load_prompt("drift_local").format(
-                global_question=question, context_data=local.text, question=follow_up,
-                follow_up_count=follow_ups)}], parse=answer_parser("response"), response_format={"type": "json_object"})
+            reply = await chat.complete(
+                [
+                    {
+                        "role": "user",
+                        "content": load_prompt("drift_local").format(
+                            global_question=question,
+                            context_data=local.text,
+                            question=follow_up,
+                            follow_up_count=follow_ups,
+                        ),
+                    }
+                ],
+                parse=answer_parser("response"),
+                response_format={"type": "json_object"},
+            )
             return follow_up, local, reply
 
         results = await asyncio.gather(*(answer(q) for q in queue))
@@ -84,14 +138,25 @@ async def drift_search(chat: ChatModel | None, embedder, index: Index, question:
                 queue.extend(_follow_ups(data, follow_ups))
         queue = queue[:follow_ups]
 
-    details = {"follow_ups_answered": sum(f["answered"] for f in context["follow_ups"]),
-               "depth": depth, "primer_reports": len(primer_ids)}
+    details = {
+        "follow_ups_answered": sum(f["answered"] for f in context["follow_ups"]),
+        "depth": depth,
+        "primer_reports": len(primer_ids),
+    }
     if not intermediate:
         return SearchResult(NO_ANSWER, chat is None, tokens, context, details)
     if chat is None:
         body = "\n\n".join(f"**{q}**\n{a.replace(EXTRACTIVE_LABEL, '').strip()}" for q, a in intermediate)
         return SearchResult(f"{EXTRACTIVE_LABEL}\n\n{body}", True, tokens, context, details)
     reduce_text = "\n\n".join(f"----{q}----\n{a}" for q, a in intermediate)
-    answer = await chat.complete([{"role": "user", "content": load_prompt("drift_reduce").format(
-        context_data=reduce_text, question=question, response_type=response_type)}])
+    answer = await chat.complete(
+        [
+            {
+                "role": "user",
+                "content": load_prompt("drift_reduce").format(
+                    context_data=reduce_text, question=question, response_type=response_type
+                ),
+            }
+        ]
+    )
     return SearchResult(answer or reduce_text, False, tokens, context, details)

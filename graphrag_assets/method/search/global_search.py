@@ -13,25 +13,31 @@ import random
 
 from ..offline.answers import best_sentences, extractive_answer
 from ..prompts import load_prompt
-from ..records import ChatModel, InvalidReply, parse_json_reply
+from ..records import ChatModel, Embedder, InvalidReply, parse_json_reply
 from .context import NO_ANSWER, Index, SearchResult, csv_line, embed_query, nearest, pack, windows
 
 MAP_HEADERS = {"reports": "id|title|rank|content", "text_units": "id|text"}
 
 
-def report_records(index: Index, report_ids: list[str] | None = None, level: int | None = None) -> list[tuple[str, str]]:
+def report_records(
+    index: Index, report_ids: list[str] | None = None, level: int | None = None
+) -> list[tuple[str, str]]:
     reports = index.reports[index.reports["status"] == "ok"]
     if report_ids is not None:
         reports = reports[reports["id"].isin(report_ids)]
     if level is not None:
         reports = reports[reports["level"] == level]
-    return [(r.id, csv_line(r.community, r.title, r.rank, r.full_content))
-            for r in reports.sort_values("community").itertuples(index=False)]
+    return [
+        (r.id, csv_line(r.community, r.title, r.rank, r.full_content))
+        for r in reports.sort_values("community").itertuples(index=False)
+    ]
 
 
 def unit_records(index: Index) -> list[tuple[str, str]]:
-    return [(u.id, csv_line(u.human_id, u.text)) for u in index.text_units.assign(
-        human_id=range(len(index.text_units))).itertuples(index=False)]
+    return [
+        (u.id, csv_line(u.human_id, u.text))
+        for u in index.text_units.assign(human_id=range(len(index.text_units))).itertuples(index=False)
+    ]
 
 
 def parse_points(reply: str) -> list[dict]:
@@ -65,15 +71,25 @@ def parse_rating(reply: str) -> int:
 def reduce_points(points: list[dict], budget: int) -> tuple[str, list[dict], int]:
     """Drop points scored 0, sort by score (stable), pack "analyst" sections into the reduce window."""
     kept = sorted((p for p in points if p["score"] > 0), key=lambda p: -p["score"])
-    records = [(str(i), f"----Analyst {i + 1}----\nImportance Score: {p['score']}\n{p['description']}")
-               for i, p in enumerate(kept)]
+    records = [
+        (str(i), f"----Analyst {i + 1}----\nImportance Score: {p['score']}\n{p['description']}")
+        for i, p in enumerate(kept)
+    ]
     text, ids, tokens = pack(records, "", budget)
     return text.strip(), [kept[int(i)] for i in ids], tokens
 
 
 async def map_reduce(
-    chat: ChatModel | None, embedder, index: Index, question: str, records: list[tuple[str, str]], kind: str,
-    response_type: str, map_window_tokens: int, reduce_window_tokens: int, seed: int,
+    chat: ChatModel | None,
+    embedder,
+    index: Index,
+    question: str,
+    records: list[tuple[str, str]],
+    kind: str,
+    response_type: str,
+    map_window_tokens: int,
+    reduce_window_tokens: int,
+    seed: int,
 ) -> SearchResult:
     shuffled = list(records)
     random.Random(seed).shuffle(shuffled)
@@ -83,26 +99,55 @@ async def map_reduce(
         points = await _extractive_map(embedder, index, question, packed, kind)
     else:
         prompt = load_prompt("global_search_map")
-        replies = await asyncio.gather(*(chat.complete(
-            [{"role": "user", "content": prompt.format(context_data=text, question=question)}],
-            parse=parse_points, response_format={"type": "json_object"}) for text, _, _ in packed))
-        points = [{**point, "source_ids": ids} for (_, ids, _), window in zip(packed, replies) for point in window or []]
+        replies = await asyncio.gather(
+            *(
+                chat.complete(
+                    [{"role": "user", "content": prompt.format(context_data=text, question=question)}],
+                    parse=parse_points,
+                    response_format={"type": "json_object"},
+                )
+                for text, _, _ in packed
+            )
+        )
+        points = [
+            {**point, "source_ids": ids} for (_, ids, _), window in zip(packed, replies) for point in window or []
+        ]
         map_failed = sum(reply is None for reply in replies)
     report_data, used_points, reduce_tokens = reduce_points(points, reduce_window_tokens)
-    context = {kind: sorted({i for _, ids, _ in packed for i in ids}),
-               "points": [{"score": p["score"], "description": p["description"][:300], "source_ids": p["source_ids"]}
-                          for p in used_points]}
-    details = {"map_windows": len(packed), "map_windows_failed": map_failed if chat else 0, "points": len(points), "points_scored_0": sum(p["score"] == 0 for p in points),
-               "points_in_reduce": len(used_points), "map_context_tokens": map_tokens,
-               "reduce_context_tokens": reduce_tokens}
+    context = {
+        kind: sorted({i for _, ids, _ in packed for i in ids}),
+        "points": [
+            {"score": p["score"], "description": p["description"][:300], "source_ids": p["source_ids"]}
+            for p in used_points
+        ],
+    }
+    details = {
+        "map_windows": len(packed),
+        "map_windows_failed": map_failed if chat else 0,
+        "points": len(points),
+        "points_scored_0": sum(p["score"] == 0 for p in points),
+        "points_in_reduce": len(used_points),
+        "map_context_tokens": map_tokens,
+        "reduce_context_tokens": reduce_tokens,
+    }
     if not used_points:
         return SearchResult(NO_ANSWER, chat is None, map_tokens, context, details)
     if chat is None:
-        answer = extractive_answer([(p["score"], p["description"], index.cite(kind, p["source_ids"][:5]))
-                                    for p in used_points[:8]], "Reports" if kind == "reports" else "Sources")
+        answer = extractive_answer(
+            [(p["score"], p["description"], index.cite(kind, p["source_ids"][:5])) for p in used_points[:8]],
+            "Reports" if kind == "reports" else "Sources",
+        )
     else:
-        answer = await chat.complete([{"role": "user", "content": load_prompt("global_search_reduce").format(
-            report_data=report_data, question=question, response_type=response_type)}])
+        answer = await chat.complete(
+            [
+                {
+                    "role": "user",
+                    "content": load_prompt("global_search_reduce").format(
+                        report_data=report_data, question=question, response_type=response_type
+                    ),
+                }
+            ]
+        )
         answer = answer or "The reduce step failed after retries; the scored points are in the context."
     return SearchResult(answer, chat is None, map_tokens + reduce_tokens, context, details)
 
@@ -123,8 +168,9 @@ async def _extractive_map(embedder, index: Index, question: str, packed, kind: s
     return points
 
 
-async def select_communities(chat: ChatModel | None, embedder, index: Index, question: str, max_level: int,
-                             threshold: int = 1) -> tuple[list[str], list[int]]:
+async def select_communities(
+    chat: ChatModel | None, embedder, index: Index, question: str, max_level: int, threshold: int = 1
+) -> tuple[list[str], list[int]]:
     """Dynamic community selection: rate the root reports, descend into the relevant ones' children.
 
     `max_level` is the deepest level it descends to (the query's community level). A relevant child
@@ -141,9 +187,11 @@ async def select_communities(chat: ChatModel | None, embedder, index: Index, que
     async def rate(number: int) -> int:
         if chat is None:
             return int(5 * max(0.0, similarity.get(reports.loc[number, "id"], 0.0)))
-        rating = await chat.complete([{"role": "user", "content": prompt.format(
-            report=reports.loc[number, "full_content"], question=question)}],
-            parse=parse_rating, response_format={"type": "json_object"})
+        rating = await chat.complete(
+            [{"role": "user", "content": prompt.format(report=reports.loc[number, "full_content"], question=question)}],
+            parse=parse_rating,
+            response_format={"type": "json_object"},
+        )
         return rating or 0
 
     frontier = [c for c in reports.index if communities.loc[c, "level"] == 0]
@@ -155,33 +203,82 @@ async def select_communities(chat: ChatModel | None, embedder, index: Index, que
         relevant = [c for c, r in zip(frontier, ratings) if r >= threshold]
         selected.update(relevant)
         selected.difference_update(communities.loc[c, "parent"] for c in relevant)
-        frontier = [child for c in relevant for child in communities.loc[c, "children"]
-                    if child in reports.index and communities.loc[child, "carried_from"] != c
-                    and communities.loc[child, "level"] <= max_level]
+        frontier = [
+            child
+            for c in relevant
+            for child in communities.loc[c, "children"]
+            if child in reports.index
+            and communities.loc[child, "carried_from"] != c
+            and communities.loc[child, "level"] <= max_level
+        ]
     return [reports.loc[c, "id"] for c in sorted(selected)], [int(c) for c in rated]
 
 
-async def global_search(chat, embedder, index: Index, question: str, level: int, response_type: str,
-                        map_window_tokens: int = 8000, reduce_window_tokens: int = 8000, seed: int = 42,
-                        dynamic: bool = False, dynamic_threshold: int = 1) -> SearchResult:
-    if dynamic:
-        selected, rated = await select_communities(chat, embedder, index, question, level, dynamic_threshold)
+async def global_search(
+    chat: ChatModel | None,
+    embedder: Embedder | None,
+    index: Index,
+    *,
+    question: str,
+    community_level: int,
+    response_type: str,
+    map_window_tokens: int,
+    reduce_window_tokens: int,
+    seed: int,
+    dynamic_community_selection: bool,
+    dynamic_threshold: int,
+) -> SearchResult:
+    if dynamic_community_selection:
+        selected, rated = await select_communities(chat, embedder, index, question, community_level, dynamic_threshold)
         records = report_records(index, report_ids=selected)
     else:
-        records = report_records(index, level=level)
-    result = await map_reduce(chat, embedder, index, question, records, "reports", response_type,
-                              map_window_tokens, reduce_window_tokens, seed)
-    if dynamic:
-        level_size = int((index.reports["level"] == level).sum())
-        result.details.update({"reports_rated": len(rated), "rated_communities": rated,
-                               "reports_selected": len(records), f"reports_at_level_{level}": level_size})
+        records = report_records(index, level=community_level)
+    result = await map_reduce(
+        chat,
+        embedder,
+        index,
+        question,
+        records,
+        "reports",
+        response_type,
+        map_window_tokens,
+        reduce_window_tokens,
+        seed,
+    )
+    if dynamic_community_selection:
+        level_size = int((index.reports["level"] == community_level).sum())
+        result.details.update(
+            {
+                "reports_rated": len(rated),
+                "rated_communities": rated,
+                "reports_selected": len(records),
+                f"reports_at_level_{community_level}": level_size,
+            }
+        )
     return result
 
 
-async def text_summary_search(chat, embedder, index: Index, question: str, response_type: str,
-                              map_window_tokens: int = 8000, reduce_window_tokens: int = 8000,
-                              seed: int = 42) -> SearchResult:
+async def text_summary_search(
+    chat: ChatModel | None,
+    embedder: Embedder | None,
+    index: Index,
+    *,
+    question: str,
+    response_type: str,
+    map_window_tokens: int,
+    reduce_window_tokens: int,
+    seed: int,
+) -> SearchResult:
     """The paper's TS baseline: the same map-reduce over shuffled source text units."""
-    return await map_reduce(chat, embedder, index, question, unit_records(index), "text_units", response_type,
-                            map_window_tokens, reduce_window_tokens, seed)
-
+    return await map_reduce(
+        chat,
+        embedder,
+        index,
+        question,
+        unit_records(index),
+        "text_units",
+        response_type,
+        map_window_tokens,
+        reduce_window_tokens,
+        seed,
+    )

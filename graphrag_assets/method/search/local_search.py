@@ -10,7 +10,7 @@ from dataclasses import dataclass
 
 from ..offline.answers import cited_sentences
 from ..prompts import load_prompt
-from ..records import ChatModel
+from ..records import ChatModel, Embedder
 from .context import Index, SearchResult, csv_line, embed_query, nearest, pack
 
 
@@ -21,8 +21,14 @@ class LocalContext:
     ids: dict[str, list[str]]
 
 
-def build_local_context(index: Index, entity_ids: list[str], level: int, budget: int,
-                        community_prop: float = 0.25, text_unit_prop: float = 0.5) -> LocalContext:
+def build_local_context(
+    index: Index,
+    entity_ids: list[str],
+    level: int,
+    budget: int,
+    community_prop: float = 0.25,
+    text_unit_prop: float = 0.5,
+) -> LocalContext:
     if community_prop + text_unit_prop > 1:
         raise ValueError("community_prop + text_unit_prop must not exceed 1")
     entities = index.entities.set_index("id").loc[entity_ids]
@@ -31,30 +37,49 @@ def build_local_context(index: Index, entity_ids: list[str], level: int, budget:
 
     level_communities = index.communities[index.communities["level"] == level]
     counts = {row.community: len(set(row.entity_ids) & set(entity_ids)) for row in level_communities.itertuples()}
-    reports = index.reports[(index.reports["status"] == "ok") & index.reports["community"].isin(
-        [c for c, n in counts.items() if n])].copy()
+    reports = index.reports[
+        (index.reports["status"] == "ok") & index.reports["community"].isin([c for c, n in counts.items() if n])
+    ].copy()
     reports["matches"] = reports["community"].map(counts)
     reports = reports.sort_values(["matches", "rank", "community"], ascending=[False, False, True])
     report_text, report_ids, report_tokens = pack(
         [(r.id, csv_line(r.community, r.title, r.full_content)) for r in reports.itertuples()],
-        "-----Reports-----\nid|title|content", int(budget * community_prop))
+        "-----Reports-----\nid|title|content",
+        int(budget * community_prop),
+    )
 
     tables_budget = int(budget * (1 - community_prop - text_unit_prop))
     entity_text, entity_packed, used = pack(
-        [(row.Index, csv_line(row.human_readable_id, row.title, row.description, row.degree))
-         for row in entities.itertuples()], "-----Entities-----\nid|entity|description|degree", tables_budget)
+        [
+            (row.Index, csv_line(row.human_readable_id, row.title, row.description, row.degree))
+            for row in entities.itertuples()
+        ],
+        "-----Entities-----\nid|entity|description|degree",
+        tables_budget,
+    )
     rels = index.relationships
     in_network = rels[rels["source"].isin(chosen) & rels["target"].isin(chosen)]
     out_network = rels[(rels["source"].isin(chosen) ^ rels["target"].isin(chosen))].sort_values(
-        ["combined_degree", "weight"], ascending=False)
+        ["combined_degree", "weight"], ascending=False
+    )
     rel_text, rel_ids, rel_used = pack(
-        [(r.id, csv_line(r.human_readable_id, r.source, r.target, r.description, r.weight))
-         for r in list(in_network.sort_values("weight", ascending=False).itertuples()) + list(out_network.itertuples())],
-        "-----Relationships-----\nid|source|target|description|weight", tables_budget - used)
+        [
+            (r.id, csv_line(r.human_readable_id, r.source, r.target, r.description, r.weight))
+            for r in list(in_network.sort_values("weight", ascending=False).itertuples())
+            + list(out_network.itertuples())
+        ],
+        "-----Relationships-----\nid|source|target|description|weight",
+        tables_budget - used,
+    )
     claims = index.covariates[index.covariates["subject_id"].isin(chosen)]
     claim_text, claim_ids, _ = pack(
-        [(c.id, csv_line(c.human_readable_id, c.subject_id, c.type, c.status, c.description)) for c in claims.itertuples()],
-        "-----Claims-----\nid|subject|type|status|description", tables_budget - used - rel_used)
+        [
+            (c.id, csv_line(c.human_readable_id, c.subject_id, c.type, c.status, c.description))
+            for c in claims.itertuples()
+        ],
+        "-----Claims-----\nid|subject|type|status|description",
+        tables_budget - used - rel_used,
+    )
 
     # Text units of the chosen entities, nearest entity first, then those with more of the relationships.
     rel_units = {u for units in rels[rels["id"].isin(rel_ids)]["text_unit_ids"] for u in units}
@@ -66,19 +91,48 @@ def build_local_context(index: Index, entity_ids: list[str], level: int, budget:
                 ordered.append(unit)
     unit_text = index.text_units.set_index("id")["text"]
     number = {u: i for i, u in enumerate(index.text_units["id"])}
-    source_text, unit_ids, _ = pack([(u, csv_line(number[u], unit_text[u])) for u in ordered if u in unit_text.index],
-                                    "-----Sources-----\nid|text", int(budget * text_unit_prop))
-    sections = [s for s, ids in ((report_text, report_ids), (entity_text, entity_packed), (rel_text, rel_ids),
-                                 (claim_text, claim_ids), (source_text, unit_ids)) if ids]
+    source_text, unit_ids, _ = pack(
+        [(u, csv_line(number[u], unit_text[u])) for u in ordered if u in unit_text.index],
+        "-----Sources-----\nid|text",
+        int(budget * text_unit_prop),
+    )
+    sections = [
+        s
+        for s, ids in (
+            (report_text, report_ids),
+            (entity_text, entity_packed),
+            (rel_text, rel_ids),
+            (claim_text, claim_ids),
+            (source_text, unit_ids),
+        )
+        if ids
+    ]
     text = "\n\n".join(sections)
     from ..tokens import count_tokens
-    return LocalContext(text, count_tokens(text), {
-        "reports": report_ids, "entities": entity_packed, "relationships": rel_ids, "claims": claim_ids,
-        "text_units": unit_ids})
+
+    return LocalContext(
+        text,
+        count_tokens(text),
+        {
+            "reports": report_ids,
+            "entities": entity_packed,
+            "relationships": rel_ids,
+            "claims": claim_ids,
+            "text_units": unit_ids,
+        },
+    )
 
 
-async def local_context_for(embedder, index: Index, question: str, level: int, top_k_entities: int, budget: int,
-                            community_prop: float, text_unit_prop: float) -> LocalContext:
+async def local_context_for(
+    embedder,
+    index: Index,
+    question: str,
+    level: int,
+    top_k_entities: int,
+    budget: int,
+    community_prop: float,
+    text_unit_prop: float,
+) -> LocalContext:
     query = await embed_query(embedder, index, question)
     ids, matrix = index.vectors("entity")
     chosen = [i for i, _ in nearest(query, ids, matrix, top_k_entities)]
@@ -86,39 +140,76 @@ async def local_context_for(embedder, index: Index, question: str, level: int, t
 
 
 def extractive_local_answer(index: Index, question: str, context: LocalContext) -> str:
-    return cited_sentences(index, question, "text_units", context.ids["text_units"],
-                           index.text_units.set_index("id")["text"].to_dict())
+    return cited_sentences(
+        index, question, "text_units", context.ids["text_units"], index.text_units.set_index("id")["text"].to_dict()
+    )
 
 
-async def local_search(chat: ChatModel | None, embedder, index: Index, question: str, level: int, response_type: str,
-                       top_k_entities: int = 10, max_context_tokens: int = 8000, community_prop: float = 0.25,
-                       text_unit_prop: float = 0.5) -> SearchResult:
-    context = await local_context_for(embedder, index, question, level, top_k_entities, max_context_tokens,
-                                      community_prop, text_unit_prop)
+async def local_search(
+    chat: ChatModel | None,
+    embedder: Embedder | None,
+    index: Index,
+    *,
+    question: str,
+    community_level: int,
+    response_type: str,
+    top_k_entities: int,
+    max_context_tokens: int,
+    community_prop: float,
+    text_unit_prop: float,
+) -> SearchResult:
+    context = await local_context_for(
+        embedder, index, question, community_level, top_k_entities, max_context_tokens, community_prop, text_unit_prop
+    )
     if chat is None:
         answer = extractive_local_answer(index, question, context)
     else:
-        answer = await chat.complete([{"role": "user", "content": load_prompt("local_search").format(
-            context_data=context.text, question=question, response_type=response_type)}])
+        answer = await chat.complete(
+            [
+                {
+                    "role": "user",
+                    "content": load_prompt("local_search").format(
+                        context_data=context.text, question=question, response_type=response_type
+                    ),
+                }
+            ]
+        )
         answer = answer or "The model call failed after retries; the context it would have read is recorded."
     return SearchResult(answer, chat is None, context.tokens, context.ids)
 
 
-async def basic_search(chat: ChatModel | None, embedder, index: Index, question: str, response_type: str,
-                       top_k: int = 10, max_context_tokens: int = 8000) -> SearchResult:
+async def basic_search(
+    chat: ChatModel | None,
+    embedder: Embedder | None,
+    index: Index,
+    *,
+    question: str,
+    response_type: str,
+    top_k: int,
+    max_context_tokens: int,
+) -> SearchResult:
     """The paper's SS baseline: vector search over text units, packed into the budget."""
     query = await embed_query(embedder, index, question)
     ids, matrix = index.vectors("text_unit")
     units = index.text_units.set_index("id")["text"]
     number = {u: i for i, u in enumerate(index.text_units["id"])}
     hits = nearest(query, ids, matrix, top_k)
-    text, packed, tokens = pack([(u, csv_line(number[u], units[u])) for u, _ in hits], "-----Sources-----\nid|text",
-                                max_context_tokens)
+    text, packed, tokens = pack(
+        [(u, csv_line(number[u], units[u])) for u, _ in hits], "-----Sources-----\nid|text", max_context_tokens
+    )
     context = {"text_units": packed, "scores": {u: round(s, 4) for u, s in hits if u in packed}}
     if chat is None:
         answer = cited_sentences(index, question, "text_units", packed, units.to_dict())
     else:
-        answer = await chat.complete([{"role": "user", "content": load_prompt("basic_search").format(
-            context_data=text, question=question, response_type=response_type)}])
+        answer = await chat.complete(
+            [
+                {
+                    "role": "user",
+                    "content": load_prompt("basic_search").format(
+                        context_data=text, question=question, response_type=response_type
+                    ),
+                }
+            ]
+        )
         answer = answer or "The model call failed after retries; the context it would have read is recorded."
     return SearchResult(answer, chat is None, tokens, context)

@@ -5,16 +5,35 @@ from __future__ import annotations
 import re
 
 from ..prompts import load_prompt
-from ..records import ChatModel
+from ..records import ChatModel, Embedder
 from .context import Index, SearchResult
 from .local_search import local_context_for
 
 
-async def generate_questions(chat: ChatModel | None, embedder, index: Index, previous_questions: list[str],
-                             level: int, count: int = 5, top_k_entities: int = 10,
-                             max_context_tokens: int = 8000) -> SearchResult:
-    context = await local_context_for(embedder, index, "\n".join(previous_questions), level, top_k_entities,
-                                      max_context_tokens, 0.25, 0.5)
+async def generate_questions(
+    chat: ChatModel | None,
+    embedder: Embedder | None,
+    index: Index,
+    *,
+    previous_questions: list[str],
+    community_level: int,
+    question_count: int,
+    top_k_entities: int,
+    max_context_tokens: int,
+    community_prop: float,
+    text_unit_prop: float,
+) -> SearchResult:
+    count = question_count
+    context = await local_context_for(
+        embedder,
+        index,
+        "\n".join(previous_questions),
+        community_level,
+        top_k_entities,
+        max_context_tokens,
+        community_prop,
+        text_unit_prop,
+    )
     if chat is None:
         # Offline: questions from templates over the context's strongest relationships and entities.
         rels = index.relationships.set_index("id").loc[context.ids["relationships"]]
@@ -24,9 +43,18 @@ async def generate_questions(chat: ChatModel | None, embedder, index: Index, pre
         questions = list(dict.fromkeys(questions))[:count]
         label = "**Template questions (offline engine: filled from the strongest relationships and entities).**"
     else:
-        reply = await chat.complete([{"role": "user", "content": load_prompt("question_generation").format(
-            context_data=context.text, question_count=count,
-            previous_questions="\n".join(f"- {q}" for q in previous_questions))}])
+        reply = await chat.complete(
+            [
+                {
+                    "role": "user",
+                    "content": load_prompt("question_generation").format(
+                        context_data=context.text,
+                        question_count=count,
+                        previous_questions="\n".join(f"- {q}" for q in previous_questions),
+                    ),
+                }
+            ]
+        )
         questions = [re.sub(r"^\s*(?:[-*•]|\d+[.)])\s*", "", line).strip() for line in (reply or "").splitlines()]
         questions = [q for q in questions if q.endswith("?")][:count]
         label = ""
