@@ -12,10 +12,10 @@ import pytest
 from graphrag_assets.assets.communities import every_community_reported, one_community_per_level
 from graphrag_assets.assets.embeddings import vectors_check
 from graphrag_assets.assets.index import entities_found, relationship_endpoints_are_entities
-from graphrag_assets.method.community_context import Element, SubReport, build_context
-from graphrag_assets.method.community_reports import parse_report
-from graphrag_assets.method.embeddings import document_embeddings
-from graphrag_assets.method.records import InvalidReply
+from graphrag_assets.method.communities.context import Element, SubReport, build_context
+from graphrag_assets.method.communities.reports import parse_report
+from graphrag_assets.method.embeddings.text import document_embeddings
+from graphrag_assets.method.graph.records import InvalidReply
 from graphrag_assets.method.search.context import nearest
 
 from .conftest import SAMPLE_CORPUS, Workspace, table

@@ -4,7 +4,7 @@ import json
 
 import pytest
 
-from graphrag_assets.method.documents import TabularColumns, read_corpus
+from graphrag_assets.method.ingest.documents import TabularColumns, read_corpus
 from graphrag_assets.resources import CorporaResource
 
 from .conftest import materialization_metadata

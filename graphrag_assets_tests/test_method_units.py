@@ -5,14 +5,14 @@ import asyncio
 import pandas as pd
 import pytest
 
-from graphrag_assets.method.communities import build_communities
-from graphrag_assets.method.community_reports import generate_reports
-from graphrag_assets.method.extract_claims import COVARIATE_COLUMNS
-from graphrag_assets.method.extract_graph import merge_entities, merge_relationships, records_to_graph
-from graphrag_assets.method.graph import finalize_graph, link_text_units
+from graphrag_assets.method.communities.leiden import build_communities
+from graphrag_assets.method.communities.reports import generate_reports
+from graphrag_assets.method.graph.claims import COVARIATE_COLUMNS
+from graphrag_assets.method.graph.extraction import merge_entities, merge_relationships, records_to_graph
+from graphrag_assets.method.graph.records import parse_records
+from graphrag_assets.method.graph.tables import finalize_graph, link_text_units
+from graphrag_assets.method.ingest.tokens import chunk_by_tokens, count_tokens, get_encoding
 from graphrag_assets.method.offline.nlp_graph import extract_nlp_graph
-from graphrag_assets.method.records import parse_records
-from graphrag_assets.method.tokens import chunk_by_tokens, count_tokens, get_encoding
 
 
 def test_chunks_have_the_configured_size_and_overlap():

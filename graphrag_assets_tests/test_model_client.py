@@ -7,9 +7,9 @@ import time
 import diskcache
 import pytest
 
-from graphrag_assets.method.extract_claims import check_claims_reply
-from graphrag_assets.method.extract_graph import check_graph_reply
-from graphrag_assets.method.records import check_free_text
+from graphrag_assets.method.graph.claims import check_claims_reply
+from graphrag_assets.method.graph.extraction import check_graph_reply
+from graphrag_assets.method.graph.records import check_free_text
 from graphrag_assets.models import EndpointError, ModelClient, ModelSettings
 from graphrag_assets_tests.model_server import REFUSAL, FakeOpenAIServer, Faults, _between, claims_reply
 

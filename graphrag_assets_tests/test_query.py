@@ -4,8 +4,8 @@ import json
 
 import pytest
 
+from graphrag_assets.method.ingest.tokens import count_tokens
 from graphrag_assets.method.search.global_search import reduce_points
-from graphrag_assets.method.tokens import count_tokens
 from graphrag_assets_tests.model_server import FakeOpenAIServer
 
 from .conftest import SAMPLE_CORPUS, chat_resource, embedding_resource, materialization_metadata

@@ -5,7 +5,7 @@ import csv
 import numpy as np
 import pytest
 
-from graphrag_assets.method.embeddings import LocalEmbedder
+from graphrag_assets.method.embeddings.text import LocalEmbedder
 
 from .conftest import REPO, SAMPLE_CORPUS, materialization_metadata
 

@@ -67,9 +67,9 @@ def _run_step(step: str, variant: str, data: Path) -> dict:
 def _step(step: str, variant: str, data_path: str) -> None:
     data = pickle.loads(Path(data_path).read_bytes())
     entities, relationships = data["entities"], data["relationships"]
-    from graphrag_assets.method.communities import build_communities, entity_graph
+    from graphrag_assets.method.communities.leiden import build_communities, networkx_graph
 
-    graph = entity_graph(entities, relationships)
+    graph = networkx_graph(entities, relationships)
     if step == "communities":
         from graspologic.partition import hierarchical_leiden  # import outside the timing
 
@@ -82,7 +82,7 @@ def _step(step: str, variant: str, data_path: str) -> None:
     elif step == "node2vec":
         from graspologic.embed import node2vec_embed
 
-        from graphrag_assets.method.graph_embeddings import node2vec
+        from graphrag_assets.method.embeddings.node2vec import node2vec
 
         started = time.perf_counter()
         if variant == "library":
@@ -102,7 +102,7 @@ def _step(step: str, variant: str, data_path: str) -> None:
         import numpy as np
         import umap
 
-        from graphrag_assets.method.layouts import umap_2d
+        from graphrag_assets.method.embeddings.layouts import umap_2d
 
         vectors = np.random.default_rng(0).normal(size=(graph.number_of_nodes(), 128)).astype(np.float32)
         started = time.perf_counter()
@@ -114,7 +114,7 @@ def _step(step: str, variant: str, data_path: str) -> None:
         from sklearn.decomposition import TruncatedSVD
         from sklearn.feature_extraction.text import TfidfVectorizer
 
-        from graphrag_assets.method.embeddings import LocalEmbedder
+        from graphrag_assets.method.embeddings.text import LocalEmbedder
 
         texts = data["texts"]
         started = time.perf_counter()

@@ -4,8 +4,8 @@ import dagster as dg
 import pandas as pd
 from dagster_duckdb import DuckDBResource
 
-from ..method.communities import DEFAULT_SEED, build_communities
-from ..method.community_reports import REPORT_PROMPTS, generate_reports
+from ..method.communities.leiden import DEFAULT_SEED, build_communities
+from ..method.communities.reports import REPORT_PROMPTS, generate_reports
 from ..resources import ChatModelResource
 from ..store.tables import read_table
 from .common import (

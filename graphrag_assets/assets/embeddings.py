@@ -5,11 +5,11 @@ import numpy as np
 import pandas as pd
 from dagster_duckdb import DuckDBResource
 
-from ..method.communities import entity_graph
-from ..method.embeddings import LocalEmbedder, embed_with_model, embedding_inputs
-from ..method.embeddings import document_embeddings as mean_document_embeddings
-from ..method.graph_embeddings import node2vec
-from ..method.layouts import layout_nodes, plot_layout
+from ..method.communities.leiden import networkx_graph
+from ..method.embeddings.layouts import layout_nodes, plot_layout
+from ..method.embeddings.node2vec import node2vec
+from ..method.embeddings.text import LocalEmbedder, embed_with_model, embedding_inputs
+from ..method.embeddings.text import document_embeddings as mean_document_embeddings
 from ..resources import EmbeddingModelResource
 from ..store.tables import read_table, write_table
 from .common import (
@@ -184,7 +184,7 @@ def graph_embeddings(context: dg.AssetExecutionContext, config: Node2VecConfig, 
     """node2vec vectors of the entities that have relationships."""
     corpus = context.partition_key
     with duckdb.get_connection() as conn:
-        graph = entity_graph(read_table(conn, "entities", corpus), read_table(conn, "relationships", corpus))
+        graph = networkx_graph(read_table(conn, "entities", corpus), read_table(conn, "relationships", corpus))
     table = node2vec(
         graph,
         config.dimensions,

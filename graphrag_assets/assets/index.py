@@ -5,11 +5,11 @@ import pandas as pd
 from dagster_duckdb import DuckDBResource
 
 from ..failures import step_failure
-from ..method.documents import TabularColumns, read_corpus
-from ..method.extract_claims import CLAIM_PROMPTS, COVARIATE_COLUMNS, DEFAULT_CLAIM_DESCRIPTION, extract_claims
-from ..method.extract_graph import DEFAULT_ENTITY_TYPES, EXTRACTION_PROMPTS
-from ..method.graph import build_entity_graph, link_text_units
-from ..method.text_units import chunk_documents
+from ..method.graph.claims import CLAIM_PROMPTS, COVARIATE_COLUMNS, DEFAULT_CLAIM_DESCRIPTION, extract_claims
+from ..method.graph.extraction import DEFAULT_ENTITY_TYPES, EXTRACTION_PROMPTS
+from ..method.graph.tables import build_entity_graph, link_text_units
+from ..method.ingest.documents import TabularColumns, read_corpus
+from ..method.ingest.text_units import chunk_documents
 from ..resources import ChatModelResource, CorporaResource
 from ..store.tables import read_table
 from .common import (

@@ -17,7 +17,7 @@ from dagster_duckdb import DuckDBResource
 from pydantic import Field
 
 from ..failures import step_failure
-from ..method.embeddings import LocalEmbedder
+from ..method.embeddings.text import LocalEmbedder
 from ..method.search.context import Index, SearchResult
 from ..method.search.drift_search import drift_search as run_drift
 from ..method.search.global_search import global_search as run_global

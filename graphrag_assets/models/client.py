@@ -31,8 +31,8 @@ import openai
 from aiolimiter import AsyncLimiter
 from tenacity import AsyncRetrying, retry_if_exception, stop_after_attempt, wait_random_exponential
 
-from ..method.records import InvalidReply
-from ..method.tokens import count_tokens
+from ..method.graph.records import InvalidReply
+from ..method.ingest.tokens import count_tokens
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")

@@ -15,7 +15,7 @@ from itertools import combinations
 
 import pandas as pd
 
-from ..extract_graph import merge_entities, merge_relationships
+from ..graph.extraction import merge_entities, merge_relationships
 
 _SENTENCE_END = re.compile(r"(?<=[.!?])[\"'”’)]*\s+|\n\s*\n")
 _WORD = r"[A-Z][a-zA-Z'’\-]*[a-zA-Z]"

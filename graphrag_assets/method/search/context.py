@@ -8,9 +8,9 @@ from dataclasses import dataclass, field
 import numpy as np
 import pandas as pd
 
-from ..embeddings import LocalEmbedder
-from ..records import ChatModel
-from ..tokens import count_tokens
+from ..embeddings.text import LocalEmbedder
+from ..graph.records import ChatModel
+from ..ingest.tokens import count_tokens
 
 EXTRACTIVE_LABEL = "**Extractive answer (offline engine: no model wrote this; sentences are quoted from the index).**"
 NO_ANSWER = "I do not know: no relevant information was found in the index for this question."
@@ -109,7 +109,7 @@ def windows(records: list[tuple[str, str]], header: str, budget: int) -> list[tu
     while start < len(records):
         text, ids, used = pack(records[start:], header, budget)
         if not ids:  # one record alone exceeds the window: keep its beginning
-            from ..tokens import truncate_to_tokens
+            from ..ingest.tokens import truncate_to_tokens
 
             record_id, line = records[start]
             line = truncate_to_tokens(line, budget - count_tokens(header) - 2)

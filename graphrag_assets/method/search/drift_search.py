@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import asyncio
 
+from ..graph.records import ChatModel, Embedder, InvalidReply, parse_json_reply
 from ..prompts import load_prompt
-from ..records import ChatModel, Embedder, InvalidReply, parse_json_reply
 from .context import EXTRACTIVE_LABEL, NO_ANSWER, Index, SearchResult, csv_line, embed_query, nearest, pack
 from .local_search import extractive_local_answer, local_context_for
 

@@ -11,9 +11,9 @@ from __future__ import annotations
 import asyncio
 import random
 
+from ..graph.records import ChatModel, Embedder, InvalidReply, parse_json_reply
 from ..offline.answers import best_sentences, extractive_answer
 from ..prompts import load_prompt
-from ..records import ChatModel, Embedder, InvalidReply, parse_json_reply
 from .context import NO_ANSWER, Index, SearchResult, csv_line, embed_query, nearest, pack, windows
 
 MAP_HEADERS = {"reports": "id|title|rank|content", "text_units": "id|text"}

@@ -8,9 +8,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from ..graph.records import ChatModel, Embedder
 from ..offline.answers import cited_sentences
 from ..prompts import load_prompt
-from ..records import ChatModel, Embedder
 from .context import Index, SearchResult, csv_line, embed_query, nearest, pack
 
 
@@ -108,7 +108,7 @@ def build_local_context(
         if ids
     ]
     text = "\n\n".join(sections)
-    from ..tokens import count_tokens
+    from ..ingest.tokens import count_tokens
 
     return LocalContext(
         text,

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import re
 
+from ..graph.records import ChatModel, Embedder
 from ..prompts import load_prompt
-from ..records import ChatModel, Embedder
 from .context import Index, SearchResult
 from .local_search import local_context_for
 

@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 
 import pandas as pd
 
-from .tokens import count_tokens
+from ..ingest.tokens import count_tokens
 
 
 # Record ids in the context are short content-derived ids, not row numbers: adding a document to a corpus

@@ -7,10 +7,10 @@ from dataclasses import astuple, dataclass
 
 import pandas as pd
 
-from .extract_graph import DEFAULT_ENTITY_TYPES, ExtractionStats, entity_id, extract_graph, relationship_id
-from .offline.nlp_graph import extract_nlp_graph
+from ..offline.nlp_graph import extract_nlp_graph
+from .extraction import DEFAULT_ENTITY_TYPES, ExtractionStats, entity_id, extract_graph, relationship_id
 from .records import ChatModel
-from .summarize import SummaryStats, summarize_descriptions
+from .summaries import SummaryStats, summarize_descriptions
 
 ENTITY_COLUMNS = ["id", "human_readable_id", "title", "type", "description", "text_unit_ids", "frequency", "degree"]
 RELATIONSHIP_COLUMNS = [

@@ -7,8 +7,8 @@ import hashlib
 
 import pandas as pd
 
-from .extract_graph import ExtractionStats
-from .prompts import load_prompt
+from ..prompts import load_prompt
+from .extraction import ExtractionStats
 from .records import (
     COMPLETION_DELIMITER,
     RECORD_DELIMITER,

@@ -32,7 +32,7 @@ COMMUNITY_COLUMNS = [
 DEFAULT_SEED = 0xDEADBEEF
 
 
-def entity_graph(entities: pd.DataFrame, relationships: pd.DataFrame) -> nx.Graph:
+def networkx_graph(entities: pd.DataFrame, relationships: pd.DataFrame) -> nx.Graph:
     """Undirected graph over entity titles, weights summed over both directions, in a stable order."""
     graph = nx.Graph()
     for row in entities.sort_values("title").itertuples(index=False):
@@ -80,7 +80,7 @@ def build_communities(
     use_lcc: bool = False,
 ) -> pd.DataFrame:
     """One row per community per level, with ids unique across levels and full provenance."""
-    graph = entity_graph(entities, relationships)
+    graph = networkx_graph(entities, relationships)
     levels = cluster_graph(graph, max_cluster_size, seed, use_lcc)
     entity_by_title = entities.set_index("title")
     rows, number = [], {}

@@ -9,7 +9,7 @@ from dataclasses import dataclass, field
 
 import pandas as pd
 
-from .prompts import load_prompt
+from ..prompts import load_prompt
 from .records import (
     COMPLETION_DELIMITER,
     RECORD_DELIMITER,

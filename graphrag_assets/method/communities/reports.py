@@ -9,10 +9,10 @@ from dataclasses import dataclass, field
 
 import pandas as pd
 
-from .community_context import CommunityContext, GraphIndex, SubReport, build_context
-from .offline.extractive import extractive_report
-from .prompts import load_prompt
-from .records import ChatModel, InvalidReply, parse_json_reply
+from ..graph.records import ChatModel, InvalidReply, parse_json_reply
+from ..offline.extractive import extractive_report
+from ..prompts import load_prompt
+from .context import CommunityContext, GraphIndex, SubReport, build_context
 
 REPORT_COLUMNS = [
     "id",

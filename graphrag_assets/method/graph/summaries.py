@@ -5,9 +5,9 @@ from __future__ import annotations
 import asyncio
 from dataclasses import dataclass
 
-from .prompts import load_prompt
+from ..ingest.tokens import count_tokens
+from ..prompts import load_prompt
 from .records import ChatModel, check_free_text
-from .tokens import count_tokens
 
 
 @dataclass

@@ -1,0 +1,1 @@
+"""Text, document and graph embeddings, and their 2-D layouts."""

@@ -1,0 +1,1 @@
+"""The entity graph: reply formats, LLM extraction of entities, relationships and claims, summaries."""

@@ -1,0 +1,1 @@
+"""Corpus files to documents and token chunks."""
