@@ -13,9 +13,6 @@ from dataclasses import dataclass
 
 import numpy as np
 import pandas as pd
-from sklearn.decomposition import TruncatedSVD
-from sklearn.feature_extraction.text import CountVectorizer, TfidfVectorizer
-from sklearn.preprocessing import normalize
 
 EMBEDDING_COLUMNS = ["id", "kind", "embedding"]
 DEFAULT_SEED = 42
@@ -65,6 +62,9 @@ class LocalEmbedder:
     @classmethod
     def fit(cls, texts: list[str], dimensions: int = 128, seed: int = DEFAULT_SEED) -> LocalEmbedder:
         """Fit on the corpus. Fewer dimensions than asked when the corpus has too few texts or terms for them."""
+        from sklearn.decomposition import TruncatedSVD  # scikit-learn and SciPy cost ~75 MB: only steps that embed
+        from sklearn.feature_extraction.text import TfidfVectorizer
+
         features = None
         for stop_words in (True, False):  # a corpus of nothing but stop words keeps them
             vectorizer = TfidfVectorizer(
@@ -86,6 +86,9 @@ class LocalEmbedder:
         return cls(vocabulary, vectorizer.idf_.astype(np.float64), components, stop_words)
 
     def embed(self, texts: list[str]) -> np.ndarray:
+        from sklearn.feature_extraction.text import CountVectorizer
+        from sklearn.preprocessing import normalize
+
         counts = (
             CountVectorizer(
                 vocabulary=self.vocabulary,
