@@ -1,5 +1,6 @@
 """The project's Definitions and instance files: a typo or an asset renamed by accident fails here."""
 
+import re
 import shutil
 
 import dagster as dg
@@ -100,3 +101,10 @@ def test_the_api_key_from_the_environment_never_reaches_run_or_event_storage(tmp
         assert server.count("broken") > 0  # the proxy echoed the key in its errors...
     stored = b"".join(path.read_bytes() for path in home.rglob("*") if path.is_file())
     assert secret.encode() not in stored and secret.encode() not in workspace.database.read_bytes()
+
+
+def test_the_method_imports_no_dagster():
+    """The method stays plain Python, testable and reusable without Dagster."""
+    sources = (REPO / "graphrag_assets" / "method").rglob("*.py")
+    offenders = [p.name for p in sources if re.search(r"^\s*(from|import) dagster", p.read_text(), re.M)]
+    assert offenders == []
