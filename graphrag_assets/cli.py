@@ -10,6 +10,7 @@ import os
 import re
 import socket
 import sys
+import time
 import traceback
 from pathlib import Path
 
@@ -88,20 +89,39 @@ def step_settings(config_file: str | None, settings: list[str]) -> dict:
     return {"ops": {op: {"config": values} for op, values in merged.items()}}
 
 
-def check_store_is_free(database: Path) -> None:
-    """Fail at once, naming the other process, when a DuckDB file is locked (runs would wait ~100 s, then fail)."""
-    if not database.exists():
-        return
+_OUR_PROCESSES = re.compile(r"graphrag[_-]assets|dagster")
+_STORE_WAIT_SECONDS = 120
+
+
+def _command_line(pid: int) -> str:
     try:
-        duckdb.connect(str(database)).close()
-    except duckdb.IOException as problem:
-        holder = re.search(r"Conflicting lock is held in (.*?) \(PID (\d+)\)", str(problem))
-        who = f"process {holder.group(2)} ({holder.group(1)})" if holder else "another process"
-        raise UserError(
-            f"the DuckDB file {database} is locked by {who}. DuckDB allows one writer, and an open "
-            "connection (a notebook's, even read-only) blocks it: close that connection, or read a copy "
-            "of the file (see the README, 'Reading the store while runs write it')"
-        ) from None
+        return Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+    except OSError:
+        return ""
+
+
+def check_store_is_free(database: Path) -> None:
+    """Fail at once, naming the other process, when a DuckDB file is held by something that is not one of our runs.
+
+    Runs of this project hold the file only while they read or write, so one of them is waited for; any other
+    holder (a notebook's connection, even read-only) would make the run wait ~100 s and fail, so it is named now.
+    """
+    deadline = time.monotonic() + _STORE_WAIT_SECONDS
+    while database.exists():
+        try:
+            duckdb.connect(str(database)).close()
+            return
+        except duckdb.IOException as problem:
+            holder = re.search(r"Conflicting lock is held in (.*?) \(PID (\d+)\)", str(problem))
+            if holder and _OUR_PROCESSES.search(_command_line(int(holder.group(2)))) and time.monotonic() < deadline:
+                time.sleep(0.5)
+                continue
+            who = f"process {holder.group(2)} ({holder.group(1)})" if holder else "another process"
+            raise UserError(
+                f"the DuckDB file {database} is locked by {who}. DuckDB allows one writer, and an open "
+                "connection (a notebook's, even read-only) blocks it: close that connection, or read a copy "
+                "of the file (see the README, 'Reading the store while runs write it')"
+            ) from None
 
 
 def failure_message(result: dg.ExecuteInProcessResult) -> str:
@@ -154,6 +174,7 @@ def index(corpora: list[str], run_config: dict, verbose: bool) -> int:
             print(f"failed: {failure_message(result)}", file=sys.stderr)
             return 1
     database = Path(DATABASE).resolve()
+    check_store_is_free(database)  # another run of ours may be writing: wait for it, as the runs themselves do
     with duckdb.connect(str(database), read_only=True) as conn:
         for table in INDEX_TABLES:
             counts = dict(conn.execute(f"SELECT corpus, count(*) FROM {table} GROUP BY corpus").fetchall())
