@@ -278,6 +278,7 @@ class FakeOpenAIServer:
         faults: Faults | None = None,
         latency_seconds: float = 0.0,
         requests_per_minute: int = 0,
+        rate_window_seconds: float = 60.0,
         embedding_dimensions: int = 64,
         api_key: str | None = None,
         azure_deployments: frozenset[str] = frozenset(),
@@ -290,7 +291,8 @@ class FakeOpenAIServer:
         self.azure_deployments = azure_deployments
         self.more_gleaning = more_gleaning
         self.latency_seconds = latency_seconds
-        self.requests_per_minute = requests_per_minute
+        self.requests_per_minute = requests_per_minute  # per rate_window_seconds, a minute unless a test shortens it
+        self.rate_window_seconds = rate_window_seconds
         self.embedding_dimensions = embedding_dimensions
         self.served: list[Served] = []
         self._failed_once: set[str] = set()
@@ -344,7 +346,7 @@ class FakeOpenAIServer:
             return False
         with self._lock:
             now = time.monotonic()
-            while self._recent and now - self._recent[0] > 60:
+            while self._recent and now - self._recent[0] > self.rate_window_seconds:
                 self._recent.popleft()
             if len(self._recent) >= self.requests_per_minute:
                 return True

@@ -88,6 +88,36 @@ def test_the_cache_answers_a_rerun_without_calling_the_server(tmp_path):
     assert served == 1 + len(PROMPTS) and first_usage.prompt_tokens > 0  # the probe, then each prompt once
 
 
+def test_a_requests_per_minute_budget_equal_to_the_servers_limit_never_meets_a_429(tmp_path):
+    """The window is 4 s here instead of a minute, so the test takes seconds: 31 requests (the probe and 30
+    prompts) against a limit of 10 per window take three windows and are never refused."""
+    prompts = [
+        [{"role": "user", "content": f"Entity name: R{i}\nDescription List:\n- r{i}\n#######"}] for i in range(30)
+    ]
+    with FakeOpenAIServer(requests_per_minute=10, rate_window_seconds=4) as server:
+        started = time.monotonic()
+        answers, usage = run(
+            settings(server, tmp_path, requests_per_minute=10, rate_window_seconds=4, tokens_per_minute=1_000_000),
+            lambda c: asyncio.gather(*(c.complete(m) for m in prompts)),
+        )
+        elapsed = time.monotonic() - started
+        refused = server.count("rate_limited")
+    assert all(answers) and refused == 0 and usage.retries == 0
+    assert elapsed >= 2 * 4  # paced: the budget was spent window by window, not all at once
+
+
+def test_a_tokens_per_minute_budget_paces_the_calls(tmp_path):
+    with FakeOpenAIServer() as server:
+        started = time.monotonic()
+        answers, usage = run(
+            settings(server, tmp_path, tokens_per_minute=200, rate_window_seconds=2),
+            lambda c: asyncio.gather(*(c.complete(m) for m in PROMPTS[:12])),
+        )
+        elapsed = time.monotonic() - started
+    tokens = usage.prompt_tokens + usage.completion_tokens
+    assert all(answers) and elapsed >= (tokens / 200 - 1) * 2  # about 200 tokens per window, never more
+
+
 def test_calls_run_concurrently_within_the_limit(tmp_path):
     with FakeOpenAIServer(latency_seconds=0.05) as server:
         run(settings(server, tmp_path, max_concurrency=3), complete_all)

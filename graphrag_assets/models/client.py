@@ -1,6 +1,7 @@
 """One client for chat and embeddings over the OpenAI API, with what production use needs.
 
-- concurrency limit, requests-per-minute and tokens-per-minute limits (aiolimiter);
+- concurrency limit, and requests-per-minute and tokens-per-minute budgets counted over a moving minute
+  and shared by the process (budgets.py);
 - retries with exponential backoff on 429, 5xx, timeouts and dropped connections,
   honouring Retry-After (tenacity); the openai client's own retries are off so every
   attempt is counted here;
@@ -28,11 +29,11 @@ from typing import TypeVar
 
 import diskcache
 import openai
-from aiolimiter import AsyncLimiter
 from tenacity import AsyncRetrying, retry_if_exception, stop_after_attempt, wait_random_exponential
 
 from ..method.graph.records import InvalidReply
 from ..method.ingest.tokens import count_tokens
+from .budgets import budget
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
@@ -53,6 +54,7 @@ class ModelSettings:
     max_concurrency: int = 8
     requests_per_minute: int = 500
     tokens_per_minute: int = 200_000
+    rate_window_seconds: float = 60.0  # the window the endpoint counts its limits over (a minute, for all we know)
     max_retries: int = 6
     invalid_reply_retries: int = 2  # re-asks after a reply that does not parse: once as it was, then corrected
     circuit_breaker_failures: int = 5  # consecutive connection failures or timeouts that stop the client
@@ -167,10 +169,9 @@ class ModelClient:
             cache if cache is not None else (diskcache.Cache(settings.cache_dir) if settings.cache_dir else None)
         )
         self._semaphore = asyncio.Semaphore(settings.max_concurrency)
-        # Per-second buckets spread a minute's quota evenly instead of spending it in one burst,
-        # which providers that enforce limits over sub-minute windows would refuse.
-        self._requests = AsyncLimiter(settings.requests_per_minute / 60, 1)
-        self._tokens = AsyncLimiter(settings.tokens_per_minute / 60, 1)
+        endpoint, window = settings.base_url or "", settings.rate_window_seconds
+        self._requests = budget(endpoint, settings.model, "requests", settings.requests_per_minute, window)
+        self._tokens = budget(endpoint, settings.model, "tokens", settings.tokens_per_minute, window)
         self._probe_lock = asyncio.Lock()
         self._probed = False
         self._consecutive_unreachable = 0
@@ -234,6 +235,7 @@ class ModelClient:
             probe = self._openai.with_options(timeout=0.9 * self.settings.timeout_seconds)
             for attempt in range(_PROBE_ATTEMPTS):
                 try:
+                    await self._requests.spend(1)  # the provider counts the probe too
                     self.usage.calls += 1
                     self.usage.retries += attempt > 0
                     if kind == "embed":
@@ -284,8 +286,8 @@ class ModelClient:
                 async with self._semaphore:
                     if self._broken:  # checked after the wait for a slot, which outlasts a run of timeouts
                         raise self._broken
-                    await self._requests.acquire()
-                    await self._tokens.acquire(min(estimated_tokens, self._tokens.max_rate))
+                    await self._requests.spend(1)
+                    await self._tokens.spend(estimated_tokens)
                     self.usage.calls += 1
                     try:
                         result, prompt_tokens, completion_tokens = await _unless_garbled(send())
@@ -298,7 +300,7 @@ class ModelClient:
                 self.usage.completion_tokens += completion_tokens
                 # The reply's tokens count against the budget too, once we know how many there were.
                 if completion_tokens:
-                    await self._tokens.acquire(min(completion_tokens, self._tokens.max_rate))
+                    await self._tokens.spend(completion_tokens)
         return result
 
     def _failed(self, message: str) -> None:

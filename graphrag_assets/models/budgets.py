@@ -1,0 +1,57 @@
+"""Requests and tokens per minute, counted as providers count them: over the last minute, shared by the process.
+
+A provider refuses the request that would make more than its limit in any 60-second window. Per-second
+slices of that budget (a leaky bucket) both under-use it and, at a window's edge, exceed it; a moving
+window (the `limits` package) spends exactly the budget. Budgets are shared by every client of the same
+endpoint and model in this process, so the chat and embedding steps and the steps of one run draw on
+one budget, and a step that starts knows what the last one spent.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import math
+import threading
+import time
+
+from limits import RateLimitItemPerSecond
+from limits.storage import MemoryStorage
+from limits.strategies import MovingWindowRateLimiter
+
+_storage = MemoryStorage()
+_limiter = MovingWindowRateLimiter(_storage)
+_lock = threading.Lock()
+_budgets: dict[tuple, Budget] = {}
+
+
+# The moving window keeps one entry per unit spent: a large token budget is counted in blocks, so that
+# a window holds at most this many entries. Costs round up to whole blocks, so the budget is never exceeded.
+_MAX_ENTRIES = 10_000
+
+
+class Budget:
+    """At most `amount` units (requests or tokens) in any `window_seconds`."""
+
+    def __init__(self, name: str, amount: int, window_seconds: float):
+        self.name = name
+        self.block = max(1, int(amount) // _MAX_ENTRIES)
+        self.blocks = max(1, int(amount) // self.block)
+        # A request is counted here before it is sent and there when it arrives: a window 5% longer keeps
+        # the two counts from meeting at the window's edge.
+        self._item = RateLimitItemPerSecond(self.blocks, math.ceil(window_seconds * 1.05))
+
+    async def spend(self, cost: int) -> None:
+        """Wait until `cost` more units fit in the window, then count them (a cost above the budget counts as it)."""
+        blocks = max(1, min(-(-int(cost) // self.block), self.blocks))
+        while not _limiter.hit(self._item, self.name, cost=blocks):
+            stats = _limiter.get_window_stats(self._item, self.name)
+            await asyncio.sleep(min(max(stats.reset_time - time.time(), 0.01), 1.0))
+
+
+def budget(endpoint: str, model: str, unit: str, amount: int, window_seconds: float) -> Budget:
+    """The process-wide budget of one endpoint and model for `unit` ("requests" or "tokens")."""
+    key = (endpoint, model, unit, int(amount), window_seconds)
+    with _lock:
+        if key not in _budgets:
+            _budgets[key] = Budget("|".join(map(str, key)), amount, window_seconds)
+        return _budgets[key]
