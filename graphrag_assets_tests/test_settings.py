@@ -127,3 +127,21 @@ def test_global_search_shuffles_reports_into_windows_by_its_seed(llm_index, tmp_
         )
 
     assert rows(first) == rows(other)  # another seed packs the same reports differently
+
+
+def test_description_lists_that_fit_the_budget_are_joined_without_a_model_call(chunked, tmp_path):
+    def run(budget: int):
+        server, result = extract(
+            chunked,
+            tmp_path / str(budget),
+            {"entity_graph": {"config": {"summarize_above_tokens": budget, "max_gleanings": 0}}},
+        )
+        return server.count("summarize"), materialization_metadata(result, "entities")
+
+    always, always_metadata = run(0)
+    default, default_metadata = run(500)
+    never, never_metadata = run(1_000_000)
+    assert never == 0 and never_metadata["joined_descriptions"] > 0
+    assert 0 < default < always and always_metadata["joined_descriptions"] == 0
+    assert default >= default_metadata["summarized_descriptions"] > 0  # at least one call per long list
+    assert default_metadata["joined_descriptions"] > 0

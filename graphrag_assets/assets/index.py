@@ -3,6 +3,7 @@
 import dagster as dg
 import pandas as pd
 from dagster_duckdb import DuckDBResource
+from pydantic import Field
 
 from ..failures import step_failure
 from ..method.graph.claims import CLAIM_PROMPTS, COVARIATE_COLUMNS, DEFAULT_CLAIM_DESCRIPTION, extract_claims
@@ -36,6 +37,9 @@ class GraphConfig(dg.Config):
     max_gleanings: int = 1
     summary_max_input_tokens: int = 4000
     summary_max_tokens: int = 500
+    summarize_above_tokens: int = Field(
+        500, description="Descriptions of one element that together fit this are joined, not summarized by the model."
+    )
     offline_min_mentions: int = 2
     max_failed_unit_fraction: float = 0.05
 
@@ -154,6 +158,7 @@ def entity_graph(
         max_gleanings=config.max_gleanings,
         summary_max_input_tokens=config.summary_max_input_tokens,
         summary_max_tokens=config.summary_max_tokens,
+        summarize_above_tokens=config.summarize_above_tokens,
         offline_min_mentions=config.offline_min_mentions,
     )
     graph, usage = chat.run(lambda client: build_entity_graph(client, units, **options))
@@ -172,6 +177,7 @@ def entity_graph(
     quality = {
         **graph.extraction.as_metadata(),
         "summarized_descriptions": graph.summaries.summarized,
+        "joined_descriptions": graph.summaries.joined,
         "failed_summaries": graph.summaries.failed,
     }
     top = graph.entities.sort_values(["degree", "frequency"], ascending=False)

@@ -14,6 +14,7 @@ from .records import ChatModel, check_free_text
 class SummaryStats:
     summarized: int = 0
     single_description: int = 0
+    joined: int = 0  # short enough to keep as they are, joined, without a model call
     failed: int = 0
 
 
@@ -64,15 +65,21 @@ async def summarize_descriptions(
     items: list[tuple[str, list[str]]],
     max_input_tokens: int = 4000,
     max_summary_tokens: int = 500,
+    summarize_above_tokens: int = 500,
 ) -> tuple[list[str], SummaryStats]:
-    """One description per item. Without a model descriptions are joined; when the model fails for an item,
-    its descriptions are joined too and the item is counted in `failed`, which the caller must judge."""
+    """One description per item. Descriptions that together fit `summarize_above_tokens` are joined as they
+    are, which costs nothing and loses nothing; longer lists get a model-written summary. Without a model
+    descriptions are joined; when the model fails for an item, its descriptions are joined too and the item
+    is counted in `failed`, which the caller must judge."""
     stats = SummaryStats()
 
     async def one(name: str, descriptions: list[str]) -> str:
         if len(descriptions) <= 1:
             stats.single_description += 1
             return descriptions[0] if descriptions else ""
+        if chat is not None and count_tokens(" ".join(descriptions)) <= summarize_above_tokens:
+            stats.joined += 1
+            return " ".join(descriptions)
         summary = await summarize_one(chat, name, descriptions, max_input_tokens, max_summary_tokens) if chat else None
         if summary is None:
             stats.failed += chat is not None

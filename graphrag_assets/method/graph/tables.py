@@ -70,6 +70,7 @@ async def build_entity_graph(
     max_gleanings: int = 1,
     summary_max_input_tokens: int = 4000,
     summary_max_tokens: int = 500,
+    summarize_above_tokens: int = 500,
     offline_min_mentions: int = 2,
 ) -> GraphBuild:
     """Extract, merge, summarize and finalize: with a chat model, or offline by noun-phrase co-occurrence."""
@@ -80,7 +81,11 @@ async def build_entity_graph(
         entities, relationships, stats = await extract_graph(chat, text_units, entity_types, max_gleanings)
     entity_summaries, relationship_summaries = await asyncio.gather(
         summarize_descriptions(
-            chat, list(zip(entities["title"], entities["descriptions"])), summary_max_input_tokens, summary_max_tokens
+            chat,
+            list(zip(entities["title"], entities["descriptions"])),
+            summary_max_input_tokens,
+            summary_max_tokens,
+            summarize_above_tokens,
         ),
         summarize_descriptions(
             chat,
@@ -90,6 +95,7 @@ async def build_entity_graph(
             ],
             summary_max_input_tokens,
             summary_max_tokens,
+            summarize_above_tokens,
         ),
     )
     entities = entities.drop(columns="descriptions").assign(description=entity_summaries[0])
