@@ -51,6 +51,8 @@ def test_model_usage_is_in_the_metadata_and_the_lineage(llm_index):
     extraction_calls = sum(1 for s in server.served if s.kind in {"extract", "gleaning", "summarize"})
     assert metadata["model_calls"] == extraction_calls + 1 and metadata["failed_calls"] == 0  # + the probe
     assert metadata["prompt_tokens"] > 0 and metadata["completion_tokens"] > 0
+    embedded = materialization_metadata(result, "text_embeddings")  # embedding tokens are reported apart
+    assert embedded["embedding_tokens"] > 0 and "prompt_tokens" not in embedded
     assert metadata["engine"] == "llm:gpt-4o-mini" and "SCROOGE" in metadata["top_entities_by_degree"]
     lineage = workspace.sql("SELECT * FROM lineage ORDER BY materialized_at")
     assert lineage["asset"].is_unique  # one row per materialization, and this was one run

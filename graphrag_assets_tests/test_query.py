@@ -139,3 +139,14 @@ def test_a_corpus_never_indexed_is_refused(workspace):
     result = workspace.ask("unindexed", "local_search", {"question": QUESTION}, raise_on_error=False)
     description = result.get_step_failure_events()[0].step_failure_data.user_failure_data.description
     assert "corpus 'unindexed' is not indexed" in description
+
+
+def test_chat_and_embedding_tokens_are_reported_apart(llm_index, llm_server):
+    """Their prices differ by an order of magnitude: a question that is new here is embedded and answered."""
+    workspace = llm_index[0]
+    result = ask(
+        llm_index, "local_search", {"question": "Which bells ring on Christmas morning, and why?"}, server=llm_server
+    )
+    row, metadata = answer_row(workspace, result), materialization_metadata(result, "local_search")
+    assert row.embedding_tokens > 0 and row.prompt_tokens > 0 and row.completion_tokens > 0
+    assert metadata["embedding_tokens"] == row.embedding_tokens and metadata["prompt_tokens"] == row.prompt_tokens

@@ -267,7 +267,9 @@ def incremental_benchmark(args) -> None:
                     metadata = event.materialization.metadata
                     if "model_calls" in metadata:
                         calls += metadata["model_calls"].value
-                        tokens += metadata["prompt_tokens"].value + metadata["completion_tokens"].value
+                        tokens += sum(
+                            metadata[k].value for k in ("prompt_tokens", "completion_tokens") if k in metadata
+                        )
                 rows.append((name, calls, tokens, wall))
     finally:
         shutil.rmtree(work, ignore_errors=True)

@@ -11,7 +11,7 @@ import pandas as pd
 from ..failures import step_failure
 from ..method.prompts import prompts_version
 from ..models import Usage
-from ..resources import ModelEndpointResource
+from ..resources import EmbeddingModelResource, ModelEndpointResource
 from ..store.tables import Lineage, latest_versions, read_tables, write_table
 
 corpus_partitions = dg.DynamicPartitionsDefinition(name="corpus")
@@ -41,14 +41,19 @@ def png(image: bytes, caption: str) -> dg.MetadataValue:
 
 
 def usage_metadata(model: ModelEndpointResource, usage: Usage | None) -> dict:
+    """Calls and tokens for the UI. Embedding tokens are named apart: they cost an order of magnitude less."""
     if usage is None:
         return {}
     figures = usage.as_metadata(model.settings())
+    tokens = (
+        {"embedding_tokens": figures["prompt_tokens"]}
+        if isinstance(model, EmbeddingModelResource)
+        else {"prompt_tokens": figures["prompt_tokens"], "completion_tokens": figures["completion_tokens"]}
+    )
     return {
         "model_calls": figures["calls"],
         "cache_hits": figures["cache_hits"],
-        "prompt_tokens": figures["prompt_tokens"],
-        "completion_tokens": figures["completion_tokens"],
+        **tokens,
         "retries": figures["retries"],
         "invalid_replies": figures["invalid_replies"],
         "reasked": figures["reasked"],

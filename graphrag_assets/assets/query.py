@@ -201,10 +201,10 @@ def answer_query(
         lambda chat_client, embed_client: search(chat_client, embed_client, index, **config.model_dump()),
     )
     latency = time.perf_counter() - started
-    usage = {
-        k: (getattr(chat_usage, k, 0) or 0) + (getattr(embed_usage, k, 0) or 0)
-        for k in ("calls", "cache_hits", "prompt_tokens", "completion_tokens")
-    }
+    usage = {k: (getattr(chat_usage, k, 0) or 0) + (getattr(embed_usage, k, 0) or 0) for k in ("calls", "cache_hits")}
+    usage["prompt_tokens"] = chat_usage.prompt_tokens if chat_usage else 0  # chat and embedding tokens apart:
+    usage["completion_tokens"] = chat_usage.completion_tokens if chat_usage else 0  # their prices differ
+    usage["embedding_tokens"] = embed_usage.prompt_tokens if embed_usage else 0
     answer_id = str(uuid.uuid4())
     row = pd.DataFrame(
         [
@@ -223,6 +223,7 @@ def answer_query(
                 "cache_hits": usage["cache_hits"],
                 "prompt_tokens": usage["prompt_tokens"],
                 "completion_tokens": usage["completion_tokens"],
+                "embedding_tokens": usage["embedding_tokens"],
                 "latency_seconds": latency,
                 "run_id": context.run_id,
                 "created_at": datetime.now(UTC).replace(tzinfo=None),
@@ -246,6 +247,9 @@ def answer_query(
             "details": dg.MetadataValue.json(result.details),
             "trace_sql": f"SELECT * FROM answer_sources WHERE answer_id = '{answer_id}'",
             **usage_metadata(chat, chat_usage),
+            "model_calls": usage["calls"],
+            "cache_hits": usage["cache_hits"],
+            "embedding_tokens": usage["embedding_tokens"],
         }
     )
 

@@ -130,6 +130,7 @@ TABLES: dict[str, dict[str, str]] = {
         "cache_hits": "INTEGER",
         "prompt_tokens": "BIGINT",
         "completion_tokens": "BIGINT",
+        "embedding_tokens": "BIGINT",
         "latency_seconds": "DOUBLE",
         "run_id": "VARCHAR",
         "created_at": "TIMESTAMP",
