@@ -15,6 +15,23 @@ from graphrag_assets_tests.model_server import FakeOpenAIServer, Faults
 
 REPO = Path(__file__).resolve().parents[1]
 SAMPLE_CORPUS = "a-christmas-carol"
+# Every asset of the index_corpus job, in pipeline order.
+INDEX_ASSETS = (
+    "documents",
+    "base_text_units",
+    "entities",
+    "relationships",
+    "covariates",
+    "text_units",
+    "communities",
+    "community_reports",
+    "text_embeddings",
+    "document_embeddings",
+    "graph_embeddings",
+    "layouts",
+    "graphml_export",
+    "parquet_export",
+)
 # Limits far above what the tests send, so the rate limiter never slows them down.
 UNLIMITED = dict(requests_per_minute=1_000_000, tokens_per_minute=1_000_000_000)
 

@@ -17,7 +17,7 @@ import dagster as dg
 import pytest
 from dagster_graphql import DagsterGraphQLClient, DagsterGraphQLClientError
 
-from .conftest import REPO, SAMPLE_CORPUS, Workspace, open_instance
+from .conftest import INDEX_ASSETS, REPO, SAMPLE_CORPUS, Workspace, open_instance
 
 pytestmark = pytest.mark.slow
 CHROMIUM = "/usr/bin/chromium"
@@ -249,29 +249,13 @@ def test_the_ui_in_a_real_browser(ui, tmp_path):
 
 
 def test_editing_a_prompt_or_a_setting_marks_exactly_the_dependent_assets_stale(ui):
-    index_assets = {
-        "documents",
-        "base_text_units",
-        "entities",
-        "relationships",
-        "covariates",
-        "text_units",
-        "communities",
-        "community_reports",
-        "text_embeddings",
-        "document_embeddings",
-        "graph_embeddings",
-        "layouts",
-        "graphml_export",
-        "parquet_export",
-    }
-    assert {a: s for a, s in ui.staleness().items() if a in index_assets and s != "FRESH"} == {}
+    assert {a: s for a, s in ui.staleness().items() if a in INDEX_ASSETS and s != "FRESH"} == {}
 
     prompt = ui.prompts / "community_report.txt"
     original = prompt.read_text()
     prompt.write_text(original + "\nWrite for a general audience.\n")
     ui.reload()
-    stale = {a for a, s in ui.staleness().items() if a in index_assets and s == "STALE"}
+    stale = {a for a, s in ui.staleness().items() if a in INDEX_ASSETS and s == "STALE"}
     prompt.write_text(original)
     ui.reload()
     assert "community_reports" in stale
