@@ -1,6 +1,8 @@
 """The method's pure functions: chunking, record parsing, merging, offline extraction."""
 
 import asyncio
+import re
+from pathlib import Path
 
 import pandas as pd
 import pytest
@@ -11,24 +13,49 @@ from graphrag_assets.method.graph.claims import COVARIATE_COLUMNS
 from graphrag_assets.method.graph.extraction import merge_entities, merge_relationships, records_to_graph
 from graphrag_assets.method.graph.records import parse_records
 from graphrag_assets.method.graph.tables import finalize_graph, link_text_units
-from graphrag_assets.method.ingest.tokens import chunk_by_tokens, count_tokens, get_encoding
+from graphrag_assets.method.ingest.tokens import chunk_text, count_tokens
 from graphrag_assets.method.offline.nlp_graph import extract_nlp_graph
 
+BOOK = Path(__file__).parents[1] / "data" / "a-christmas-carol" / "a-christmas-carol.txt"
 
-def test_chunks_have_the_configured_size_and_overlap():
+
+def test_chunks_fit_the_size_start_at_sentences_and_overlap():
+    text = BOOK.read_text()
+    chunks = chunk_text(text, size=300, overlap=50)
+    assert all(c.n_tokens == count_tokens(c.text) <= 300 for c in chunks)
+    assert sum(c.n_tokens for c in chunks) / len(chunks) > 200  # packed, not one sentence a chunk
+    # Each chunk after the first opens with the end of the one before, then text that starts a sentence.
+    for before, after in zip(chunks[10:20], chunks[11:21]):
+        overlap = next(k for k in range(len(after.text), 0, -1) if before.text.endswith(after.text[:k]))
+        assert count_tokens(after.text[:overlap]) <= 50 and after.text[:overlap].strip()
+        assert re.match(r"\s*$", before.text[-1]) or before.text.rstrip()[-1] in ".!?;:'\")"
+    # Without overlap the chunks are the text, cut into pieces.
+    assert "".join(c.text for c in chunk_text(text, size=300, overlap=0)) == text
+
+
+def test_editing_a_paragraph_changes_only_the_chunks_around_it():
+    text = BOOK.read_text()
+    before = {c.text for c in chunk_text(text, size=1200, overlap=100)}
+    paragraphs = text.split("\n\n")
+    for position in (len(paragraphs) // 4, len(paragraphs) // 2, 3 * len(paragraphs) // 4):
+        edited = paragraphs[:position] + [paragraphs[position] + " One more sentence."] + paragraphs[position + 1 :]
+        after = chunk_text("\n\n".join(edited), size=1200, overlap=100)
+        assert 1 <= len([c for c in after if c.text not in before]) <= 2, position
+    inserted = chunk_text("A new opening paragraph.\n\n" + text, size=1200, overlap=100)
+    assert len([c for c in inserted if c.text not in before]) <= 2
+
+
+def test_a_sentence_longer_than_a_chunk_is_cut_at_words():
     text = " ".join(f"word{i}" for i in range(3000))
-    chunks = chunk_by_tokens(text, size=200, overlap=50)
-    tokens = get_encoding().encode(text)
-    assert all(c.n_tokens == 200 for c in chunks[:-1]) and 0 < chunks[-1].n_tokens <= 200
-    # Each chunk starts 150 tokens after the previous one, and together they cover the text.
-    assert get_encoding().encode(chunks[1].text)[:50] == tokens[150:200]
-    assert (len(chunks) - 1) * 150 + chunks[-1].n_tokens == len(tokens)
+    chunks = chunk_text(text, size=200, overlap=0)
+    assert all(c.n_tokens <= 200 for c in chunks) and "".join(c.text for c in chunks) == text
+    assert all(c.text.endswith(" ") for c in chunks[:-1])
 
 
 @pytest.mark.parametrize("size,overlap", [(0, 0), (100, 100), (100, -1)])
 def test_bad_chunk_settings_are_refused(size, overlap):
     with pytest.raises(ValueError):
-        chunk_by_tokens("some text", size=size, overlap=overlap)
+        chunk_text("some text", size=size, overlap=overlap)
 
 
 def test_tokenizer_works_offline():

