@@ -70,9 +70,22 @@ class ModelEndpointResource(dg.ConfigurableResource):
     api_key: str | None = None
     api_version: str | None = None
     model: str
-    max_concurrency: int = ModelSettings.max_concurrency
-    requests_per_minute: int = ModelSettings.requests_per_minute
-    tokens_per_minute: int = ModelSettings.tokens_per_minute
+    max_concurrency: int = Field(
+        ModelSettings.max_concurrency,
+        description="Most requests in flight; they start at 8 and rise while the endpoint keeps up.",
+    )
+    adaptive_concurrency: bool = Field(
+        ModelSettings.adaptive_concurrency,
+        description="Adapt requests in flight to 429s and latency; false keeps max_concurrency in flight.",
+    )
+    requests_per_minute: int | None = Field(
+        ModelSettings.requests_per_minute,
+        description="A budget of our own; unset, requests pace to the endpoint's x-ratelimit headers and 429s.",
+    )
+    tokens_per_minute: int | None = Field(
+        ModelSettings.tokens_per_minute,
+        description="A budget of our own; unset, tokens pace to the endpoint's x-ratelimit headers and 429s.",
+    )
     max_retries: int = ModelSettings.max_retries
     invalid_reply_retries: int = Field(
         ModelSettings.invalid_reply_retries, description="Re-asks after a reply that is cut off, refused or malformed."

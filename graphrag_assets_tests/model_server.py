@@ -13,9 +13,11 @@ A model asked again with a note that its reply could not be used answers the ori
 
 from __future__ import annotations
 
+import base64
 import hashlib
 import json
 import re
+import struct
 import threading
 import time
 from collections import Counter, deque
@@ -63,6 +65,14 @@ class Served:
 
 def _key(body: bytes) -> str:
     return hashlib.sha256(body).hexdigest()
+
+
+def duration(seconds: float) -> str:
+    """A duration as OpenAI writes it in reset headers: "12ms", "1.5s", "6m0s"."""
+    if seconds < 1:
+        return f"{max(0, round(seconds * 1000))}ms"
+    minutes, rest = divmod(seconds, 60)
+    return f"{int(minutes)}m{rest:.3g}s" if minutes else f"{rest:.3g}s"
 
 
 def _picked(key: str, every: int) -> bool:
@@ -278,21 +288,36 @@ class FakeOpenAIServer:
         faults: Faults | None = None,
         latency_seconds: float = 0.0,
         requests_per_minute: int = 0,
+        tokens_per_minute: int = 0,
         rate_window_seconds: float = 60.0,
+        rate_limit_headers: bool = True,
+        latency_per_token_seconds: float = 0.0,
+        capacity: int = 0,
         embedding_dimensions: int = 64,
         api_key: str | None = None,
         azure_deployments: frozenset[str] = frozenset(),
         more_gleaning: bool = False,
     ):
         """`api_key`: answer 401 to any other key (Bearer, or Azure's api-key header). `azure_deployments`:
-        serve Azure OpenAI's paths for these deployments (api-version required) instead of /v1."""
+        serve Azure OpenAI's paths for these deployments (api-version required) instead of /v1.
+        `requests_per_minute`, `tokens_per_minute`: limits over a moving `rate_window_seconds`, refused with
+        429, and announced in x-ratelimit-* headers as OpenAI does (unless `rate_limit_headers` is False).
+        `capacity`: requests processed at once; the rest queue, so latency climbs under load, as a real
+        server's does. Prompts that extend one already seen report its tokens as cached (OpenAI's rule:
+        prompts of 1024 tokens or more, in steps of 128)."""
         self.faults = faults or Faults()
         self.api_key = api_key
         self.azure_deployments = azure_deployments
         self.more_gleaning = more_gleaning
         self.latency_seconds = latency_seconds
         self.requests_per_minute = requests_per_minute  # per rate_window_seconds, a minute unless a test shortens it
+        self.tokens_per_minute = tokens_per_minute
         self.rate_window_seconds = rate_window_seconds
+        self.rate_limit_headers = rate_limit_headers
+        self.latency_per_token_seconds = latency_per_token_seconds
+        self._capacity = threading.Semaphore(capacity) if capacity else None
+        self._token_log: deque[tuple[float, int]] = deque()
+        self._seen_prefixes: set[str] = set()
         self.embedding_dimensions = embedding_dimensions
         self.served: list[Served] = []
         self._failed_once: set[str] = set()
@@ -341,23 +366,62 @@ class FakeOpenAIServer:
                 return True
             return False
 
-    def _over_rate_limit(self) -> bool:
-        if not self.requests_per_minute:
-            return False
+    def _over_rate_limit(self, tokens: int) -> bool:
+        """Whether this request would pass a limit; counts it when it does not."""
         with self._lock:
             now = time.monotonic()
-            while self._recent and now - self._recent[0] > self.rate_window_seconds:
-                self._recent.popleft()
-            if len(self._recent) >= self.requests_per_minute:
+            self._expire(now)
+            over_requests = self.requests_per_minute and len(self._recent) >= self.requests_per_minute
+            spent = sum(n for _, n in self._token_log)
+            over_tokens = self.tokens_per_minute and spent + tokens > self.tokens_per_minute
+            if over_requests or over_tokens:
                 return True
             self._recent.append(now)
+            self._token_log.append((now, tokens))
             return False
+
+    def _expire(self, now: float) -> None:
+        while self._recent and now - self._recent[0] > self.rate_window_seconds:
+            self._recent.popleft()
+        while self._token_log and now - self._token_log[0][0] > self.rate_window_seconds:
+            self._token_log.popleft()
+
+    def _rate_headers(self) -> dict:
+        """OpenAI's x-ratelimit-* headers: each limit, what is left of it, and when it is whole again."""
+        if not self.rate_limit_headers:
+            return {}
+        headers = {}
+        with self._lock:
+            now = time.monotonic()
+            self._expire(now)
+            for unit, limit, log in (
+                ("requests", self.requests_per_minute, [(t, 1) for t in self._recent]),
+                ("tokens", self.tokens_per_minute, list(self._token_log)),
+            ):
+                if not limit:
+                    continue
+                whole_again = log[-1][0] + self.rate_window_seconds - now if log else 0.0
+                headers[f"x-ratelimit-limit-{unit}"] = str(limit)
+                headers[f"x-ratelimit-remaining-{unit}"] = str(max(0, limit - sum(n for _, n in log)))
+                headers[f"x-ratelimit-reset-{unit}"] = duration(whole_again)
+        return headers
+
+    def _cached_tokens(self, messages: list[dict], prompt_tokens: int) -> int:
+        """Tokens of the longest earlier-seen prefix of `messages`, as OpenAI's prompt cache reports them."""
+        keys = [_key(json.dumps(messages[:k]).encode()) for k in range(1, len(messages) + 1)]
+        with self._lock:
+            hit = max((k for k, key in enumerate(keys, 1) if key in self._seen_prefixes), default=0)
+            self._seen_prefixes.update(keys)
+        if prompt_tokens < 1024 or not hit:
+            return 0
+        return sum(len(m["content"]) // 4 + 1 for m in messages[:hit]) // 128 * 128
 
     def _handler(self):
         server = self
 
         class Handler(BaseHTTPRequestHandler):
             protocol_version = "HTTP/1.1"
+            disable_nagle_algorithm = True  # else a reply waits 40 ms for the client's delayed ACK
 
             def log_message(self, *args) -> None:  # keep test output quiet
                 pass
@@ -401,7 +465,11 @@ class FakeOpenAIServer:
                     server.in_flight += 1
                     server.max_in_flight = max(server.max_in_flight, server.in_flight)
                 try:
-                    self._answer()
+                    if server._capacity:
+                        with server._capacity:
+                            self._answer()
+                    else:
+                        self._answer()
                 finally:
                     with server._lock:
                         server.in_flight -= 1
@@ -430,9 +498,13 @@ class FakeOpenAIServer:
                             }
                         },
                     )
-                if server._over_rate_limit():
+                texts = request.get("input") or [m["content"] for m in request.get("messages", [])]
+                tokens = sum(len(t) // 4 + 1 for t in ([texts] if isinstance(texts, str) else texts))
+                if server._over_rate_limit(tokens):
                     server._record("rate_limited", key, 429)
-                    return self._send(429, {"error": {"message": "rate limit"}}, {"Retry-After": "1"})
+                    return self._send(
+                        429, {"error": {"message": "rate limit"}}, {"Retry-After": "1", **server._rate_headers()}
+                    )
                 if server._first_failure(key, faults.transient_every):
                     status = faults.transient_status or (429 if int(key[8:16], 16) % 2 else 500)
                     server._record("fault", key, status)
@@ -457,10 +529,10 @@ class FakeOpenAIServer:
                     time.sleep(server.latency_seconds)
                 if "/embeddings" in self.path:
                     inputs = request["input"] if isinstance(request["input"], list) else [request["input"]]
-                    data = [
-                        {"object": "embedding", "index": i, "embedding": embedding(t, server.embedding_dimensions)}
-                        for i, t in enumerate(inputs)
-                    ]
+                    vectors = [embedding(t, server.embedding_dimensions) for t in inputs]
+                    if request.get("encoding_format") == "base64":
+                        vectors = [base64.b64encode(struct.pack(f"<{len(v)}f", *v)).decode() for v in vectors]
+                    data = [{"object": "embedding", "index": i, "embedding": v} for i, v in enumerate(vectors)]
                     tokens = sum(len(t) // 4 + 1 for t in inputs)
                     server._record("embed", key, 200)
                     return self._send(
@@ -471,6 +543,7 @@ class FakeOpenAIServer:
                             "model": request["model"],
                             "usage": {"prompt_tokens": tokens, "total_tokens": tokens},
                         },
+                        server._rate_headers(),
                     )
                 kind, reply = chat_reply(request["messages"], server.more_gleaning)
                 finish_reason = "stop"
@@ -493,6 +566,9 @@ class FakeOpenAIServer:
                 server._record(kind, key, 200, request["messages"][0]["content"])
                 prompt_tokens = sum(len(m["content"]) // 4 + 1 for m in request["messages"])
                 completion_tokens = len(reply) // 4 + 1
+                cached_tokens = server._cached_tokens(request["messages"], prompt_tokens)
+                if server.latency_per_token_seconds:
+                    time.sleep(server.latency_per_token_seconds * completion_tokens)
                 self._send(
                     200,
                     {
@@ -511,8 +587,10 @@ class FakeOpenAIServer:
                             "prompt_tokens": prompt_tokens,
                             "completion_tokens": completion_tokens,
                             "total_tokens": prompt_tokens + completion_tokens,
+                            "prompt_tokens_details": {"cached_tokens": cached_tokens},
                         },
                     },
+                    server._rate_headers(),
                 )
 
         return Handler

@@ -11,7 +11,8 @@ from graphrag_assets.method.graph.claims import check_claims_reply
 from graphrag_assets.method.graph.extraction import check_graph_reply
 from graphrag_assets.method.graph.records import check_free_text
 from graphrag_assets.models import EndpointError, ModelClient, ModelSettings
-from graphrag_assets_tests.model_server import REFUSAL, FakeOpenAIServer, Faults, _between, claims_reply
+from graphrag_assets.models.pacing import AdaptiveConcurrency, parse_reset
+from graphrag_assets_tests.model_server import REFUSAL, FakeOpenAIServer, Faults, _between, claims_reply, duration
 
 PROMPTS = [
     [{"role": "user", "content": f"Entity name: E{i}\nDescription List:\n- fact number {i}\n#######"}]
@@ -94,7 +95,7 @@ def test_a_requests_per_minute_budget_equal_to_the_servers_limit_never_meets_a_4
     prompts = [
         [{"role": "user", "content": f"Entity name: R{i}\nDescription List:\n- r{i}\n#######"}] for i in range(30)
     ]
-    with FakeOpenAIServer(requests_per_minute=10, rate_window_seconds=4) as server:
+    with FakeOpenAIServer(requests_per_minute=10, rate_window_seconds=4, rate_limit_headers=False) as server:
         started = time.monotonic()
         answers, usage = run(
             settings(server, tmp_path, requests_per_minute=10, rate_window_seconds=4, tokens_per_minute=1_000_000),
@@ -116,6 +117,80 @@ def test_a_tokens_per_minute_budget_paces_the_calls(tmp_path):
         elapsed = time.monotonic() - started
     tokens = usage.prompt_tokens + usage.completion_tokens
     assert all(answers) and elapsed >= (tokens / 200 - 1) * 2  # about 200 tokens per window, never more
+
+
+@pytest.mark.parametrize(
+    "header,seconds",
+    [("6m0s", 360.0), ("12ms", 0.012), ("1.5s", 1.5), ("1m30.5s", 90.5), ("2", 2.0), ("soon", None), ("", None)],
+)
+def test_reset_headers_are_read_as_openai_writes_them(header, seconds):
+    assert parse_reset(header) == (pytest.approx(seconds) if seconds is not None else None)
+    if seconds is not None and seconds < 300:
+        assert parse_reset(duration(seconds)) == pytest.approx(seconds, abs=0.01)
+
+
+def test_without_configured_limits_the_client_paces_to_the_endpoints_headers(tmp_path):
+    """No RPM or TPM set: the server's x-ratelimit headers alone keep 31 requests (the probe and 30
+    prompts) against 10 per 3-second window from meeting a 429, window by window."""
+    prompts = [
+        [{"role": "user", "content": f"Entity name: H{i}\nDescription List:\n- h{i}\n#######"}] for i in range(30)
+    ]
+    with FakeOpenAIServer(requests_per_minute=10, rate_window_seconds=3) as server:
+        started = time.monotonic()
+        answers, usage = run(settings(server, tmp_path), lambda c: asyncio.gather(*(c.complete(m) for m in prompts)))
+        elapsed = time.monotonic() - started
+        refused = server.count("rate_limited")
+    assert all(answers) and refused == 0 and usage.rate_limited == 0
+    assert 2 * 3 <= elapsed < 5 * 3  # three windows' worth, not a minute's wait nor a burst of refusals
+
+
+def test_the_tokens_header_paces_too(tmp_path):
+    with FakeOpenAIServer(tokens_per_minute=120, rate_window_seconds=2) as server:
+        started = time.monotonic()
+        answers, usage = run(
+            settings(server, tmp_path), lambda c: asyncio.gather(*(c.complete(m) for m in PROMPTS[:12]))
+        )
+        elapsed = time.monotonic() - started
+        refused = server.count("rate_limited")
+    # About 10 server-counted tokens a prompt: 12 prompts and the probe need about a window more than one.
+    assert all(answers) and refused <= 1 and elapsed >= 2
+
+
+def test_concurrency_rises_while_the_endpoint_keeps_up_and_halves_on_429():
+    concurrency = AdaptiveConcurrency(start=8, ceiling=64)
+    for _ in range(200):
+        concurrency.in_flight = int(concurrency.limit)  # every slot in use, as under load
+        concurrency.succeeded(seconds=0.5, completion_tokens=100)
+    assert concurrency.limit > 20
+    before = concurrency.limit
+    concurrency.rate_limited()
+    concurrency.rate_limited()  # news of the same round trip cuts once
+    assert concurrency.limit == pytest.approx(before / 2)
+    for _ in range(20):
+        concurrency.succeeded(seconds=0.0, completion_tokens=100)  # replies come fast, then slow
+    for _ in range(20):
+        concurrency.succeeded(seconds=0.0, completion_tokens=100)
+    slower = concurrency.limit
+    time.sleep(0.06)
+    for _ in range(20):
+        concurrency.succeeded(seconds=0.05, completion_tokens=100)
+    assert concurrency.limit < slower
+    fixed = AdaptiveConcurrency(start=8, ceiling=12, adaptive=False)
+    fixed.rate_limited()
+    assert fixed.limit == 12
+
+
+def test_concurrency_eases_off_when_the_endpoint_queues(tmp_path):
+    """A server that works on 6 requests at a time makes the rest wait: latency climbs, and concurrency
+    stops near where the wait doubles it (12); against a server that keeps up it climbs on."""
+    prompts = [
+        [{"role": "user", "content": f"Entity name: Q{i}\nDescription List:\n- q{i}\n#######"}] for i in range(600)
+    ]
+    with FakeOpenAIServer(latency_seconds=0.05, capacity=6) as server:
+        _, queued = run(settings(server, tmp_path / "a"), lambda c: asyncio.gather(*(c.complete(m) for m in prompts)))
+    with FakeOpenAIServer(latency_seconds=0.05) as server:
+        _, free = run(settings(server, tmp_path / "b"), lambda c: asyncio.gather(*(c.complete(m) for m in prompts)))
+    assert queued.peak_concurrency <= 23 < free.peak_concurrency
 
 
 def test_calls_run_concurrently_within_the_limit(tmp_path):
@@ -161,7 +236,8 @@ def test_a_429_is_retried_no_sooner_than_its_retry_after(tmp_path, in_ms):
 
 
 def test_a_429_that_persists_past_the_retries_fails_the_call(tmp_path):
-    with FakeOpenAIServer(requests_per_minute=2) as server:  # the probe and one prompt, then 429 (Retry-After: 1)
+    # The probe and one prompt, then 429 (Retry-After: 1), from an endpoint that sends no x-ratelimit headers.
+    with FakeOpenAIServer(requests_per_minute=2, rate_limit_headers=False) as server:
         answers, usage = run(settings(server, tmp_path, max_retries=1), lambda c: complete_all(c))
         refused = server.count("rate_limited")
     assert answers.count(None) == len(PROMPTS) - 1 and usage.failures == len(PROMPTS) - 1

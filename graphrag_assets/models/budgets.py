@@ -4,7 +4,8 @@ A provider refuses the request that would make more than its limit in any 60-sec
 slices of that budget (a leaky bucket) both under-use it and, at a window's edge, exceed it; a moving
 window (the `limits` package) spends exactly the budget. Budgets are shared by every client of the same
 endpoint and model in this process, so the chat and embedding steps and the steps of one run draw on
-one budget, and a step that starts knows what the last one spent.
+one budget, and a step that starts knows what the last one spent. What the endpoint itself says of its
+limits (pacing.py) is kept here too, per endpoint and model.
 """
 
 from __future__ import annotations
@@ -18,15 +19,25 @@ from limits import RateLimitItemPerSecond
 from limits.storage import MemoryStorage
 from limits.strategies import MovingWindowRateLimiter
 
+from .pacing import EndpointPace
+
 _storage = MemoryStorage()
 _limiter = MovingWindowRateLimiter(_storage)
 _lock = threading.Lock()
 _budgets: dict[tuple, Budget] = {}
+_paces: dict[tuple, EndpointPace] = {}
 
 
 # The moving window keeps one entry per unit spent: a large token budget is counted in blocks, so that
 # a window holds at most this many entries. Costs round up to whole blocks, so the budget is never exceeded.
 _MAX_ENTRIES = 10_000
+
+
+class Unlimited:
+    """No budget configured: the endpoint's own headers pace the calls (pacing.py)."""
+
+    async def spend(self, cost: int) -> None:
+        return None
 
 
 class Budget:
@@ -48,10 +59,18 @@ class Budget:
             await asyncio.sleep(min(max(stats.reset_time - time.time(), 0.01), 1.0))
 
 
-def budget(endpoint: str, model: str, unit: str, amount: int, window_seconds: float) -> Budget:
+def budget(endpoint: str, model: str, unit: str, amount: int | None, window_seconds: float) -> Budget | Unlimited:
     """The process-wide budget of one endpoint and model for `unit` ("requests" or "tokens")."""
+    if not amount:
+        return Unlimited()
     key = (endpoint, model, unit, int(amount), window_seconds)
     with _lock:
         if key not in _budgets:
             _budgets[key] = Budget("|".join(map(str, key)), amount, window_seconds)
         return _budgets[key]
+
+
+def endpoint_pace(endpoint: str, model: str) -> EndpointPace:
+    """The process-wide record of what one endpoint and model said of their rate limits."""
+    with _lock:
+        return _paces.setdefault((endpoint, model), EndpointPace())

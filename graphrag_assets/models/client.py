@@ -1,6 +1,7 @@
 """One client for chat and embeddings over the OpenAI API, with what production use needs.
 
-- concurrency limit, and requests-per-minute and tokens-per-minute budgets counted over a moving minute
+- pacing: the endpoint's own rate-limit headers and a concurrency that adapts to its replies (pacing.py),
+  and, when configured, requests-per-minute and tokens-per-minute budgets counted over a moving minute
   and shared by the process (budgets.py);
 - retries with exponential backoff on 429, 5xx, timeouts and dropped connections,
   honouring Retry-After (tenacity); the openai client's own retries are off so every
@@ -20,20 +21,24 @@
 from __future__ import annotations
 
 import asyncio
+import base64
 import hashlib
 import json
 import logging
-from collections.abc import Awaitable, Callable
+import time
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import asdict, dataclass, field
 from typing import TypeVar
 
 import diskcache
+import numpy as np
 import openai
 from tenacity import AsyncRetrying, retry_if_exception, stop_after_attempt, wait_random_exponential
 
 from ..method.graph.records import InvalidReply
 from ..method.ingest.tokens import count_tokens
-from .budgets import budget
+from .budgets import budget, endpoint_pace
+from .pacing import AdaptiveConcurrency
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
@@ -51,9 +56,10 @@ class ModelSettings:
     base_url: str | None = None
     api_key: str | None = None
     api_version: str | None = None  # set for Azure OpenAI
-    max_concurrency: int = 8
-    requests_per_minute: int = 500
-    tokens_per_minute: int = 200_000
+    max_concurrency: int = 64  # the ceiling; requests in flight start at 8 and adapt to the endpoint's replies
+    adaptive_concurrency: bool = True  # False: always max_concurrency in flight
+    requests_per_minute: int | None = None  # None: pace to the endpoint's x-ratelimit headers and 429s alone
+    tokens_per_minute: int | None = None
     rate_window_seconds: float = 60.0  # the window the endpoint counts its limits over (a minute, for all we know)
     max_retries: int = 6
     invalid_reply_retries: int = 2  # re-asks after a reply that does not parse: once as it was, then corrected
@@ -71,8 +77,11 @@ class Usage:
     calls: int = 0  # requests that reached the endpoint, retries, re-asks and the probe included
     cache_hits: int = 0
     prompt_tokens: int = 0
+    cached_prompt_tokens: int = 0  # of prompt_tokens, those the endpoint served from its prompt cache
     completion_tokens: int = 0
     retries: int = 0  # requests sent again after a 429, 5xx, timeout or dropped connection
+    rate_limited: int = 0  # HTTP 429s received
+    peak_concurrency: int = 0  # most requests in flight at once
     invalid_replies: int = 0  # replies that did not parse (cut off, refused, wrong format); never cached
     reasked: int = 0  # requests sent again because the reply was invalid
     failures: int = 0  # logical calls with no valid reply after every retry
@@ -145,6 +154,16 @@ def _unreachable(error: BaseException) -> bool:
     return isinstance(error, (openai.APITimeoutError, openai.APIConnectionError))
 
 
+def _headers_of(error: BaseException) -> Mapping[str, str] | None:
+    return getattr(getattr(error, "response", None), "headers", None)
+
+
+def _vector(embedding: list[float] | str) -> list[float]:
+    if isinstance(embedding, str):
+        return np.frombuffer(base64.b64decode(embedding), dtype=np.float32).tolist()
+    return embedding
+
+
 def _retry_after_seconds(error: BaseException | None) -> float | None:
     response = getattr(error, "response", None)
     headers = getattr(response, "headers", None) or {}
@@ -168,8 +187,13 @@ class ModelClient:
         self._cache = (
             cache if cache is not None else (diskcache.Cache(settings.cache_dir) if settings.cache_dir else None)
         )
-        self._semaphore = asyncio.Semaphore(settings.max_concurrency)
+        self._concurrency = AdaptiveConcurrency(
+            start=min(8, settings.max_concurrency),
+            ceiling=settings.max_concurrency,
+            adaptive=settings.adaptive_concurrency,
+        )
         endpoint, window = settings.base_url or "", settings.rate_window_seconds
+        self._pace = endpoint_pace(endpoint, settings.model)
         self._requests = budget(endpoint, settings.model, "requests", settings.requests_per_minute, window)
         self._tokens = budget(endpoint, settings.model, "tokens", settings.tokens_per_minute, window)
         self._probe_lock = asyncio.Lock()
@@ -235,21 +259,16 @@ class ModelClient:
             probe = self._openai.with_options(timeout=0.9 * self.settings.timeout_seconds)
             for attempt in range(_PROBE_ATTEMPTS):
                 try:
+                    ticket = await self._pace.admit(1)
                     await self._requests.spend(1)  # the provider counts the probe too
                     self.usage.calls += 1
                     self.usage.retries += attempt > 0
-                    if kind == "embed":
-                        await _unless_garbled(probe.embeddings.create(model=self.settings.model, input=["ping"]))
-                    else:
-                        await _unless_garbled(
-                            probe.chat.completions.create(
-                                model=self.settings.model, messages=[{"role": "user", "content": "ping"}], max_tokens=1
-                            )
-                        )
+                    await _unless_garbled(self._ping(probe, kind, ticket))
                     break
                 except openai.BadRequestError:
                     break  # the endpoint and model answered; they only disliked the probe's parameters
                 except openai.OpenAIError as error:
+                    self._pace.observe(_headers_of(error), ticket)
                     timed_out = isinstance(error, openai.APITimeoutError)
                     if not _retryable(error) or attempt == _PROBE_ATTEMPTS - 1 or (timed_out and attempt == 1):
                         message, retryable = self._describe(error)
@@ -259,9 +278,20 @@ class ModelClient:
                         await asyncio.sleep(min(_retry_after_seconds(error) or 0.5 * 2**attempt, 5.0))
             self._probed = True
 
+    async def _ping(self, probe: openai.AsyncOpenAI, kind: str, ticket: tuple[int, int]) -> None:
+        model, ping = self.settings.model, [{"role": "user", "content": "ping"}]
+        if kind == "embed":
+            raw = await probe.embeddings.with_raw_response.create(model=model, input=["ping"])
+        else:
+            raw = await probe.chat.completions.with_raw_response.create(model=model, messages=ping, max_tokens=1)
+        self._pace.observe(raw.headers, ticket)
+        raw.parse()
+
     def _note_unreachable(self, error: BaseException) -> None:
         self._consecutive_unreachable += 1
-        if self._consecutive_unreachable >= self.settings.circuit_breaker_failures and self._broken is None:
+        # Requests in flight together can time out together on one hiccup: a run as long as them says no more.
+        threshold = max(self.settings.circuit_breaker_failures, int(self._concurrency.limit))
+        if self._consecutive_unreachable >= threshold and self._broken is None:
             message, _ = self._describe(error)
             self._broken = EndpointError(
                 f"{self._consecutive_unreachable} requests in a row failed, last: {message}; stopped instead of "
@@ -270,7 +300,10 @@ class ModelClient:
             )
 
     async def _send(self, kind: str, estimated_tokens: int, send: Callable[[], Awaitable[tuple]]):
-        """One logical request under the limits, with retries on transient errors."""
+        """One logical request under the limits, with retries on transient errors.
+
+        `send()` returns (result, prompt tokens, completion tokens, response headers).
+        """
         if self._broken:
             raise self._broken
         await self._probe(kind)
@@ -283,18 +316,27 @@ class ModelClient:
             with attempt:
                 if attempt.retry_state.attempt_number > 1:
                     self.usage.retries += 1
-                async with self._semaphore:
+                async with self._concurrency:
                     if self._broken:  # checked after the wait for a slot, which outlasts a run of timeouts
                         raise self._broken
+                    ticket = await self._pace.admit(estimated_tokens)
                     await self._requests.spend(1)
                     await self._tokens.spend(estimated_tokens)
                     self.usage.calls += 1
+                    self.usage.peak_concurrency = max(self.usage.peak_concurrency, self._concurrency.in_flight)
+                    started = time.monotonic()
                     try:
-                        result, prompt_tokens, completion_tokens = await _unless_garbled(send())
+                        result, prompt_tokens, completion_tokens, headers = await _unless_garbled(send())
                     except openai.OpenAIError as error:
+                        self._pace.observe(_headers_of(error), ticket)
+                        if isinstance(error, openai.RateLimitError):
+                            self.usage.rate_limited += 1
+                            self._concurrency.rate_limited()
                         if _unreachable(error):
                             self._note_unreachable(error)
                         raise
+                    self._pace.observe(headers, ticket)
+                    self._concurrency.succeeded(time.monotonic() - started, completion_tokens)
                     self._consecutive_unreachable = 0
                 self.usage.prompt_tokens += prompt_tokens
                 self.usage.completion_tokens += completion_tokens
@@ -345,10 +387,13 @@ class ModelClient:
                 pass  # cached before replies were checked: ask again, and the valid reply replaces it
 
         async def send_request(body: dict):
-            response = await self._openai.chat.completions.create(**body)
+            raw = await self._openai.chat.completions.with_raw_response.create(**body)
+            response = raw.parse()
             usage, choice = response.usage, response.choices[0]
             reply = _Reply(choice.message.content or "", choice.finish_reason, getattr(choice.message, "refusal", None))
-            return reply, (usage.prompt_tokens if usage else 0), (usage.completion_tokens if usage else 0)
+            details = usage.prompt_tokens_details if usage else None
+            self.usage.cached_prompt_tokens += (details.cached_tokens or 0) if details else 0
+            return reply, (usage.prompt_tokens if usage else 0), (usage.completion_tokens if usage else 0), raw.headers
 
         body, problem, previous = request, None, ""
         for attempt in range(self.settings.invalid_reply_retries + 1):
@@ -392,9 +437,13 @@ class ModelClient:
             return cached
 
         async def send():
-            response = await self._openai.embeddings.create(**request)
-            vectors = [item.embedding for item in sorted(response.data, key=lambda d: d.index)]
-            return vectors, (response.usage.prompt_tokens if response.usage else 0), 0
+            # Vectors as base64 and parsed here: the openai client's typed models take seconds of CPU
+            # for a few thousand 1536-float vectors. An endpoint that ignores the format sends floats.
+            raw = await self._openai.embeddings.with_raw_response.create(**request, encoding_format="base64")
+            payload = json.loads(raw.content)
+            data = sorted(payload["data"], key=lambda item: item["index"])
+            vectors = [_vector(item["embedding"]) for item in data]
+            return vectors, int((payload.get("usage") or {}).get("prompt_tokens") or 0), 0, raw.headers
 
         try:
             vectors = await self._send("embed", sum(count_tokens(t) for t in texts), send)
