@@ -32,8 +32,6 @@ INDEX_ASSETS = (
     "graphml_export",
     "parquet_export",
 )
-# Limits far above what the tests send, so the rate limiter never slows them down.
-UNLIMITED = dict(requests_per_minute=1_000_000, tokens_per_minute=1_000_000_000)
 
 
 @contextmanager
@@ -55,12 +53,12 @@ def chat_resource(base_url: str | None, cache_dir: Path, **overrides) -> ChatMod
     return ChatModelResource(
         base_url=base_url,
         cache_dir=str(cache_dir),
-        **{"max_retries": 4, "timeout_seconds": 10, **UNLIMITED, **overrides},
+        **{"max_retries": 4, "timeout_seconds": 10, **overrides},
     )
 
 
 def embedding_resource(base_url: str | None, cache_dir: Path, **overrides) -> EmbeddingModelResource:
-    return EmbeddingModelResource(base_url=base_url, cache_dir=str(cache_dir), **{**UNLIMITED, **overrides})
+    return EmbeddingModelResource(base_url=base_url, cache_dir=str(cache_dir), **overrides)
 
 
 class Workspace:

@@ -18,7 +18,7 @@ from graphrag_assets.method.embeddings.text import document_embeddings
 from graphrag_assets.method.graph.records import InvalidReply
 from graphrag_assets.method.search.context import nearest
 
-from .conftest import SAMPLE_CORPUS, Workspace, table
+from .conftest import INDEX_ASSETS, SAMPLE_CORPUS, Workspace, table
 
 
 @pytest.mark.parametrize("engine", ["llm_index", "offline_index"])
@@ -169,6 +169,35 @@ def test_same_seed_gives_the_same_communities_and_layouts(offline_index, tmp_pat
     second.materialize(SAMPLE_CORPUS)
     for name in ("communities", "community_reports", "graph_embeddings", "layouts"):
         pd.testing.assert_frame_equal(table(first, name), table(second, name))
+
+
+def test_an_unchanged_step_reuses_its_output_and_a_new_setting_recomputes_it(tmp_path):
+    workspace = Workspace(tmp_path)
+    workspace.add_sample_corpus()
+    slow_steps = ("communities", "text_embeddings", "graph_embeddings", "layouts")
+
+    def run(**ops) -> dict[str, dict]:
+        result = workspace.materialize(SAMPLE_CORPUS, selection=[*INDEX_ASSETS], run_config={"ops": ops})
+        return {
+            e.asset_key.path[-1]: e.materialization.metadata
+            | {"version": e.materialization.tags["dagster/data_version"]}
+            for e in result.get_asset_materialization_events()
+        }
+
+    first = run()
+    layout = table(workspace, "layouts")
+    again = run()
+    for step in slow_steps:
+        assert "reused" in again[step] and "reused" not in first[step], step
+        assert again[step]["version"] == first[step]["version"]
+    pd.testing.assert_frame_equal(table(workspace, "layouts"), layout)
+    lineage = workspace.sql("SELECT data_version FROM lineage WHERE asset = 'layouts' ORDER BY materialized_at")
+    assert lineage["data_version"].nunique() == 1 and len(lineage) == 2  # the reuse is in the lineage too
+
+    reseeded = run(graph_embeddings={"config": {"seed": 7}})
+    assert "reused" in reseeded["communities"] and "reused" not in reseeded["graph_embeddings"]
+    assert reseeded["graph_embeddings"]["version"] != first["graph_embeddings"]["version"]
+    assert "reused" not in reseeded["layouts"]  # its input changed
 
 
 def test_vector_search_ranks_by_cosine_similarity(offline_index):

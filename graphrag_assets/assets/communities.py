@@ -16,6 +16,7 @@ from .common import (
     markdown_table,
     publish,
     read_inputs,
+    reuse_previous,
 )
 
 
@@ -53,6 +54,11 @@ def communities(context: dg.AssetExecutionContext, config: CommunityConfig, duck
     """Hierarchical Leiden communities; level 0 is the coarsest, unsplit communities are carried down."""
     corpus = context.partition_key
     with duckdb.get_connection() as conn:
+        reused = reuse_previous(context, conn, "communities", engine="graspologic", settings=config)
+        if reused:
+            yield reused
+            yield one_community_per_level(read_table(conn, "communities", corpus))
+            return
         entities, relationships = read_table(conn, "entities", corpus), read_table(conn, "relationships", corpus)
     table = build_communities(entities, relationships, config.max_cluster_size, config.seed, config.use_lcc)
     with duckdb.get_connection() as conn:
@@ -62,6 +68,7 @@ def communities(context: dg.AssetExecutionContext, config: CommunityConfig, duck
             "communities",
             table,
             engine="graspologic",
+            settings=config,
             metadata={
                 "levels": int(table["level"].nunique()),
                 "communities_per_level": per_level(

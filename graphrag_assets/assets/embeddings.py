@@ -11,7 +11,7 @@ from ..method.embeddings.node2vec import node2vec
 from ..method.embeddings.text import LocalEmbedder, embed_with_model, embedding_inputs
 from ..method.embeddings.text import document_embeddings as mean_document_embeddings
 from ..resources import EmbeddingModelResource
-from ..store.tables import read_table, write_table
+from ..store.tables import read_table, row_count, write_table
 from .common import (
     MODEL_POOL,
     code_version,
@@ -21,6 +21,7 @@ from .common import (
     png,
     publish,
     read_inputs,
+    reuse_previous,
 )
 
 
@@ -83,7 +84,15 @@ def text_embeddings(
 ):
     """Entity descriptions, text units and community reports as vectors (kind tells which)."""
     corpus = context.partition_key
+    engine = embeddings.engine if embeddings.configured else "offline:tfidf-svd"
     with duckdb.get_connection() as conn:
+        reused = reuse_previous(context, conn, "text_embeddings", engine=engine, settings=config)
+        if reused:
+            yield reused
+            yield vectors_check(
+                "text_embeddings_complete", "text_embeddings", read_table(conn, "text_embeddings", corpus), None
+            )
+            return
         inputs = embedding_inputs(
             read_table(conn, "entities", corpus),
             read_table(conn, "text_units", corpus),
@@ -115,7 +124,6 @@ def text_embeddings(
             )
     table = inputs[["id", "kind"]].assign(embedding=vectors)
     table = table[table["embedding"].notna()].reset_index(drop=True)
-    engine = embeddings.engine if embeddings.configured else "offline:tfidf-svd"
     with duckdb.get_connection() as conn:
         # The fitted offline model is kept so that questions can be embedded in the same space; with an
         # embedding model there is none, and an older offline one must not outlive its vectors.
@@ -138,6 +146,7 @@ def text_embeddings(
             engine=engine,
             model=embeddings if embeddings.configured else None,
             usage=usage,
+            settings=config,
             metadata={
                 "failed_batches": failed_batches,
                 "dimensions": dimensions or 0,
@@ -184,6 +193,12 @@ def graph_embeddings(context: dg.AssetExecutionContext, config: Node2VecConfig, 
     """node2vec vectors of the entities that have relationships."""
     corpus = context.partition_key
     with duckdb.get_connection() as conn:
+        reused = reuse_previous(context, conn, "graph_embeddings", engine="node2vec", settings=config)
+        if reused:
+            yield reused
+            table = read_table(conn, "graph_embeddings", corpus)
+            yield vectors_check("graph_embeddings_valid", "graph_embeddings", table, config.dimensions)
+            return
         graph = networkx_graph(read_table(conn, "entities", corpus), read_table(conn, "relationships", corpus))
     table = node2vec(
         graph,
@@ -201,6 +216,7 @@ def graph_embeddings(context: dg.AssetExecutionContext, config: Node2VecConfig, 
             "graph_embeddings",
             table,
             engine="node2vec",
+            settings=config,
             metadata={"isolated_entities_skipped": graph.number_of_nodes() - len(table)},
         )
     yield vectors_check("graph_embeddings_valid", "graph_embeddings", table, config.dimensions)
@@ -218,6 +234,12 @@ def layouts(context: dg.AssetExecutionContext, config: LayoutConfig, duckdb: Duc
     """UMAP 2-D positions of entities (node2vec) and documents (embeddings), one nodes table."""
     corpus = context.partition_key
     with duckdb.get_connection() as conn:
+        reused = reuse_previous(context, conn, "layouts", engine="umap", settings=config)
+        if reused:
+            yield reused
+            expected = row_count(conn, "graph_embeddings", corpus) + row_count(conn, "document_embeddings", corpus)
+            yield nodes_check(read_table(conn, "layouts", corpus), expected)
+            return
         inputs = read_inputs(context, conn, "layouts")
     level_0 = inputs["communities"][inputs["communities"]["level"] == 0]
     top_community = {e: int(c) for c, ids in zip(level_0["community"], level_0["entity_ids"]) for e in ids}
@@ -238,6 +260,7 @@ def layouts(context: dg.AssetExecutionContext, config: LayoutConfig, duckdb: Duc
             "layouts",
             nodes,
             engine="umap",
+            settings=config,
             metadata={
                 "entity_layout": png(plot_layout(nodes, "entity", f"{corpus}: entities (node2vec + UMAP)"), "entities"),
                 "document_layout": png(
@@ -245,9 +268,12 @@ def layouts(context: dg.AssetExecutionContext, config: LayoutConfig, duckdb: Duc
                 ),
             },
         )
-    expected = len(inputs["graph_embeddings"]) + len(inputs["document_embeddings"])
+    yield nodes_check(nodes, len(inputs["graph_embeddings"]) + len(inputs["document_embeddings"]))
+
+
+def nodes_check(nodes: pd.DataFrame, expected: int) -> dg.AssetCheckResult:
     duplicated = int(nodes.duplicated(["kind", "id"]).sum())
-    yield dg.AssetCheckResult(
+    return dg.AssetCheckResult(
         check_name="one_row_per_node",
         passed=len(nodes) == expected and not duplicated,
         metadata={"rows": len(nodes), "expected": expected, "duplicated": duplicated},

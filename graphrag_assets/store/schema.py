@@ -172,6 +172,8 @@ SELECT DISTINCT u.answer_id, u.corpus, u.via, u.element_id, u.text_unit_id, t.do
 LINEAGE_DDL = """
 CREATE TABLE IF NOT EXISTS lineage (
     asset VARCHAR, corpus VARCHAR, run_id VARCHAR, code_version VARCHAR, data_version VARCHAR,
-    upstream_versions JSON, row_count BIGINT, engine VARCHAR, model_usage JSON, materialized_at TIMESTAMP
-)
+    upstream_versions JSON, row_count BIGINT, engine VARCHAR, model_usage JSON, materialized_at TIMESTAMP,
+    inputs VARCHAR
+);
+ALTER TABLE lineage ADD COLUMN IF NOT EXISTS inputs VARCHAR;
 """

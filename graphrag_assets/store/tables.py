@@ -22,6 +22,7 @@ class Lineage:
     engine: str
     upstream_versions: dict[str, str] = field(default_factory=dict)
     model_usage: dict | None = None
+    inputs: str = ""  # a fingerprint of code version, engine, upstream versions and settings: see assets/common.py
 
 
 def data_version(df: pd.DataFrame) -> str:
@@ -57,7 +58,8 @@ def ensure_table(conn: duckdb.DuckDBPyConnection, table: str) -> None:
 def record_lineage(conn: duckdb.DuckDBPyConnection, lineage: Lineage, corpus: str, version: str, rows: int) -> None:
     conn.execute(LINEAGE_DDL)
     conn.execute(
-        "INSERT INTO lineage VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+        """INSERT INTO lineage (asset, corpus, run_id, code_version, data_version, upstream_versions, row_count,
+           engine, model_usage, materialized_at, inputs) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)""",
         [
             lineage.asset,
             corpus,
@@ -69,6 +71,7 @@ def record_lineage(conn: duckdb.DuckDBPyConnection, lineage: Lineage, corpus: st
             lineage.engine,
             json.dumps(lineage.model_usage) if lineage.model_usage is not None else None,
             dt.datetime.now(dt.UTC).replace(tzinfo=None),
+            lineage.inputs,
         ],
     )
 
@@ -147,3 +150,13 @@ def latest_versions(conn: duckdb.DuckDBPyConnection, corpus: str, assets: list[s
         [corpus, assets],
     ).fetchall()
     return dict(rows)
+
+
+def last_output(conn: duckdb.DuckDBPyConnection, asset: str, corpus: str) -> tuple[str, str, int] | None:
+    """(inputs fingerprint, data version, rows) of the asset's latest output for the corpus, if any."""
+    conn.execute(LINEAGE_DDL)
+    return conn.execute(
+        """SELECT inputs, data_version, row_count FROM lineage WHERE asset = ? AND corpus = ?
+           ORDER BY materialized_at DESC LIMIT 1""",
+        [asset, corpus],
+    ).fetchone()

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
+
 import numpy as np
 import pandas as pd
 
@@ -16,12 +19,40 @@ def umap_2d(vectors: np.ndarray, n_neighbors: int = 15, min_dist: float = 0.75, 
         centred = vectors - vectors.mean(axis=0)
         first = np.linalg.svd(centred, full_matrices=False)[2][0]
         return np.column_stack([centred @ first, np.zeros(len(vectors))])
-    import umap  # slow to import (numba); only this step needs it
+    with _numba_cache():
+        import umap  # slow to import (numba); only this step needs it
 
-    reducer = umap.UMAP(
-        n_components=2, n_neighbors=min(n_neighbors, len(vectors) - 1), min_dist=min_dist, random_state=seed, n_jobs=1
-    )
-    return reducer.fit_transform(vectors)
+        reducer = umap.UMAP(
+            n_components=2,
+            n_neighbors=min(n_neighbors, len(vectors) - 1),
+            min_dist=min_dist,
+            random_state=seed,
+            n_jobs=1,
+        )
+        return reducer.fit_transform(vectors)
+
+
+@contextmanager
+def _numba_cache() -> Iterator[None]:
+    """Compile umap-learn's numba functions with cache=True, so a machine compiles them once, not every process.
+
+    umap-learn declares them without it (pynndescent, which it uses, caches its own): every fresh process
+    spent about 10 s compiling before fitting a few hundred points. Its functions are defined at import and,
+    for the layout, inside the fit, so the default holds for both. The results are the same, bit for bit.
+    """
+    import numba
+
+    njit = numba.njit
+
+    def cached_njit(*args, **options):
+        options.setdefault("cache", True)
+        return njit(*args, **options)
+
+    numba.njit = cached_njit
+    try:
+        yield
+    finally:
+        numba.njit = njit
 
 
 def layout_nodes(
