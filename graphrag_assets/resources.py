@@ -166,4 +166,4 @@ class ChatModelResource(ModelEndpointResource):
 
 class EmbeddingModelResource(ModelEndpointResource):
     model: str = "text-embedding-3-small"
-    batch_size: int = 16
+    batch_size: int = Field(64, description="Texts per embedding request (OpenAI accepts up to 2048).")

@@ -61,6 +61,9 @@ class Served:
     status: int
     at: float = 0.0  # time.monotonic() when answered
     prompt: str = ""  # the first message, for tests that check what was asked
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
+    cached_tokens: int = 0
 
 
 def _key(body: bytes) -> str:
@@ -172,6 +175,21 @@ def report_reply(prompt: str) -> str:
     )
 
 
+def generic_report_reply(data: str) -> str:
+    """A well-formed report JSON about the names in any community text."""
+    names = names_in(data.title(), limit=6)
+    title = "Community of " + " and ".join(names[:2]) if names else "A small community"
+    return json.dumps(
+        {
+            "title": title,
+            "summary": f"{title} has {len(names)} prominent names in its context.",
+            "rating": float(len(names)),
+            "rating_explanation": "The rating counts the prominent names.",
+            "findings": [{"summary": n, "explanation": _first_sentence_with(data.title(), n)} for n in names],
+        }
+    )
+
+
 def _question_words(question: str) -> set[str]:
     return {w for w in re.findall(r"[a-z]{4,}", question.lower())} - {"what", "does", "from", "about", "with", "that"}
 
@@ -265,6 +283,8 @@ def chat_reply(messages: list[dict], more_gleaning: bool = False) -> tuple[str, 
         return ("gleaning", gleaning_reply(text)) if len(messages) > 1 else ("extract", graph_reply(text))
     if "-----Community Data-----" in first:
         return ("report_repair" if len(messages) > 1 else "report"), report_reply(first)
+    if "# Real Data" in first and "report" in first:  # another GraphRAG's report prompt (the comparison benchmark)
+        return "report", generic_report_reply(_between(first, "# Real Data", "Output:"))
     if "Description List:" in first:
         return "summarize", summary_reply(first)
     if "---Role---" in first:
@@ -355,9 +375,21 @@ class FakeOpenAIServer:
         with self._lock:
             return sum(1 for s in self.served if not kinds or s.kind in kinds)
 
-    def _record(self, kind: str, key: str, status: int, prompt: str = "") -> None:
+    def _record(
+        self, kind: str, key: str, status: int, prompt: str = "", tokens: tuple[int, int, int] = (0, 0, 0)
+    ) -> None:
         with self._lock:
-            self.served.append(Served(kind, key, status, time.monotonic(), prompt))
+            self.served.append(Served(kind, key, status, time.monotonic(), prompt, *tokens))
+
+    def tokens(self, *kinds: str) -> dict[str, int]:
+        """Prompt, cached prompt and completion tokens served, for the chat kinds named (all when none is)."""
+        with self._lock:
+            served = [s for s in self.served if s.status == 200 and (not kinds or s.kind in kinds)]
+        return {
+            "prompt": sum(s.prompt_tokens for s in served),
+            "cached": sum(s.cached_tokens for s in served),
+            "completion": sum(s.completion_tokens for s in served),
+        }
 
     def _first_failure(self, key: str, every: int) -> bool:
         with self._lock:
@@ -534,7 +566,7 @@ class FakeOpenAIServer:
                         vectors = [base64.b64encode(struct.pack(f"<{len(v)}f", *v)).decode() for v in vectors]
                     data = [{"object": "embedding", "index": i, "embedding": v} for i, v in enumerate(vectors)]
                     tokens = sum(len(t) // 4 + 1 for t in inputs)
-                    server._record("embed", key, 200)
+                    server._record("embed", key, 200, tokens=(tokens, 0, 0))
                     return self._send(
                         200,
                         {
@@ -563,10 +595,16 @@ class FakeOpenAIServer:
                 if server._first_failure(key + ":garbled", faults.garbled_every):
                     server._record("garbled", key, 200)
                     return self._send(200, {"choices": [{"message": {"content": reply}}]}, cut_body=True)
-                server._record(kind, key, 200, request["messages"][0]["content"])
                 prompt_tokens = sum(len(m["content"]) // 4 + 1 for m in request["messages"])
                 completion_tokens = len(reply) // 4 + 1
                 cached_tokens = server._cached_tokens(request["messages"], prompt_tokens)
+                server._record(
+                    kind,
+                    key,
+                    200,
+                    request["messages"][0]["content"],
+                    (prompt_tokens, completion_tokens, cached_tokens),
+                )
                 if server.latency_per_token_seconds:
                     time.sleep(server.latency_per_token_seconds * completion_tokens)
                 self._send(

@@ -5,6 +5,7 @@ from collections import Counter
 import pandas as pd
 import pytest
 
+from graphrag_assets.assets.common import METHOD_VERSION
 from graphrag_assets_tests.model_server import FakeOpenAIServer, Faults
 
 from .conftest import SAMPLE_CORPUS, Workspace, chat_resource, index, materialization_metadata, table
@@ -70,7 +71,8 @@ def test_model_usage_is_in_the_metadata_and_the_lineage(llm_index):
     } <= set(lineage["asset"])
     entities_row = lineage.set_index("asset").loc["entities"]
     assert entities_row.engine == "llm:gpt-4o-mini" and '"calls"' in entities_row.model_usage
-    assert "base_text_units" in entities_row.upstream_versions and entities_row.code_version.startswith("1-")
+    assert "base_text_units" in entities_row.upstream_versions
+    assert entities_row.code_version.startswith(f"{METHOD_VERSION}-")
 
 
 def test_offline_engine_records_itself_and_extracts_no_claims(offline_index):

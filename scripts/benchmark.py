@@ -7,6 +7,8 @@ measured in the same run.
     .venv/bin/python scripts/benchmark.py incremental [--parts 20]
     .venv/bin/python scripts/benchmark.py ingest [--megabytes 50]
     .venv/bin/python scripts/benchmark.py faults
+    .venv/bin/python scripts/benchmark.py compare [--latency 0.05] [--token-latency 0.001] [--rpm N --tpm N]
+    .venv/bin/python scripts/benchmark.py edits
 
 models: the model-calling part of the index of the sample corpus (extraction, claims, reports) against
   the test model server, concurrent (the
@@ -19,6 +21,7 @@ queries: one question answered by every method against the test model server: co
 incremental: the sample cut into many documents; after a full index, one more document is added and the
   corpus re-indexed: model calls and tokens of the re-index against the full index (the baseline).
 ingest, faults: see robustness_benchmark.py.
+compare, edits: side by side with nano-graphrag, and what edits and re-runs cost: see comparison_benchmark.py.
 graph: each non-model step (communities, node2vec, UMAP, offline text embeddings) on the sample
   corpus graph and on a synthetic graph the size of the paper's podcast graph, each in a fresh
   process for its peak memory; baseline: the bare library call on the same input.
@@ -296,6 +299,12 @@ def main() -> None:
     ingest = commands.add_parser("ingest", help="peak memory of reading and chunking a large text file")
     ingest.add_argument("--megabytes", type=int, default=50)
     commands.add_parser("faults", help="the index against a misbehaving endpoint next to a healthy one")
+    compare = commands.add_parser("compare", help="this project next to nano-graphrag 0.0.8.2 on one endpoint")
+    compare.add_argument("--latency", type=float, default=0.05, help="seconds the server takes per request")
+    compare.add_argument("--token-latency", type=float, default=0.001, help="and per completion token")
+    compare.add_argument("--rpm", type=int, default=0, help="requests per minute the server allows (0: no limit)")
+    compare.add_argument("--tpm", type=int, default=0, help="tokens per minute the server allows (0: no limit)")
+    commands.add_parser("edits", help="tokens of a re-index after an edit or an added document; no-change re-run")
     graph = commands.add_parser("graph", help="time and memory of the non-model steps")
     graph.add_argument("--nodes", type=int, default=8500)
     graph.add_argument("--edges", type=int, default=20000)
@@ -310,6 +319,10 @@ def main() -> None:
         import robustness_benchmark
 
         getattr(robustness_benchmark, f"{args.command}_benchmark")(args)
+    elif args.command in ("compare", "edits"):
+        import comparison_benchmark
+
+        getattr(comparison_benchmark, f"{args.command}_benchmark")(args)
     else:
         from graph_benchmark import graph_benchmark
 

@@ -50,13 +50,21 @@ def usage_metadata(model: ModelEndpointResource, usage: Usage | None) -> dict:
     tokens = (
         {"embedding_tokens": figures["prompt_tokens"]}
         if isinstance(model, EmbeddingModelResource)
-        else {"prompt_tokens": figures["prompt_tokens"], "completion_tokens": figures["completion_tokens"]}
+        else {
+            "prompt_tokens": figures["prompt_tokens"],
+            # Served from the endpoint's prompt cache (OpenAI, Azure, vLLM): gleaning re-sends the first
+            # request as the prefix of its own, so only the new part is paid at the full rate.
+            "cached_prompt_tokens": figures["cached_prompt_tokens"],
+            "completion_tokens": figures["completion_tokens"],
+        }
     )
     return {
         "model_calls": figures["calls"],
         "cache_hits": figures["cache_hits"],
         **tokens,
         "retries": figures["retries"],
+        "rate_limited": figures["rate_limited"],
+        "peak_concurrency": figures["peak_concurrency"],
         "invalid_replies": figures["invalid_replies"],
         "reasked": figures["reasked"],
         "failed_calls": figures["failures"],

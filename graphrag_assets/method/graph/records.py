@@ -145,8 +145,10 @@ async def complete_with_gleaning(
 
     Every reply is checked with `check`. Returns None when any call of the conversation got no
     valid reply, so the unit counts as failed rather than quietly losing what gleaning would add.
-    Every call carries the whole conversation, so each is cached on its own and a re-run replays
-    the conversation without paying again.
+    Each call starts with the messages of the one before, unchanged, so an endpoint with prefix caching
+    (OpenAI, Azure OpenAI, vLLM) serves that part from its cache and gleaning pays the full rate only for
+    what is new. Every call carries the whole conversation, so each is cached on its own and a re-run
+    replays the conversation without paying again.
     """
     messages = [{"role": "user", "content": prompt}]
     first = await chat.complete(messages, parse=check)
