@@ -320,8 +320,9 @@ class FakeOpenAIServer:
     ):
         """`api_key`: answer 401 to any other key (Bearer, or Azure's api-key header). `azure_deployments`:
         serve Azure OpenAI's paths for these deployments (api-version required) instead of /v1.
-        `requests_per_minute`, `tokens_per_minute`: limits over a moving `rate_window_seconds`, refused with
-        429, and announced in x-ratelimit-* headers as OpenAI does (unless `rate_limit_headers` is False).
+        `requests_per_minute`, `tokens_per_minute` (prompt and completion): limits over a moving
+        `rate_window_seconds`, refused with 429, and announced in x-ratelimit-* headers as OpenAI does
+        (unless `rate_limit_headers` is False).
         `capacity`: requests processed at once; the rest queue, so latency climbs under load, as a real
         server's does. Prompts that extend one already seen report its tokens as cached (OpenAI's rule:
         prompts of 1024 tokens or more, in steps of 128)."""
@@ -411,6 +412,12 @@ class FakeOpenAIServer:
             self._recent.append(now)
             self._token_log.append((now, tokens))
             return False
+
+    def _count_completion(self, tokens: int) -> None:
+        """A reply's tokens count against the token limit too, as a provider counts them."""
+        if self.tokens_per_minute:
+            with self._lock:
+                self._token_log.append((time.monotonic(), tokens))
 
     def _expire(self, now: float) -> None:
         while self._recent and now - self._recent[0] > self.rate_window_seconds:
@@ -598,6 +605,7 @@ class FakeOpenAIServer:
                 prompt_tokens = sum(len(m["content"]) // 4 + 1 for m in request["messages"])
                 completion_tokens = len(reply) // 4 + 1
                 cached_tokens = server._cached_tokens(request["messages"], prompt_tokens)
+                server._count_completion(completion_tokens)
                 server._record(
                     kind,
                     key,

@@ -168,7 +168,7 @@ def compare_benchmark(args) -> None:
                     work = tmp / f"ours-{len(runs)}"
                     figures = run_ours(server.base_url, work, REPO / "data", "a-christmas-carol", chat)
                 runs[name] = {**figures, **_served(server)}
-            print(f"  {name}: {runs[name]['wall_s']:.1f} s {runs[name].get('failed', '')}", flush=True)
+            print(f"  {name}: {json.dumps(runs[name])}", flush=True)
     baseline = runs["nano-graphrag (baseline)"]
     print(
         f"\nsample corpus, test server: {args.latency}s a request + {args.token_latency}s a completion token"
@@ -194,7 +194,7 @@ def compare_benchmark(args) -> None:
             else None
         )
         cells = "".join(
-            f"{figures[key]:>11.1f}" if isinstance(figures[key], float) else f"{figures.get(key, '-'):>11}"
+            f"{figures[key]:>11.1f}" if isinstance(figures.get(key), float) else f"{figures.get(key, '-'):>11}"
             for key, _ in columns
         )
         print(f"{name:<32}{cells}" + (f"{figures['wall_s'] / bound:>9.2f}x" if bound else ""))

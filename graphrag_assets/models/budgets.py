@@ -4,8 +4,7 @@ A provider refuses the request that would make more than its limit in any 60-sec
 slices of that budget (a leaky bucket) both under-use it and, at a window's edge, exceed it; a moving
 window (the `limits` package) spends exactly the budget. Budgets are shared by every client of the same
 endpoint and model in this process, so the chat and embedding steps and the steps of one run draw on
-one budget, and a step that starts knows what the last one spent. What the endpoint itself says of its
-limits (pacing.py) is kept here too, per endpoint and model.
+one budget, and a step that starts knows what the last one spent.
 """
 
 from __future__ import annotations
@@ -19,13 +18,10 @@ from limits import RateLimitItemPerSecond
 from limits.storage import MemoryStorage
 from limits.strategies import MovingWindowRateLimiter
 
-from .pacing import EndpointPace
-
 _storage = MemoryStorage()
 _limiter = MovingWindowRateLimiter(_storage)
 _lock = threading.Lock()
 _budgets: dict[tuple, Budget] = {}
-_paces: dict[tuple, EndpointPace] = {}
 
 
 # The moving window keeps one entry per unit spent: a large token budget is counted in blocks, so that
@@ -45,6 +41,7 @@ class Budget:
 
     def __init__(self, name: str, amount: int, window_seconds: float):
         self.name = name
+        self.amount = int(amount)
         self.block = max(1, int(amount) // _MAX_ENTRIES)
         self.blocks = max(1, int(amount) // self.block)
         # A request is counted here before it is sent and there when it arrives: a window 5% longer keeps
@@ -53,10 +50,26 @@ class Budget:
 
     async def spend(self, cost: int) -> None:
         """Wait until `cost` more units fit in the window, then count them (a cost above the budget counts as it)."""
-        blocks = max(1, min(-(-int(cost) // self.block), self.blocks))
+        blocks = self._blocks(cost)
         while not _limiter.hit(self._item, self.name, cost=blocks):
             stats = _limiter.get_window_stats(self._item, self.name)
             await asyncio.sleep(min(max(stats.reset_time - time.time(), 0.01), 1.0))
+
+    def count(self, cost: int) -> None:
+        """Count `cost` units without waiting (they were spent already); what does not fit is dropped."""
+        _limiter.hit(self._item, self.name, cost=self._blocks(cost))
+
+    def catch_up(self, used: int) -> None:
+        """The endpoint says `used` units are spent in its window: count what this budget has not."""
+        if used <= 0:
+            return
+        counted = self.blocks - _limiter.get_window_stats(self._item, self.name).remaining
+        missing = self._blocks(used) - counted
+        if missing > 0:
+            _limiter.hit(self._item, self.name, cost=min(missing, self.blocks - counted))
+
+    def _blocks(self, cost: int) -> int:
+        return max(1, min(-(-int(cost) // self.block), self.blocks))
 
 
 def budget(endpoint: str, model: str, unit: str, amount: int | None, window_seconds: float) -> Budget | Unlimited:
@@ -68,9 +81,3 @@ def budget(endpoint: str, model: str, unit: str, amount: int | None, window_seco
         if key not in _budgets:
             _budgets[key] = Budget("|".join(map(str, key)), amount, window_seconds)
         return _budgets[key]
-
-
-def endpoint_pace(endpoint: str, model: str) -> EndpointPace:
-    """The process-wide record of what one endpoint and model said of their rate limits."""
-    with _lock:
-        return _paces.setdefault((endpoint, model), EndpointPace())

@@ -37,8 +37,8 @@ from tenacity import AsyncRetrying, retry_if_exception, stop_after_attempt, wait
 
 from ..method.graph.records import InvalidReply
 from ..method.ingest.tokens import count_tokens
-from .budgets import budget, endpoint_pace
-from .pacing import AdaptiveConcurrency
+from .budgets import budget
+from .pacing import AdaptiveConcurrency, endpoint_pace
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
@@ -193,7 +193,7 @@ class ModelClient:
             adaptive=settings.adaptive_concurrency,
         )
         endpoint, window = settings.base_url or "", settings.rate_window_seconds
-        self._pace = endpoint_pace(endpoint, settings.model)
+        self._pace = endpoint_pace(endpoint, settings.model, window)
         self._requests = budget(endpoint, settings.model, "requests", settings.requests_per_minute, window)
         self._tokens = budget(endpoint, settings.model, "tokens", settings.tokens_per_minute, window)
         self._probe_lock = asyncio.Lock()
@@ -259,16 +259,16 @@ class ModelClient:
             probe = self._openai.with_options(timeout=0.9 * self.settings.timeout_seconds)
             for attempt in range(_PROBE_ATTEMPTS):
                 try:
-                    ticket = await self._pace.admit(1)
+                    await self._pace.admit(1)
                     await self._requests.spend(1)  # the provider counts the probe too
                     self.usage.calls += 1
                     self.usage.retries += attempt > 0
-                    await _unless_garbled(self._ping(probe, kind, ticket))
+                    await _unless_garbled(self._ping(probe, kind))
                     break
                 except openai.BadRequestError:
                     break  # the endpoint and model answered; they only disliked the probe's parameters
                 except openai.OpenAIError as error:
-                    self._pace.observe(_headers_of(error), ticket)
+                    self._pace.observe(_headers_of(error))
                     timed_out = isinstance(error, openai.APITimeoutError)
                     if not _retryable(error) or attempt == _PROBE_ATTEMPTS - 1 or (timed_out and attempt == 1):
                         message, retryable = self._describe(error)
@@ -278,13 +278,13 @@ class ModelClient:
                         await asyncio.sleep(min(_retry_after_seconds(error) or 0.5 * 2**attempt, 5.0))
             self._probed = True
 
-    async def _ping(self, probe: openai.AsyncOpenAI, kind: str, ticket: tuple[int, int]) -> None:
+    async def _ping(self, probe: openai.AsyncOpenAI, kind: str) -> None:
         model, ping = self.settings.model, [{"role": "user", "content": "ping"}]
         if kind == "embed":
             raw = await probe.embeddings.with_raw_response.create(model=model, input=["ping"])
         else:
             raw = await probe.chat.completions.with_raw_response.create(model=model, messages=ping, max_tokens=1)
-        self._pace.observe(raw.headers, ticket)
+        self._pace.observe(raw.headers)
         raw.parse()
 
     def _note_unreachable(self, error: BaseException) -> None:
@@ -319,7 +319,7 @@ class ModelClient:
                 async with self._concurrency:
                     if self._broken:  # checked after the wait for a slot, which outlasts a run of timeouts
                         raise self._broken
-                    ticket = await self._pace.admit(estimated_tokens)
+                    await self._pace.admit(estimated_tokens)
                     await self._requests.spend(1)
                     await self._tokens.spend(estimated_tokens)
                     self.usage.calls += 1
@@ -328,14 +328,15 @@ class ModelClient:
                     try:
                         result, prompt_tokens, completion_tokens, headers = await _unless_garbled(send())
                     except openai.OpenAIError as error:
-                        self._pace.observe(_headers_of(error), ticket)
+                        self._pace.observe(_headers_of(error))
                         if isinstance(error, openai.RateLimitError):
                             self.usage.rate_limited += 1
                             self._concurrency.rate_limited()
                         if _unreachable(error):
                             self._note_unreachable(error)
                         raise
-                    self._pace.observe(headers, ticket)
+                    self._pace.observe(headers)
+                    self._pace.count_completion(completion_tokens)
                     self._concurrency.succeeded(time.monotonic() - started, completion_tokens)
                     self._consecutive_unreachable = 0
                 self.usage.prompt_tokens += prompt_tokens
