@@ -101,21 +101,14 @@ def text_embeddings(
     texts = inputs["text"].tolist()
     local_model = None
     if embeddings.configured:
-        (vectors, failed_batches), usage = embeddings.run(
+        (vectors, failed_texts), usage = embeddings.run(
             lambda client: embed_with_model(client, texts, embeddings.batch_size)
         )
-        fail_if_too_many_failed(
-            context,
-            "embedding batches",
-            failed_batches,
-            -(-len(texts) // embeddings.batch_size),
-            usage,
-            config.max_failed_fraction,
-        )
+        fail_if_too_many_failed(context, "texts to embed", failed_texts, len(texts), usage, config.max_failed_fraction)
         dimensions = None
     else:
         local_model = LocalEmbedder.fit(texts, config.offline_dimensions, config.seed)
-        vectors, failed_batches, usage = local_model.embed(texts).tolist(), 0, None
+        vectors, failed_texts, usage = local_model.embed(texts).tolist(), 0, None
         dimensions = local_model.dimensions
         if dimensions != config.offline_dimensions:
             context.log.info(
@@ -148,7 +141,7 @@ def text_embeddings(
             usage=usage,
             settings=config,
             metadata={
-                "failed_batches": failed_batches,
+                "failed_texts": failed_texts,
                 "dimensions": dimensions or 0,
                 "offline_dimensions_note": (
                     f"reduced from {config.offline_dimensions}: the corpus is small"

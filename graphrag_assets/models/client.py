@@ -428,14 +428,28 @@ class ModelClient:
         self._failed(f"InvalidReply: {problem} (after {self.settings.invalid_reply_retries} re-asks)")
         return None
 
+    def _embedding_key(self, text: str) -> str:
+        return hashlib.sha256(json.dumps(["embed-text", self.settings.model, text]).encode()).hexdigest()
+
+    def cached_embeddings(self, texts: list[str]) -> list[list[float] | None]:
+        """The cached vector of each text, None where there is none: a batch need carry only what is new."""
+        if self._cache is None:
+            return [None] * len(texts)
+        vectors = [self._cache.get(self._embedding_key(text)) for text in texts]
+        self.usage.cache_hits += sum(v is not None for v in vectors)
+        return vectors
+
     async def embed(self, texts: list[str]) -> list[list[float]] | None:
-        """Embeddings of one batch of texts, or None when the call failed after every retry."""
-        request = {"model": self.settings.model, "input": texts}
-        key = hashlib.sha256(json.dumps(["embed", request], sort_keys=True).encode()).hexdigest()
-        cached = self._cache.get(key) if self._cache is not None else None
-        if cached is not None and len(cached) == len(texts):
-            self.usage.cache_hits += 1
-            return cached
+        """Embeddings of one batch of texts, or None when the call failed after every retry.
+
+        Vectors are cached one text at a time, so a batch that shares texts with an earlier one (a corpus
+        with one document edited) pays only for the texts that are new.
+        """
+        vectors = self.cached_embeddings(texts)
+        missing = [i for i, vector in enumerate(vectors) if vector is None]
+        if not missing:
+            return vectors
+        request = {"model": self.settings.model, "input": [texts[i] for i in missing]}
 
         async def send():
             # Vectors as base64 and parsed here: the openai client's typed models take seconds of CPU
@@ -443,21 +457,23 @@ class ModelClient:
             raw = await self._openai.embeddings.with_raw_response.create(**request, encoding_format="base64")
             payload = json.loads(raw.content)
             data = sorted(payload["data"], key=lambda item: item["index"])
-            vectors = [_vector(item["embedding"]) for item in data]
-            return vectors, int((payload.get("usage") or {}).get("prompt_tokens") or 0), 0, raw.headers
+            found = [_vector(item["embedding"]) for item in data]
+            return found, int((payload.get("usage") or {}).get("prompt_tokens") or 0), 0, raw.headers
 
         try:
-            vectors = await self._send("embed", sum(count_tokens(t) for t in texts), send)
+            found = await self._send("embed", sum(count_tokens(t) for t in request["input"]), send)
         except openai.OpenAIError as error:
             self._failed(f"{type(error).__name__}: {error}")
             return None
-        dimensions = {len(v) for v in vectors}
-        if len(vectors) != len(texts) or len(dimensions) != 1 or 0 in dimensions:
+        dimensions = {len(v) for v in found} | {len(v) for v in vectors if v is not None}
+        if len(found) != len(missing) or len(dimensions) != 1 or 0 in dimensions:
             self.usage.invalid_replies += 1
             self._failed(
-                f"InvalidReply: {len(vectors)} vectors of dimensions {sorted(dimensions)} for {len(texts)} texts"
+                f"InvalidReply: {len(found)} vectors of dimensions {sorted(dimensions)} for {len(missing)} texts"
             )
             return None
-        if self._cache is not None:
-            self._cache.set(key, vectors)
+        for i, vector in zip(missing, found):
+            vectors[i] = vector
+            if self._cache is not None:
+                self._cache.set(self._embedding_key(texts[i]), vector)
         return vectors

@@ -129,19 +129,19 @@ class LocalEmbedder:
         )
 
 
-async def embed_with_model(client, texts: list[str], batch_size: int = 16) -> tuple[list[list[float] | None], int]:
-    """Embeddings in batches sent concurrently; a batch that fails leaves None rows and is counted."""
-    batches = [texts[i : i + batch_size] for i in range(0, len(texts), batch_size)]
-    results = await asyncio.gather(*(client.embed(batch) for batch in batches))
-    vectors: list[list[float] | None] = []
-    failed = 0
+async def embed_with_model(client, texts: list[str], batch_size: int = 64) -> tuple[list[list[float] | None], int]:
+    """Embeddings of the texts not in the cache, in batches sent concurrently; (vectors, texts that failed).
+
+    A batch that fails leaves None in its texts' rows.
+    """
+    vectors = client.cached_embeddings(texts)
+    missing = [i for i, vector in enumerate(vectors) if vector is None]
+    batches = [missing[i : i + batch_size] for i in range(0, len(missing), batch_size)]
+    results = await asyncio.gather(*(client.embed([texts[i] for i in batch]) for batch in batches))
     for batch, result in zip(batches, results):
-        if result is None:
-            failed += 1
-            vectors.extend([None] * len(batch))
-        else:
-            vectors.extend(result)
-    return vectors, failed
+        for i, vector in zip(batch, result or [None] * len(batch)):
+            vectors[i] = vector
+    return vectors, sum(vector is None for vector in vectors)
 
 
 def document_embeddings(text_units: pd.DataFrame, unit_embeddings: pd.DataFrame) -> pd.DataFrame:
