@@ -13,6 +13,7 @@ from graphrag_assets.method.graph.claims import COVARIATE_COLUMNS
 from graphrag_assets.method.graph.extraction import merge_entities, merge_relationships, records_to_graph
 from graphrag_assets.method.graph.records import parse_records
 from graphrag_assets.method.graph.tables import finalize_graph, link_text_units
+from graphrag_assets.method.ingest.text_units import chunk_documents
 from graphrag_assets.method.ingest.tokens import chunk_text, count_tokens
 from graphrag_assets.method.offline.nlp_graph import extract_nlp_graph
 
@@ -43,6 +44,26 @@ def test_editing_a_paragraph_changes_only_the_chunks_around_it():
         assert 1 <= len([c for c in after if c.text not in before]) <= 2, position
     inserted = chunk_text("A new opening paragraph.\n\n" + text, size=1200, overlap=100)
     assert len([c for c in inserted if c.text not in before]) <= 2
+
+
+def test_an_edited_document_keeps_the_ids_of_its_unchanged_chunks():
+    text = BOOK.read_text()
+    paragraphs = text.split("\n\n")
+    middle = len(paragraphs) // 2
+    edited = "\n\n".join(
+        paragraphs[:middle] + [paragraphs[middle].replace(" the ", " that ", 1)] + paragraphs[middle + 1 :]
+    )
+    ids = []
+    for version in (text, edited):  # the document's own id is its content hash, so it changes
+        document = pd.DataFrame(
+            [{"id": str(hash(version)), "title": "book", "text": version, "source_path": "book.txt"}]
+        )
+        ids.append(set(chunk_documents(document, size=1200, overlap=100)[0]["id"]))
+    assert 1 <= len(ids[1] - ids[0]) <= 2
+    # Identical chunks of one source still get ids of their own.
+    twice = pd.DataFrame([{"id": "d", "title": "t", "text": "Same words.\n\n" * 40, "source_path": "t.txt"}])
+    units = chunk_documents(twice, size=8, overlap=0)[0]
+    assert units["id"].is_unique and len(units) > 1
 
 
 def test_a_sentence_longer_than_a_chunk_is_cut_at_words():

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import hashlib
+from collections import Counter
 
 import pandas as pd
 
@@ -11,8 +12,15 @@ from .tokens import DEFAULT_ENCODING, chunk_text
 TEXT_UNIT_COLUMNS = ["id", "text", "n_tokens", "document_id", "chunk_index"]
 
 
-def text_unit_id(document_id: str, chunk_index: int, text: str) -> str:
-    return hashlib.sha256(f"{document_id}:{chunk_index}:{text}".encode()).hexdigest()
+def text_unit_id(source: str, text: str, occurrence: int) -> str:
+    """Named by where the text comes from and what it says, not by its document's version or its position.
+
+    A document's id is its content hash, and a chunk's index moves when text before it is cut differently:
+    either in the id would give every chunk of an edited document a new id, and everything built on the
+    chunks (descriptions, contexts, reports) would change with it. `occurrence` tells apart identical
+    chunks of one source.
+    """
+    return hashlib.sha256(f"{source}\x00{occurrence}\x00{text}".encode()).hexdigest()
 
 
 def chunk_documents(
@@ -21,10 +29,13 @@ def chunk_documents(
     """Return (text_units, documents with a text_unit_ids column)."""
     rows = []
     ids_by_document: dict[str, list[str]] = {}
+    occurrences: Counter[tuple[str, str]] = Counter()
     for document in documents.itertuples(index=False):
         ids = ids_by_document.setdefault(document.id, [])
+        source = f"{document.source_path}\x00{document.title}"  # several documents can share a CSV or JSONL file
         for chunk in chunk_text(document.text, size, overlap, encoding):
-            unit_id = text_unit_id(document.id, chunk.index, chunk.text)
+            occurrences[source, chunk.text] += 1
+            unit_id = text_unit_id(source, chunk.text, occurrences[source, chunk.text])
             ids.append(unit_id)
             rows.append(
                 {
