@@ -15,6 +15,8 @@ from collections import defaultdict
 import networkx as nx
 import pandas as pd
 
+from ..compilation import cached_compilation
+
 COMMUNITY_COLUMNS = [
     "id",
     "human_readable_id",
@@ -53,7 +55,8 @@ def cluster_graph(
     A cluster Leiden did not split is carried down unchanged, keeping its key; a key made at a
     shallower level therefore marks a carried copy, however many levels it is carried.
     """
-    from graspologic.partition import hierarchical_leiden  # slow to import; only this step needs it
+    with cached_compilation():  # graspologic imports umap-learn
+        from graspologic.partition import hierarchical_leiden  # slow to import; only this step needs it
 
     if use_lcc and graph.number_of_nodes():
         graph = graph.subgraph(max(nx.connected_components(graph), key=len)).copy()

@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-from contextlib import contextmanager
+import warnings
 
 import numpy as np
 import pandas as pd
+
+from ..compilation import cached_compilation
 
 LAYOUT_COLUMNS = ["id", "kind", "title", "x", "y", "community", "degree"]
 
@@ -19,40 +20,35 @@ def umap_2d(vectors: np.ndarray, n_neighbors: int = 15, min_dist: float = 0.75, 
         centred = vectors - vectors.mean(axis=0)
         first = np.linalg.svd(centred, full_matrices=False)[2][0]
         return np.column_stack([centred @ first, np.zeros(len(vectors))])
-    with _numba_cache():
+    neighbours = min(n_neighbors, len(vectors) - 1)
+    with cached_compilation():
         import umap  # slow to import (numba); only this step needs it
 
         reducer = umap.UMAP(
             n_components=2,
-            n_neighbors=min(n_neighbors, len(vectors) - 1),
+            n_neighbors=neighbours,
             min_dist=min_dist,
             random_state=seed,
             n_jobs=1,
+            precomputed_knn=_exact_neighbours(vectors, neighbours),
         )
-        return reducer.fit_transform(vectors)
+        with warnings.catch_warnings():  # that a layout without UMAP's own search index cannot place new points
+            warnings.filterwarnings("ignore", message=r"precomputed_knn\[2\]")
+            return reducer.fit_transform(vectors)
 
 
-@contextmanager
-def _numba_cache() -> Iterator[None]:
-    """Compile umap-learn's numba functions with cache=True, so a machine compiles them once, not every process.
+# Up to this many points the exact nearest neighbours take a second or two (scikit-learn), where UMAP's own
+# approximate search (pynndescent) spends 20-30 s compiling functions numba cannot cache, in every process.
+EXACT_NEIGHBOURS_UP_TO = 50_000
 
-    umap-learn declares them without it (pynndescent, which it uses, caches its own): every fresh process
-    spent about 10 s compiling before fitting a few hundred points. Its functions are defined at import and,
-    for the layout, inside the fit, so the default holds for both. The results are the same, bit for bit.
-    """
-    import numba
 
-    njit = numba.njit
+def _exact_neighbours(vectors: np.ndarray, k: int) -> tuple:
+    if len(vectors) > EXACT_NEIGHBOURS_UP_TO:
+        return None, None, None  # UMAP searches for itself
+    from sklearn.neighbors import NearestNeighbors
 
-    def cached_njit(*args, **options):
-        options.setdefault("cache", True)
-        return njit(*args, **options)
-
-    numba.njit = cached_njit
-    try:
-        yield
-    finally:
-        numba.njit = njit
+    distances, indices = NearestNeighbors(n_neighbors=k).fit(vectors).kneighbors(vectors)
+    return indices, distances
 
 
 def layout_nodes(

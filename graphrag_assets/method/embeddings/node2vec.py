@@ -6,6 +6,8 @@ import networkx as nx
 import numpy as np
 import pandas as pd
 
+from ..compilation import cached_compilation
+
 
 def node2vec(
     graph: nx.Graph,
@@ -17,7 +19,8 @@ def node2vec(
     seed: int = 86,
 ) -> pd.DataFrame:
     """One vector per entity that has at least one relationship; columns id, title, embedding."""
-    from graspologic.embed import node2vec_embed  # slow to import; only this step needs it
+    with cached_compilation():  # graspologic imports umap-learn
+        from graspologic.embed import node2vec_embed  # slow to import; only this step needs it
 
     connected = graph.subgraph([n for n, d in graph.degree() if d > 0]).copy()
     if connected.number_of_nodes() == 0:
