@@ -4,11 +4,14 @@ import asyncio
 import re
 from pathlib import Path
 
+import networkx as nx
+import numpy as np
 import pandas as pd
 import pytest
 
 from graphrag_assets.method.communities.leiden import build_communities
 from graphrag_assets.method.communities.reports import generate_reports
+from graphrag_assets.method.embeddings.node2vec import random_walks, walk_lengths
 from graphrag_assets.method.graph.claims import COVARIATE_COLUMNS
 from graphrag_assets.method.graph.extraction import merge_entities, merge_relationships, records_to_graph
 from graphrag_assets.method.graph.records import parse_records
@@ -237,3 +240,25 @@ def test_communities_carried_down_many_levels_stay_carried_and_reuse_their_repor
     for row in carried.itertuples():  # a copy's report is its original's
         copy, original = (reports.set_index("community").loc[n] for n in (row.community, row.carried_from))
         assert copy.title == original.title and copy.summary == original.summary
+
+
+def test_walks_follow_edges_in_proportion_to_their_weight_and_repeat_with_the_seed():
+    graph = nx.Graph()
+    graph.add_edge("hub", "heavy", weight=9.0)
+    graph.add_edge("hub", "light", weight=1.0)
+    nodes = sorted(graph.nodes)  # heavy, hub, light
+    walks = random_walks(graph, nodes, num_walks=2000, walk_length=3, seed=1)
+    edges = {(nodes.index(a), nodes.index(b)) for a, b in graph.edges} | {
+        (nodes.index(b), nodes.index(a)) for a, b in graph.edges
+    }
+    assert all((int(a), int(b)) in edges for walk in walks for a, b in zip(walk, walk[1:]))
+    from_hub = walks[walks[:, 0] == nodes.index("hub"), 1]
+    assert 0.85 < (from_hub == nodes.index("heavy")).mean() < 0.95
+    assert (random_walks(graph, nodes, 2000, 3, seed=1) == walks).all()
+    # Walk lengths by start-node degree, as graspologic (GraphRAG's node2vec) computes them.
+    from graspologic.embed.n2v import _Node2VecGraph
+
+    degrees = np.array([1] * 20 + [2, 3, 4] * 20 + [5] * 10 + [9] * 10)
+    percentiles = np.percentile(degrees, range(20, 90, 10))
+    expected = [_Node2VecGraph._get_walk_length_interpolated(d, percentiles, 40) for d in degrees]
+    assert walk_lengths(degrees, 40).tolist() == expected and len(set(expected)) > 3

@@ -1,12 +1,12 @@
-"""node2vec over the entity graph (graspologic), seeded."""
+"""node2vec over the entity graph: weighted random walks, then skip-gram (gensim), seeded."""
 
 from __future__ import annotations
+
+import math
 
 import networkx as nx
 import numpy as np
 import pandas as pd
-
-from ..compilation import cached_compilation
 
 
 def node2vec(
@@ -18,29 +18,70 @@ def node2vec(
     iterations: int = 3,
     seed: int = 86,
 ) -> pd.DataFrame:
-    """One vector per entity that has at least one relationship; columns id, title, embedding."""
-    with cached_compilation():  # graspologic imports umap-learn
-        from graspologic.embed import node2vec_embed  # slow to import; only this step needs it
+    """One vector per entity that has at least one relationship; columns id, title, embedding.
 
-    connected = graph.subgraph([n for n, d in graph.degree() if d > 0]).copy()
+    GraphRAG's node2vec settings (return and in-out parameters of 1) make the walk first-order: each step
+    goes to a neighbour with probability proportional to the edge's weight. graspologic simulates that
+    one step at a time in Python (10 s of the 19 s on an 8,500-node graph); here every walk takes its
+    step at once, with numpy. As in graspologic (GraphRAG's node2vec), walks from low-degree nodes are
+    shorter, and skip-gram is gensim's with the parameters graspologic gives it.
+    """
+    from gensim.models import Word2Vec  # only this step needs it
+
+    connected = graph.subgraph([n for n, d in graph.degree() if d > 0])
     if connected.number_of_nodes() == 0:
         return pd.DataFrame(columns=["id", "title", "embedding"])
+    titles = sorted(connected.nodes)
+    walks = random_walks(connected, titles, num_walks, walk_length, seed)
+    degrees = np.array([connected.degree(title) for title in titles])
+    lengths = walk_lengths(degrees, walk_length)[walks[:, 0]]
     # One worker: gensim is only reproducible single-threaded.
-    vectors, labels = node2vec_embed(
-        connected,
-        num_walks=num_walks,
-        walk_length=walk_length,
-        dimensions=dimensions,
-        window_size=window_size,
-        iterations=iterations,
+    model = Word2Vec(
+        [[str(step) for step in walk[:length]] for walk, length in zip(walks, lengths)],
+        vector_size=dimensions,
+        window=window_size,
+        min_count=0,
+        sg=1,
         workers=1,
-        random_seed=seed,
+        epochs=iterations,
+        seed=seed,
     )
-    order = np.argsort(labels)
     return pd.DataFrame(
         {
-            "id": [connected.nodes[labels[i]]["id"] for i in order],
-            "title": [labels[i] for i in order],
-            "embedding": [vectors[i].astype(np.float32).tolist() for i in order],
+            "id": [connected.nodes[title]["id"] for title in titles],
+            "title": titles,
+            "embedding": [model.wv.get_vector(str(i)).astype(np.float32).tolist() for i in range(len(titles))],
         }
     )
+
+
+def random_walks(graph: nx.Graph, nodes: list, num_walks: int, walk_length: int, seed: int) -> np.ndarray:
+    """`num_walks` walks of `walk_length` nodes from every node (as positions in `nodes`), steps weighted.
+
+    Every node must have a neighbour. Each step draws, for all walks together, a point in the current
+    node's share of the cumulative edge weights and finds the neighbour it falls on.
+    """
+    adjacency = nx.to_scipy_sparse_array(graph, nodelist=nodes, weight="weight", format="csr")
+    cumulative = np.cumsum(adjacency.data, dtype=np.float64)
+    before = np.concatenate([[0.0], cumulative])  # before[k]: the weight of the entries ahead of entry k
+    rng = np.random.default_rng(seed)
+    walks = np.empty((num_walks * len(nodes), walk_length), dtype=np.int64)
+    walks[:, 0] = np.concatenate([rng.permutation(len(nodes)) for _ in range(num_walks)])
+    for step in range(1, walk_length):
+        current = walks[:, step - 1]
+        first, last = adjacency.indptr[current], adjacency.indptr[current + 1]
+        low, high = before[first], before[last]
+        entry = np.searchsorted(cumulative, low + rng.random(len(current)) * (high - low), side="right")
+        walks[:, step] = adjacency.indices[np.clip(entry, first, last - 1)]
+    return walks
+
+
+def walk_lengths(degrees: np.ndarray, walk_length: int) -> np.ndarray:
+    """graspologic's walk length per start node: 1 below the 20th degree percentile, then 20%, 30%, ... 80% of
+    `walk_length` up to the 80th, and the whole length above it (fewer tokens to train on, same structure)."""
+    percentiles = np.percentile(degrees, range(20, 90, 10))
+    lengths = np.full(len(degrees), walk_length)
+    for bucket in reversed(range(len(percentiles))):
+        lengths[degrees <= percentiles[bucket]] = max(1, math.floor(walk_length * (bucket * 0.1 + 0.2)))
+    lengths[degrees < percentiles[0]] = 1
+    return lengths
