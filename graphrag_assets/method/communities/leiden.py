@@ -15,8 +15,6 @@ from collections import defaultdict
 import networkx as nx
 import pandas as pd
 
-from ..compilation import cached_compilation
-
 COMMUNITY_COLUMNS = [
     "id",
     "human_readable_id",
@@ -55,8 +53,9 @@ def cluster_graph(
     A cluster Leiden did not split is carried down unchanged, keeping its key; a key made at a
     shallower level therefore marks a carried copy, however many levels it is carried.
     """
-    with cached_compilation():  # graspologic imports umap-learn
-        from graspologic.partition import hierarchical_leiden  # slow to import; only this step needs it
+    # graspologic's Leiden is this Rust module; calling it directly, as graspologic does, saves importing
+    # graspologic itself (about 390 MB and seconds: umap-learn, numba, scikit-learn, seaborn ...).
+    import graspologic_native
 
     if use_lcc and graph.number_of_nodes():
         graph = graph.subgraph(max(nx.connected_components(graph), key=len)).copy()
@@ -64,7 +63,16 @@ def cluster_graph(
     if not edges:
         # Nothing related to anything (a tiny corpus): one community of all entities, so it still gets a report.
         return {0: {node: (0, 0) for node in graph.nodes}} if graph.number_of_nodes() else {}
-    clusters = hierarchical_leiden(edges, max_cluster_size=max_cluster_size, random_seed=seed)
+    clusters = graspologic_native.hierarchical_leiden(
+        edges=[(a, b, float(w)) for a, b, w in edges if a != b],
+        starting_communities=None,
+        resolution=1.0,
+        randomness=0.001,
+        iterations=1,
+        use_modularity=True,
+        max_cluster_size=max_cluster_size,
+        seed=seed,
+    )
     by_level: dict[int, dict[str, tuple[int, int]]] = defaultdict(dict)
     for c in clusters:
         by_level[c.level][c.node] = (c.level, c.cluster)
