@@ -13,6 +13,7 @@ from graphrag_assets.assets.communities import every_community_reported, one_com
 from graphrag_assets.assets.embeddings import vectors_check
 from graphrag_assets.assets.index import entities_found, relationship_endpoints_are_entities
 from graphrag_assets.method.communities.context import Element, SubReport, build_context
+from graphrag_assets.method.communities.leiden import cluster_graph
 from graphrag_assets.method.communities.reports import parse_report
 from graphrag_assets.method.embeddings.text import document_embeddings
 from graphrag_assets.method.graph.records import InvalidReply
@@ -271,3 +272,16 @@ def test_failing_checks_say_what_is_wrong():
     assert not unreported.passed and unreported.severity == dg.AssetCheckSeverity.ERROR
     assert unreported.metadata["communities_without_report"].value == 2  # the failed one and the missing one
     assert unreported.metadata["examples"].value == "[1, 2]"
+
+
+def test_leiden_through_the_rust_core_gives_graspologics_communities():
+    """cluster_graph calls graspologic_native as graspologic does, without importing graspologic."""
+    from graspologic.partition import hierarchical_leiden
+
+    graph = nx.powerlaw_cluster_graph(300, 3, 0.3, seed=7)
+    graph = nx.relabel_nodes(graph, {n: f"ENTITY {n}" for n in graph})
+    nx.set_edge_attributes(graph, {e: 1.0 + i % 5 for i, e in enumerate(graph.edges)}, "weight")
+    ours = cluster_graph(graph, max_cluster_size=10, seed=42)
+    edges = [(a, b, d["weight"]) for a, b, d in sorted(graph.edges(data=True), key=lambda e: (e[0], e[1]))]
+    theirs = hierarchical_leiden(edges, max_cluster_size=10, random_seed=42)
+    assert len(ours) > 1 and all(ours[c.level][c.node] == (c.level, c.cluster) for c in theirs)
