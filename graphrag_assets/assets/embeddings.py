@@ -179,7 +179,7 @@ def document_embeddings(context: dg.AssetExecutionContext, duckdb: DuckDBResourc
     partitions_def=corpus_partitions,
     group_name="embeddings",
     code_version=code_version(),
-    kinds={"duckdb", "graspologic"},
+    kinds={"duckdb", "gensim"},
     check_specs=[dg.AssetCheckSpec("graph_embeddings_valid", asset="graph_embeddings")],
 )
 def graph_embeddings(context: dg.AssetExecutionContext, config: Node2VecConfig, duckdb: DuckDBResource):

@@ -12,8 +12,8 @@ def cached_compilation() -> Iterator[None]:
 
     umap-learn declares its functions without it (pynndescent, which it uses, caches its own), so every
     fresh process spent about 10 s compiling before fitting a few hundred points. Its functions are
-    defined when it is first imported (graspologic imports it too) and, for the layout, inside the fit:
-    wrap both. The results are the same, bit for bit.
+    defined when it is first imported and, for the layout, inside the fit: wrap both. The results are the
+    same, bit for bit.
     """
     import numba
 
