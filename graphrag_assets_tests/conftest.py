@@ -147,7 +147,8 @@ def model_server():
         yield server
 
 
-def index(root, faults: Faults | None = None, offline: bool = False, timeout_seconds: float = 30.0):
+def index(root, faults: Faults | None = None, offline: bool = False, **chat_settings):
+    """The sample corpus indexed in a new workspace; `chat_settings` override the chat resource's."""
     workspace = Workspace(root)
     workspace.add_sample_corpus()
     if offline:
@@ -155,7 +156,7 @@ def index(root, faults: Faults | None = None, offline: bool = False, timeout_sec
     with FakeOpenAIServer(faults) as server:
         result = workspace.materialize(
             SAMPLE_CORPUS,
-            chat=chat_resource(server.base_url, workspace.cache, timeout_seconds=timeout_seconds),
+            chat=chat_resource(server.base_url, workspace.cache, **{"timeout_seconds": 30.0, **chat_settings}),
             embeddings=embedding_resource(server.base_url, workspace.cache),
         )
     return workspace, result, server
