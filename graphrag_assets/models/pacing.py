@@ -94,7 +94,6 @@ class AdaptiveConcurrency:
         self.limit = float(min(max(1, start), self.ceiling)) if adaptive else float(self.ceiling)
         self.adaptive = adaptive
         self.in_flight = 0
-        self.peak = 0
         self._changed = asyncio.Condition()
         self._recent: deque[float] = deque(maxlen=20)
         self._best = math.inf
@@ -105,7 +104,6 @@ class AdaptiveConcurrency:
         async with self._changed:
             await self._changed.wait_for(lambda: self.in_flight < int(self.limit))
             self.in_flight += 1
-            self.peak = max(self.peak, self.in_flight)
 
     async def __aexit__(self, *exc) -> None:
         async with self._changed:

@@ -60,13 +60,18 @@ def _pieces(text: str, budget: int, enc: tiktoken.Encoding) -> Iterator[tuple[st
     cut outside the piece it touches.
     """
     fine = max(1, budget // 4)  # a paragraph longer than this is cut at its sentences, for finer boundaries
+
+    def tokens(piece: str) -> int:
+        """Its token count; a piece too long to encode at once counts as over the budget, to be cut further."""
+        return len(enc.encode(piece, disallowed_special=())) if len(piece) <= SEGMENT_CHARS else budget + 1
+
     for paragraph in _parts(text, _PARAGRAPH):
-        n = len(enc.encode(paragraph, disallowed_special=())) if len(paragraph) <= SEGMENT_CHARS else budget + 1
+        n = tokens(paragraph)
         if n <= fine:
             yield paragraph, n
             continue
         for sentence in _parts(paragraph, _SENTENCE):
-            n = len(enc.encode(sentence, disallowed_special=())) if len(sentence) <= SEGMENT_CHARS else budget + 1
+            n = tokens(sentence)
             if n <= budget:
                 yield sentence, n
                 continue
