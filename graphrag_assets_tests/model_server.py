@@ -133,16 +133,22 @@ def claims_reply(text: str) -> str:
     return "\n##\n".join(records) + "\n<|COMPLETE|>"
 
 
+def tagged(prompt: str, tag: str) -> str:
+    """The data between <tag> and </tag> (the last such block: examples come before the data)."""
+    return _between(prompt, f"<{tag}>\n", f"\n</{tag}>")
+
+
 def summary_reply(prompt: str) -> str:
-    name = _between(prompt, "Entity name:", "\n").strip()
-    descriptions = [
-        d[2:].strip() for d in _between(prompt, "Description List:", "#######").splitlines() if d.startswith("- ")
-    ]
+    if "<descriptions>" in prompt:
+        name, listed = _between(prompt, "all about ", ", into").strip(), tagged(prompt, "descriptions")
+    else:  # another GraphRAG's prompt (the comparison benchmark)
+        name, listed = _between(prompt, "Entities:", "\n").strip(), _between(prompt, "Description List:", "#######")
+    descriptions = [d[2:].strip() for d in listed.splitlines() if d.startswith("- ")]
     return f"{name}: " + " ".join(sorted(descriptions))[:400]
 
 
 def report_reply(prompt: str) -> str:
-    data = _between(prompt, "-----Community Data-----", "\nOutput:")
+    data = tagged(prompt, "community")
     entities = _between(data, "-----Entities-----\nid,entity,description,degree\n", "\n\n").splitlines()
     names = [line.split(",")[1] for line in entities if line.count(",") >= 3]
     reports = (
@@ -201,9 +207,9 @@ def _hits(question: str, text: str) -> int:
 
 def query_reply(prompt: str) -> tuple[str, str]:
     """Answers to the query prompts, derived from the question and the data the prompt carries."""
-    question = _between(prompt, "---Question---\n", "\n---").strip()
-    if "list of key points" in prompt:  # global search map: one point per data row that mentions the question
-        rows = [r for r in _between(prompt, "---Data tables---\n", "\n---Question---").splitlines()[1:] if "|" in r]
+    question = tagged(prompt, "question").strip()
+    if "<records>" in prompt:  # global search map: one point per data row that mentions the question
+        rows = [r for r in tagged(prompt, "records").splitlines()[1:] if "|" in r]
         points = [
             {
                 "description": f"{r.split('|')[1][:80]} bears on the question [Data: Reports ({r.split('|')[0]})]",
@@ -212,18 +218,15 @@ def query_reply(prompt: str) -> tuple[str, str]:
             for r in rows[:20]
         ]
         return "map", json.dumps({"points": points})
-    if "---Analyst Reports---" in prompt:
-        analysts = _between(prompt, "---Analyst Reports---\n", "\n---Question---").count("----Analyst")
+    if "<points>" in prompt:
+        analysts = tagged(prompt, "points").count("----Analyst")
         return "reduce", f"Answer to '{question}', merged from {analysts} analyst reports."
-    if "rating how relevant a community report" in prompt:
+    if "<report>" in prompt:
         return "rate", json.dumps(
-            {
-                "reason": "word overlap",
-                "rating": min(5, _hits(question, _between(prompt, "---Report---", "---Question---"))),
-            }
+            {"reason": "word overlap", "rating": min(5, _hits(question, tagged(prompt, "report")))}
         )
-    if "starting a DRIFT search" in prompt:
-        names = names_in(_between(prompt, "---Community reports---", "---Question---"), limit=3)
+    if "<reports>" in prompt:  # DRIFT's primer
+        names = names_in(tagged(prompt, "reports"), limit=3)
         return "drift_primer", json.dumps(
             {
                 "intermediate_answer": f"A first answer to '{question}'.",
@@ -231,20 +234,20 @@ def query_reply(prompt: str) -> tuple[str, str]:
                 "follow_up_queries": [f"What is the role of {n}?" for n in names],
             }
         )
-    if "one follow-up question of a DRIFT search" in prompt:
-        follow_up = _between(prompt, "---Follow-up question---\n", "\n").strip()
+    if "<main_question>" in prompt:  # one follow-up of a DRIFT search
+        follow_up = question
         # One deeper question per follow-up, so a search of depth 2 or more has something to follow.
         deeper = [] if follow_up.startswith("And then") else [f"And then, {follow_up[0].lower()}{follow_up[1:]}"]
         return "drift_local", json.dumps(
             {"response": f"On '{follow_up}': the tables answer it.", "score": 60, "follow_up_queries": deeper}
         )
-    if "combining the intermediate answers" in prompt:
-        answers = _between(prompt, "---Intermediate answers---\n", "\n---Question---").count("\n----") + 1
+    if "<answers>" in prompt:
+        answers = tagged(prompt, "answers").count("\n----") + 1
         return "drift_reduce", f"Answer to '{question}' combined from {answers} intermediate answers."
-    if "bulleted list of" in prompt:
-        names = names_in(_between(prompt, "---Data tables---", "---Example questions---"), limit=5)
+    if "<earlier_questions>" in prompt:
+        names = names_in(tagged(prompt, "tables"), limit=5)
         return "questions", "\n".join(f"- What happens to {n}?" for n in names)
-    records = _between(prompt, "---Data tables---\n", "\n---").count("\n")
+    records = tagged(prompt, "tables" if "<tables>" in prompt else "sources").count("\n")
     return "answer", f"Answer to '{question}' from {records} records [Data: Sources (0, 1)]."
 
 
@@ -273,21 +276,20 @@ def chat_reply(messages: list[dict], more_gleaning: bool = False) -> tuple[str, 
     first, last = messages[0]["content"], messages[-1]["content"]
     if messages == [{"role": "user", "content": "ping"}]:
         return "probe", "pong"
-    if len(messages) > 1 and "Answer Y if" in last:
+    if len(messages) > 1 and "Y or N" in last:
         return "loop", "Y" if more_gleaning else "N"
-    if "-Target activity-" in first:
-        text = _between(first, "Text:", "Output:")
+    text = tagged(first, "text") if "<text>" in first else _between(first, "Text:", "Output:")
+    if "Claims to look for:" in first:
         return ("claims_gleaning", "<|COMPLETE|>") if len(messages) > 1 else ("claims", claims_reply(text))
-    if "Entity_types:" in first:
-        text = _between(first, "Text:", "Output:")
+    if "Entity types:" in first or "Entity_types:" in first:  # ours, or another GraphRAG's
         return ("gleaning", gleaning_reply(text)) if len(messages) > 1 else ("extract", graph_reply(text))
-    if "-----Community Data-----" in first:
+    if "<community>" in first:
         return ("report_repair" if len(messages) > 1 else "report"), report_reply(first)
     if "# Real Data" in first and "report" in first:  # another GraphRAG's report prompt (the comparison benchmark)
         return "report", generic_report_reply(_between(first, "# Real Data", "Output:"))
-    if "Description List:" in first:
+    if "<descriptions>" in first or "Description List:" in first:
         return "summarize", summary_reply(first)
-    if "---Role---" in first:
+    if "<question>" in first or "<earlier_questions>" in first:
         return query_reply(first)
     return "other", "I have no answer for this prompt."
 

@@ -7,17 +7,20 @@ import time
 import diskcache
 import pytest
 
-from graphrag_assets.method.graph.claims import check_claims_reply
-from graphrag_assets.method.graph.extraction import check_graph_reply
+from graphrag_assets.method.graph.claims import check_claims_reply, claims_prompt
+from graphrag_assets.method.graph.extraction import check_graph_reply, extraction_prompt
 from graphrag_assets.method.graph.records import check_free_text
+from graphrag_assets.method.graph.summaries import summary_prompt
 from graphrag_assets.models import EndpointError, ModelClient, ModelSettings
 from graphrag_assets.models.pacing import AdaptiveConcurrency
-from graphrag_assets_tests.model_server import REFUSAL, FakeOpenAIServer, Faults, _between, claims_reply
+from graphrag_assets_tests.model_server import REFUSAL, FakeOpenAIServer, Faults, claims_reply, tagged
 
-PROMPTS = [
-    [{"role": "user", "content": f"Entity name: E{i}\nDescription List:\n- fact number {i}\n#######"}]
-    for i in range(24)
-]
+
+def summary_request(name: str, *descriptions: str) -> list[dict]:
+    return [{"role": "user", "content": summary_prompt(name, list(descriptions), 100)}]
+
+
+PROMPTS = [summary_request(f"E{i}", f"fact number {i}") for i in range(24)]
 
 
 def run(settings: ModelSettings, work):
@@ -95,9 +98,7 @@ def test_the_cache_answers_a_rerun_without_calling_the_server(tmp_path):
 def test_a_requests_per_minute_budget_equal_to_the_servers_limit_never_meets_a_429(tmp_path):
     """The window is 4 s here instead of a minute, so the test takes seconds: 31 requests (the probe and 30
     prompts) against a limit of 10 per window take three windows and are never refused."""
-    prompts = [
-        [{"role": "user", "content": f"Entity name: R{i}\nDescription List:\n- r{i}\n#######"}] for i in range(30)
-    ]
+    prompts = [summary_request(f"R{i}", f"r{i}") for i in range(30)]
     with FakeOpenAIServer(requests_per_minute=10, rate_window_seconds=4, rate_limit_headers=False) as server:
         started = time.monotonic()
         answers, usage = run(
@@ -126,9 +127,7 @@ def test_without_configured_limits_the_client_paces_to_the_endpoints_headers(tmp
     """No RPM or TPM set: the limit the server announces in its x-ratelimit headers keeps 31 requests
     (the probe and 30 prompts) against 10 per 3-second window from meeting a 429, window by window.
     (The window is the endpoint's, a minute unless set: 3 s here, so the test takes seconds.)"""
-    prompts = [
-        [{"role": "user", "content": f"Entity name: H{i}\nDescription List:\n- h{i}\n#######"}] for i in range(30)
-    ]
+    prompts = [summary_request(f"H{i}", f"h{i}") for i in range(30)]
     with FakeOpenAIServer(requests_per_minute=10, rate_window_seconds=3) as server:
         started = time.monotonic()
         answers, usage = run(
@@ -183,9 +182,7 @@ def test_concurrency_rises_while_the_endpoint_keeps_up_and_halves_on_429():
 def test_concurrency_eases_off_when_the_endpoint_queues(tmp_path):
     """A server that works on 6 requests at a time makes the rest wait: latency climbs, and concurrency
     stops near where the wait doubles it (12); against a server that keeps up it climbs on."""
-    prompts = [
-        [{"role": "user", "content": f"Entity name: Q{i}\nDescription List:\n- q{i}\n#######"}] for i in range(600)
-    ]
+    prompts = [summary_request(f"Q{i}", f"q{i}") for i in range(600)]
     with FakeOpenAIServer(latency_seconds=0.05, capacity=6) as server:
         _, queued = run(settings(server, tmp_path / "a"), lambda c: asyncio.gather(*(c.complete(m) for m in prompts)))
     with FakeOpenAIServer(latency_seconds=0.05) as server:
@@ -244,17 +241,13 @@ def test_a_429_that_persists_past_the_retries_fails_the_call(tmp_path):
     assert refused == 2 * (len(PROMPTS) - 1) and "RateLimitError" in usage.errors[0]
 
 
-EXTRACTION = [
-    [{"role": "user", "content": f"-Goal- extract\nEntity_types: person\nText: {text}\nOutput:"}]
-    for text in (
-        "Marley met Scrooge and Marley again. Scrooge laughed.",
-        "Fezziwig danced with Belle while Fezziwig sang to Belle.",
-        "Fred visited Scrooge, and Fred smiled at Scrooge.",
-    )
-]
-CLAIMS = [
-    [{"role": "user", "content": f"-Target activity-\nText: {m[0]['content'].split('Text: ')[1]}"}] for m in EXTRACTION
-]
+TEXTS = (
+    "Marley met Scrooge and Marley again. Scrooge laughed.",
+    "Fezziwig danced with Belle while Fezziwig sang to Belle.",
+    "Fred visited Scrooge, and Fred smiled at Scrooge.",
+)
+EXTRACTION = [[{"role": "user", "content": extraction_prompt(text, ("person",))}] for text in TEXTS]
+CLAIMS = [[{"role": "user", "content": claims_prompt(text, ("person",), "any claim")}] for text in TEXTS]
 
 
 @pytest.mark.parametrize(
@@ -284,7 +277,7 @@ def test_a_reply_that_becomes_valid_when_asked_again_is_the_one_cached(tmp_path)
     with FakeOpenAIServer(Faults(wrong_kind_every=1)) as server:  # entity records to a claims prompt
         answers, usage = run(settings(server, tmp_path), work)
         corrected = server.count("claims_corrected")
-    expected = [claims_reply(_between(m[0]["content"], "Text:", "Output:")) for m in CLAIMS]
+    expected = [claims_reply(tagged(m[0]["content"], "text")) for m in CLAIMS]
     assert answers == expected and corrected == len(CLAIMS) and usage.failures == 0
     with FakeOpenAIServer() as healthy:
         again, usage = run(settings(healthy, tmp_path), work)
@@ -310,7 +303,7 @@ def test_an_old_cache_entry_that_fails_the_check_is_asked_for_again(tmp_path):
 
 
 def test_a_refused_summary_is_not_kept_as_a_description(tmp_path):
-    prompt = [{"role": "user", "content": "Entity name: E\nDescription List:\n- one\n- two\n#######"}]
+    prompt = summary_request("E", "one", "two")
     with FakeOpenAIServer(Faults(refusal_every=1, heeds_corrections=False)) as server:
         answer, usage = run(
             settings(server, tmp_path, invalid_reply_retries=1), lambda c: c.complete(prompt, parse=check_free_text)

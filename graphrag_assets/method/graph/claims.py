@@ -34,7 +34,9 @@ COVARIATE_COLUMNS = [
     "text_unit_id",
 ]
 CLAIM_PROMPTS = ("extract_claims", "extract_claims_continue", "gleaning_loop")
-DEFAULT_CLAIM_DESCRIPTION = "Any claims or facts that could be relevant to information discovery."
+DEFAULT_CLAIM_DESCRIPTION = (
+    "Statements of fact about an entity: what it did, what was done to it, what others say of it."
+)
 _STATUSES = {"TRUE", "FALSE", "SUSPECTED"}
 
 
@@ -80,6 +82,17 @@ def records_to_claims(unit_id: str, replies: list[str]) -> tuple[list[dict], int
     return claims, dropped
 
 
+def claims_prompt(text: str, entity_specs: tuple[str, ...], claim_description: str) -> str:
+    return load_prompt("extract_claims").format(
+        entity_specs=", ".join(entity_specs),
+        claim_description=claim_description,
+        tuple_delimiter=TUPLE_DELIMITER,
+        record_delimiter=RECORD_DELIMITER,
+        completion_delimiter=COMPLETION_DELIMITER,
+        input_text=text,
+    )
+
+
 async def extract_claims(
     chat: ChatModel,
     text_units: pd.DataFrame,
@@ -87,23 +100,19 @@ async def extract_claims(
     claim_description: str = DEFAULT_CLAIM_DESCRIPTION,
     max_gleanings: int = 1,
 ) -> tuple[pd.DataFrame, ExtractionStats]:
-    prompt = load_prompt("extract_claims")
     continue_prompt = load_prompt("extract_claims_continue").format(
         tuple_delimiter=TUPLE_DELIMITER, record_delimiter=RECORD_DELIMITER, completion_delimiter=COMPLETION_DELIMITER
     )
     loop_prompt = load_prompt("gleaning_loop").template
 
     async def one(unit_id: str, text: str):
-        first = prompt.format(
-            entity_specs=", ".join(entity_specs),
-            claim_description=claim_description,
-            tuple_delimiter=TUPLE_DELIMITER,
-            record_delimiter=RECORD_DELIMITER,
-            completion_delimiter=COMPLETION_DELIMITER,
-            input_text=text,
-        )
         return unit_id, await complete_with_gleaning(
-            chat, first, continue_prompt, loop_prompt, max_gleanings, check_claims_reply
+            chat,
+            claims_prompt(text, entity_specs, claim_description),
+            continue_prompt,
+            loop_prompt,
+            max_gleanings,
+            check_claims_reply,
         )
 
     results = await asyncio.gather(*(one(u.id, u.text) for u in text_units.itertuples(index=False)))

@@ -32,25 +32,24 @@ def _batches(descriptions: list[str], max_input_tokens: int) -> list[list[str]]:
     return batches
 
 
+def summary_prompt(name: str, descriptions: list[str], max_summary_tokens: int) -> str:
+    # The prompt counts words; a word is about 4/3 tokens, so the reply fits its max_tokens.
+    return load_prompt("summarize_descriptions").format(
+        entity_name=name,
+        description_list="\n".join(f"- {d}" for d in descriptions),
+        max_length=max_summary_tokens * 3 // 4,
+    )
+
+
 async def summarize_one(
     chat: ChatModel, name: str, descriptions: list[str], max_input_tokens: int, max_summary_tokens: int
 ) -> str | None:
     """Summaries of batches that fit the context window, each batch carrying the summary so far."""
-    prompt = load_prompt("summarize_descriptions")
     summary: str | None = None
     for batch in _batches(descriptions, max_input_tokens):
         listed = ([summary] if summary else []) + batch
         reply = await chat.complete(
-            [
-                {
-                    "role": "user",
-                    "content": prompt.format(
-                        entity_name=name,
-                        description_list="\n".join(f"- {d}" for d in listed),
-                        max_length=max_summary_tokens,
-                    ),
-                }
-            ],
+            [{"role": "user", "content": summary_prompt(name, listed, max_summary_tokens)}],
             parse=check_free_text,
             max_tokens=max_summary_tokens,
         )

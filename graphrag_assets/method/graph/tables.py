@@ -90,7 +90,7 @@ async def build_entity_graph(
         summarize_descriptions(
             chat,
             [
-                (f"{s} -> {t}", d)
+                (f"the relationship between {s} and {t}", d)
                 for s, t, d in zip(relationships["source"], relationships["target"], relationships["descriptions"])
             ],
             summary_max_input_tokens,
