@@ -9,6 +9,7 @@ measured in the same run.
     .venv/bin/python scripts/benchmark.py faults
     .venv/bin/python scripts/benchmark.py compare [--latency 0.05] [--token-latency 0.001] [--rpm N --tpm N]
     .venv/bin/python scripts/benchmark.py edits
+    .venv/bin/python scripts/benchmark.py prompts [--against REVISION]
 
 models: the model-calling part of the index of the sample corpus (extraction, claims, reports) against
   the test model server, concurrent (the
@@ -22,6 +23,7 @@ incremental: the sample cut into many documents; after a full index, one more do
   corpus re-indexed: model calls and tokens of the re-index against the full index (the baseline).
 ingest, faults: see robustness_benchmark.py.
 compare, edits: side by side with nano-graphrag, and what edits and re-runs cost: see comparison_benchmark.py.
+prompts: prompt tokens per call against the prompts of an earlier commit: see prompt_benchmark.py.
 graph: each non-model step (communities, node2vec, UMAP, offline text embeddings) on the sample
   corpus graph and on a synthetic graph the size of the paper's podcast graph, each in a fresh
   process for its peak memory; baseline: the bare library call on the same input.
@@ -305,6 +307,8 @@ def main() -> None:
     compare.add_argument("--rpm", type=int, default=0, help="requests per minute the server allows (0: no limit)")
     compare.add_argument("--tpm", type=int, default=0, help="tokens per minute the server allows (0: no limit)")
     commands.add_parser("edits", help="tokens of a re-index after an edit or an added document; no-change re-run")
+    prompts = commands.add_parser("prompts", help="prompt tokens per call against an earlier commit's prompts")
+    prompts.add_argument("--against", default="a6c789b", help="the baseline commit (before the prompt rewrite)")
     graph = commands.add_parser("graph", help="time and memory of the non-model steps")
     graph.add_argument("--nodes", type=int, default=8500)
     graph.add_argument("--edges", type=int, default=20000)
@@ -323,6 +327,10 @@ def main() -> None:
         import comparison_benchmark
 
         getattr(comparison_benchmark, f"{args.command}_benchmark")(args)
+    elif args.command == "prompts":
+        from prompt_benchmark import prompts_benchmark
+
+        prompts_benchmark(args)
     else:
         from graph_benchmark import graph_benchmark
 
