@@ -251,6 +251,28 @@ def query_reply(prompt: str) -> tuple[str, str]:
     return "answer", f"Answer to '{question}' from {records} records [Data: Sources (0, 1)]."
 
 
+_REPORT_ROW = re.compile(r"^(\d+)\|([^|\n]*)\|", re.MULTILINE)
+
+
+def microsoft_query_reply(system: str, question: str) -> tuple[str, str]:
+    """Answers to Microsoft GraphRAG's query prompts (a system prompt, then the question), for the test
+    that runs its query engine on our export: a map point per report row, and answers that say what they read."""
+    data = system.split("---Data tables---", 1)[-1]
+    if "list of key points" in system:
+        points = [
+            {
+                "description": f"{title} bears on the question [Data: Reports ({number})]",
+                "score": 50 + _hits(question, title),
+            }
+            for number, title in _REPORT_ROW.findall(data)
+        ]
+        return "ms_map", json.dumps({"points": points})
+    if "---Analyst Reports---" in system:
+        return "ms_reduce", f"Answer to '{question}', merged from {system.count('----Analyst')} analyst reports."
+    tables = re.findall(r"^-----(\w+)-----$", data, re.MULTILINE)
+    return "ms_answer", f"Answer to '{question}' from the tables {', '.join(tables)}."
+
+
 CORRECTION_MARK = "Your previous reply could not be used"
 # Replies that are prose by design: "prose instead of the format" is no fault for them.
 PROSE_KINDS = frozenset({"summarize", "reduce", "answer", "drift_reduce", "questions", "other"})
@@ -274,6 +296,8 @@ def chat_reply(messages: list[dict], more_gleaning: bool = False) -> tuple[str, 
         kind, reply = chat_reply(messages[:-2], more_gleaning)
         return f"{kind}_corrected", reply
     first, last = messages[0]["content"], messages[-1]["content"]
+    if messages[0]["role"] == "system" and ("---Data tables---" in first or "---Analyst Reports---" in first):
+        return microsoft_query_reply(first, last)
     if messages == [{"role": "user", "content": "ping"}]:
         return "probe", "pong"
     if len(messages) > 1 and "Y or N" in last:
@@ -481,6 +505,23 @@ class FakeOpenAIServer:
                 except (BrokenPipeError, ConnectionResetError):
                     pass
 
+            def _stream(self, completion: dict, headers: dict) -> None:
+                """A chat completion as server-sent events, as OpenAI streams it: the reply in one delta chunk."""
+                choice = completion["choices"][0]
+                chunk = {k: completion[k] for k in ("id", "created", "model")} | {"object": "chat.completion.chunk"}
+                events = [
+                    chunk | {"choices": [{"index": 0, "delta": choice["message"], "finish_reason": None}]},
+                    chunk | {"choices": [{"index": 0, "delta": {}, "finish_reason": choice["finish_reason"]}]},
+                ]
+                body = "".join(f"data: {json.dumps(e)}\n\n" for e in events) + "data: [DONE]\n\n"
+                self.send_response(200)
+                self.send_header("Content-Type", "text/event-stream")
+                self.send_header("Content-Length", str(len(body.encode())))
+                for name, value in headers.items():
+                    self.send_header(name, value)
+                self.end_headers()
+                self.wfile.write(body.encode())
+
             def _refusal_of_route(self) -> tuple[int, str] | None:
                 """(status, message) when the path, api-version or key is not what this endpoint serves."""
                 url = urlsplit(self.path)
@@ -598,9 +639,7 @@ class FakeOpenAIServer:
                 elif _picked(key, faults.refusal_every):
                     reply = REFUSAL
                 elif _picked(key, faults.wrong_kind_every):
-                    reply = (
-                        wrong_kind_reply(kind, _between(request["messages"][0]["content"], "Text:", "Output:")) or reply
-                    )
+                    reply = wrong_kind_reply(kind, tagged(request["messages"][0]["content"], "text")) or reply
                 if server._first_failure(key + ":garbled", faults.garbled_every):
                     server._record("garbled", key, 200)
                     return self._send(200, {"choices": [{"message": {"content": reply}}]}, cut_body=True)
@@ -617,28 +656,27 @@ class FakeOpenAIServer:
                 )
                 if server.latency_per_token_seconds:
                     time.sleep(server.latency_per_token_seconds * completion_tokens)
-                self._send(
-                    200,
-                    {
-                        "id": f"chatcmpl-{key[:12]}",
-                        "object": "chat.completion",
-                        "created": 0,
-                        "model": request["model"],
-                        "choices": [
-                            {
-                                "index": 0,
-                                "finish_reason": finish_reason,
-                                "message": {"role": "assistant", "content": reply},
-                            }
-                        ],
-                        "usage": {
-                            "prompt_tokens": prompt_tokens,
-                            "completion_tokens": completion_tokens,
-                            "total_tokens": prompt_tokens + completion_tokens,
-                            "prompt_tokens_details": {"cached_tokens": cached_tokens},
-                        },
+                completion = {
+                    "id": f"chatcmpl-{key[:12]}",
+                    "object": "chat.completion",
+                    "created": 0,
+                    "model": request["model"],
+                    "choices": [
+                        {
+                            "index": 0,
+                            "finish_reason": finish_reason,
+                            "message": {"role": "assistant", "content": reply},
+                        }
+                    ],
+                    "usage": {
+                        "prompt_tokens": prompt_tokens,
+                        "completion_tokens": completion_tokens,
+                        "total_tokens": prompt_tokens + completion_tokens,
+                        "prompt_tokens_details": {"cached_tokens": cached_tokens},
                     },
-                    server._rate_headers(),
-                )
+                }
+                if request.get("stream"):
+                    return self._stream(completion, server._rate_headers())
+                self._send(200, completion, server._rate_headers())
 
         return Handler

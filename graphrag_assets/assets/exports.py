@@ -1,4 +1,4 @@
-"""Files other tools read: GraphML (Gephi, networkx) and parquet with GraphRAG's column names."""
+"""Files other tools read: GraphML (Gephi, networkx) and parquet that Microsoft GraphRAG 3.x's query engine loads."""
 
 import json
 from pathlib import Path
@@ -64,7 +64,8 @@ def graphml_export(context: dg.AssetExecutionContext, config: ExportConfig, duck
     kinds={"parquet"},
 )
 def parquet_export(context: dg.AssetExecutionContext, config: ExportConfig, duckdb: DuckDBResource):
-    """Every index table as a parquet file, as GraphRAG writes its outputs."""
+    """Every index table as a parquet file in Microsoft GraphRAG 3.x's output schema: `graphrag query --data <folder>`
+    answers from it."""
     corpus = context.partition_key
     with duckdb.get_connection() as conn:
         tables = read_inputs(context, conn, "parquet_export")

@@ -1,11 +1,119 @@
-"""Exports other tools read: GraphML for Gephi and networkx, parquet with GraphRAG's column names."""
+"""Exports other tools read: GraphML for Gephi and networkx, and parquet in Microsoft GraphRAG 3.x's output schema."""
 
 from __future__ import annotations
 
+import json
+from datetime import date
 from pathlib import Path
 
 import networkx as nx
 import pandas as pd
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+_IDS = pa.list_(pa.string())
+# Microsoft GraphRAG 3.x's output tables: its column names, order and types (graphrag/data_model/schemas.py).
+# Columns of ours that it does not know follow these.
+GRAPHRAG_SCHEMAS: dict[str, pa.Schema] = {
+    "documents": pa.schema(
+        [
+            ("id", pa.string()),
+            ("human_readable_id", pa.int64()),
+            ("title", pa.string()),
+            ("text", pa.string()),
+            ("text_unit_ids", _IDS),
+            ("creation_date", pa.string()),
+            ("raw_data", pa.string()),
+        ]
+    ),
+    "text_units": pa.schema(
+        [
+            ("id", pa.string()),
+            ("human_readable_id", pa.int64()),
+            ("text", pa.string()),
+            ("n_tokens", pa.int64()),
+            ("document_id", pa.string()),
+            ("entity_ids", _IDS),
+            ("relationship_ids", _IDS),
+            ("covariate_ids", _IDS),
+        ]
+    ),
+    "entities": pa.schema(
+        [
+            ("id", pa.string()),
+            ("human_readable_id", pa.int64()),
+            ("title", pa.string()),
+            ("type", pa.string()),
+            ("description", pa.string()),
+            ("text_unit_ids", _IDS),
+            ("frequency", pa.int64()),
+            ("degree", pa.int64()),
+        ]
+    ),
+    "relationships": pa.schema(
+        [
+            ("id", pa.string()),
+            ("human_readable_id", pa.int64()),
+            ("source", pa.string()),
+            ("target", pa.string()),
+            ("description", pa.string()),
+            ("weight", pa.float64()),
+            ("combined_degree", pa.int64()),
+            ("text_unit_ids", _IDS),
+        ]
+    ),
+    "covariates": pa.schema(
+        [
+            ("id", pa.string()),
+            ("human_readable_id", pa.int64()),
+            ("covariate_type", pa.string()),
+            ("type", pa.string()),
+            ("description", pa.string()),
+            ("subject_id", pa.string()),
+            ("object_id", pa.string()),
+            ("status", pa.string()),
+            ("start_date", pa.string()),
+            ("end_date", pa.string()),
+            ("source_text", pa.string()),
+            ("text_unit_id", pa.string()),
+        ]
+    ),
+    "communities": pa.schema(
+        [
+            ("id", pa.string()),
+            ("human_readable_id", pa.int64()),
+            ("community", pa.int64()),
+            ("level", pa.int64()),
+            ("parent", pa.int64()),
+            ("children", pa.list_(pa.int64())),
+            ("title", pa.string()),
+            ("entity_ids", _IDS),
+            ("relationship_ids", _IDS),
+            ("text_unit_ids", _IDS),
+            ("period", pa.string()),
+            ("size", pa.int64()),
+        ]
+    ),
+    "community_reports": pa.schema(
+        [
+            ("id", pa.string()),
+            ("human_readable_id", pa.int64()),
+            ("community", pa.int64()),
+            ("level", pa.int64()),
+            ("parent", pa.int64()),
+            ("children", pa.list_(pa.int64())),
+            ("title", pa.string()),
+            ("summary", pa.string()),
+            ("full_content", pa.string()),
+            ("rank", pa.float64()),
+            ("rating_explanation", pa.string()),
+            ("findings", pa.list_(pa.struct([("explanation", pa.string()), ("summary", pa.string())]))),
+            ("full_content_json", pa.string()),
+            ("period", pa.string()),
+            ("size", pa.int64()),
+        ]
+    ),
+}
 
 
 def graphml(
@@ -38,12 +146,65 @@ def graphml(
     return graph
 
 
+def graphrag_tables(tables: dict[str, pd.DataFrame], period: str | None = None) -> dict[str, pd.DataFrame]:
+    """Our index tables as Microsoft GraphRAG 3.x lays out its outputs.
+
+    Its hierarchy stops where Leiden stops splitting, so the carried-down copies of ours are left out
+    (a query at a deeper level reads the deepest community at or above it). Reports that failed are
+    left out too: it has no status column. `period`, the date the communities stand for, defaults to today.
+    """
+    out = {name: df.copy() for name, df in tables.items()}
+    period = period or date.today().isoformat()
+    if "documents" in out:
+        docs = out["documents"].sort_values("title", kind="stable").reset_index(drop=True)
+        docs["human_readable_id"] = range(len(docs))
+        docs["creation_date"] = docs["metadata"].map(lambda m: str(json.loads(m or "{}").get("creation_date", "")))
+        docs["raw_data"] = None
+        out["documents"] = docs
+    if "text_units" in out:
+        units = out["text_units"].sort_values(["document_id", "chunk_index"], kind="stable").reset_index(drop=True)
+        units["human_readable_id"] = range(len(units))
+        out["text_units"] = units
+    if "communities" in out:
+        communities = out["communities"]
+        made = communities[communities["carried_from"] < 0].copy()
+        kept = set(made["community"])
+        made["children"] = made["children"].map(lambda cs: [int(c) for c in cs if c in kept])
+        made["period"] = period
+        out["communities"] = made
+        if "community_reports" in out:
+            reports = out["community_reports"]
+            reports = reports[(reports["status"] == "ok") & reports["community"].isin(kept)].copy()
+            reports["children"] = reports["children"].map(lambda cs: [int(c) for c in cs if c in kept])
+            reports["period"] = period
+            out["community_reports"] = reports
+    return out
+
+
+def to_arrow(name: str, df: pd.DataFrame) -> pa.Table:
+    """GraphRAG's columns first, in its order and types; then our own columns."""
+    schema = GRAPHRAG_SCHEMAS.get(name)
+    if schema is None:
+        return pa.Table.from_pandas(df, preserve_index=False)
+    known = pa.Table.from_pandas(df[schema.names], schema=schema, preserve_index=False)
+    extra = [c for c in df.columns if c not in schema.names and c != "corpus"]
+    if not extra:
+        return known
+    ours = pa.Table.from_pandas(df[extra], preserve_index=False)
+    for column in extra:
+        values = ours.column(column)
+        if values.type == pa.null():  # all empty: typed as text, which readers expect of an empty column
+            values = values.cast(pa.string())
+        known = known.append_column(pa.field(column, values.type), values)
+    return known
+
+
 def parquet(tables: dict[str, pd.DataFrame], folder: Path) -> dict[str, Path]:
-    """One parquet file per table, named as GraphRAG names its outputs."""
+    """One parquet file per table, named and typed as Microsoft GraphRAG writes its outputs."""
     folder.mkdir(parents=True, exist_ok=True)
     written = {}
-    for name, df in tables.items():
+    for name, df in graphrag_tables(tables).items():
         path = folder / f"{name}.parquet"
-        df.to_parquet(path, index=False)
+        pq.write_table(to_arrow(name, df), path)
         written[name] = path
     return written

@@ -1,0 +1,96 @@
+"""The parquet export read by Microsoft GraphRAG 3.x's own query engine, in a virtual environment of its own.
+
+graphrag 3.x brings dependencies this project does not share (litellm, lancedb, ...), so the test installs it
+once into .graphrag/msgraphrag-venv (about a minute) and runs its `graphrag query` command against the export,
+with the test model server as its endpoint.
+"""
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pyarrow.parquet as pq
+import pytest
+
+from graphrag_assets.method.exports import GRAPHRAG_SCHEMAS
+from graphrag_assets_tests.model_server import _REPORT_ROW, FakeOpenAIServer
+
+from .conftest import REPO, SAMPLE_CORPUS, table
+
+MSGRAPHRAG_VERSION = "3.3.0"
+VENV = REPO / ".graphrag" / "msgraphrag-venv"
+QUESTION = "What are the main themes of the story?"
+
+
+def msgraphrag() -> Path:
+    command = VENV / "bin" / "graphrag"
+    if not command.exists():
+        subprocess.run([sys.executable, "-m", "venv", str(VENV)], check=True)
+        subprocess.run(
+            [str(VENV / "bin" / "python"), "-m", "pip", "install", "-q", f"graphrag=={MSGRAPHRAG_VERSION}"], check=True
+        )
+    return command
+
+
+SETTINGS = """
+completion_models:
+  default_completion_model: {model}
+embedding_models:
+  default_embedding_model: {model}
+output_storage:
+  type: file
+  base_dir: output
+"""
+
+
+def settings(base_url: str) -> str:
+    """Its settings.yaml: the chat and the embedding model are both the test server."""
+    model = f"{{model_provider: openai, model: gpt-4.1, api_base: '{base_url}', api_key: not-a-key}}"
+    return SETTINGS.format(model=model)
+
+
+def export_folder(workspace) -> Path:
+    return workspace.root / "exports" / SAMPLE_CORPUS / "parquet"
+
+
+def test_the_export_has_microsoft_graphrags_columns_and_types_first(llm_index):
+    workspace = llm_index[0]
+    for name, schema in GRAPHRAG_SCHEMAS.items():
+        written = pq.read_schema(export_folder(workspace) / f"{name}.parquet")
+        assert written.names[: len(schema)] == schema.names, name
+        assert all(written.field(f.name).type == f.type for f in schema), name
+        assert not any(str(field.type) == "null" for field in written), name
+    communities = pq.read_table(export_folder(workspace) / "communities.parquet").to_pandas()
+    ours = table(workspace, "communities")
+    # Its hierarchy has no carried-down copies, and every child it names is a community it has.
+    assert len(communities) == (ours["carried_from"] < 0).sum()
+    assert set(communities["children"].explode().dropna()) <= set(communities["community"])
+
+
+@pytest.mark.slow
+def test_microsoft_graphrag_answers_global_questions_from_the_export(llm_index, tmp_path):
+    workspace = llm_index[0]
+    graphrag = msgraphrag()
+    communities = table(workspace, "communities")
+    with FakeOpenAIServer() as server:
+        (tmp_path / "settings.yaml").write_text(settings(server.base_url))
+        for level in (0, 1):
+            before = len(server.served)
+            run = subprocess.run(
+                [str(graphrag), "query", "--root", str(tmp_path), "--data", str(export_folder(workspace))]
+                + ["--method", "global", "--community-level", str(level), QUESTION],
+                capture_output=True,
+                text=True,
+                timeout=300,
+                env={**os.environ, "LITELLM_LOCAL_MODEL_COST_MAP": "True"},  # litellm would fetch its price list
+            )
+            assert run.returncode == 0, run.stderr[-2000:]
+            served = server.served[before:]
+            read = {int(n) for s in served if s.kind == "ms_map" for n, _ in _REPORT_ROW.findall(s.prompt)}
+            # Its roll-up groups by community title, which is unique per community, so at level L it reads
+            # every report at L or above: all the communities Leiden made down to L, none of our copies.
+            made = communities[(communities["carried_from"] < 0) & (communities["level"] <= level)]
+            expected = set(made["community"])
+            assert read == expected
+            assert f"merged from {len(expected)} analyst reports" in run.stdout
