@@ -11,6 +11,7 @@ from dagster_duckdb import DuckDBResource
 from pydantic import Field
 
 from .failures import step_failure
+from .method import imports
 from .models import EndpointError, ModelClient, ModelSettings, Usage
 
 T = TypeVar("T")
@@ -35,6 +36,10 @@ class CorporaResource(dg.ConfigurableResource):
         if not folder.is_dir():
             raise FileNotFoundError(f"corpus folder {Path(self.root) / corpus} does not exist")
         return folder
+
+    def graphrag_output(self, corpus: str) -> Path | None:
+        """Where the corpus holds a Microsoft GraphRAG output to import, or None for a folder of documents."""
+        return imports.graphrag_output(self.folder(corpus))
 
     def scan(self) -> tuple[list[str], dict[str, str]]:
         """(corpus names, {refused folder: why}) for the folders under the root."""

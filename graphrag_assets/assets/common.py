@@ -5,16 +5,22 @@ from __future__ import annotations
 import base64
 import hashlib
 import json
+from collections.abc import Callable
+from pathlib import Path
+from typing import TypeVar
 
 import dagster as dg
 import duckdb
 import pandas as pd
 
 from ..failures import step_failure
+from ..method.imports import GraphRAGOutputError
 from ..method.prompts import prompts_version
 from ..models import Usage
 from ..resources import EmbeddingModelResource, ModelEndpointResource
 from ..store.tables import Lineage, last_output, latest_versions, read_tables, record_lineage, row_count, write_table
+
+T = TypeVar("T")
 
 corpus_partitions = dg.DynamicPartitionsDefinition(name="corpus")
 
@@ -211,4 +217,26 @@ def publish(
             **(quality or {}),
             **(metadata or {}),
         },
+    )
+
+
+def from_graphrag(output: Path, read_tables: Callable[..., T], *args) -> T:
+    """Tables read from a Microsoft GraphRAG output; a broken output stops the step with one clear message."""
+    try:
+        return read_tables(output, *args)
+    except GraphRAGOutputError as problem:
+        raise step_failure(f"cannot import the GraphRAG output: {problem}", retryable=False) from None
+
+
+def publish_imported(
+    context: dg.AssetExecutionContext, conn: duckdb.DuckDBPyConnection, table: str, df: pd.DataFrame, output: Path
+) -> dg.MaterializeResult:
+    """Rows imported from a Microsoft GraphRAG output, with lineage (engine "imported"); no model was called."""
+    return publish(
+        context,
+        conn,
+        table,
+        df,
+        engine="imported",
+        metadata={"imported_from": dg.MetadataValue.path(str(output.resolve()))},
     )

@@ -4,17 +4,20 @@ import dagster as dg
 import pandas as pd
 from dagster_duckdb import DuckDBResource
 
+from ..method import imports
 from ..method.communities.leiden import DEFAULT_SEED, build_communities
 from ..method.communities.reports import REPORT_PROMPTS, generate_reports
-from ..resources import ChatModelResource
+from ..resources import ChatModelResource, CorporaResource
 from ..store.tables import read_table
 from .common import (
     MODEL_POOL,
     code_version,
     corpus_partitions,
     fail_if_too_many_failed,
+    from_graphrag,
     markdown_table,
     publish,
+    publish_imported,
     read_inputs,
     reuse_previous,
 )
@@ -50,9 +53,18 @@ def per_level(df: pd.DataFrame, **aggregations) -> dg.MetadataValue:
         )
     ],
 )
-def communities(context: dg.AssetExecutionContext, config: CommunityConfig, duckdb: DuckDBResource):
+def communities(
+    context: dg.AssetExecutionContext, config: CommunityConfig, corpora: CorporaResource, duckdb: DuckDBResource
+):
     """Hierarchical Leiden communities; level 0 is the coarsest, unsplit communities are carried down."""
     corpus = context.partition_key
+    imported = corpora.graphrag_output(corpus)
+    if imported:
+        table = from_graphrag(imported, imports.communities)
+        with duckdb.get_connection() as conn:
+            yield publish_imported(context, conn, "communities", table, imported)
+        yield one_community_per_level(table)
+        return
     with duckdb.get_connection() as conn:
         reused = reuse_previous(context, conn, "communities", engine="graspologic", settings=config)
         if reused:
@@ -112,11 +124,22 @@ def one_community_per_level(table: pd.DataFrame) -> dg.AssetCheckResult:
     ],
 )
 def community_reports(
-    context: dg.AssetExecutionContext, config: ReportConfig, chat: ChatModelResource, duckdb: DuckDBResource
+    context: dg.AssetExecutionContext,
+    config: ReportConfig,
+    chat: ChatModelResource,
+    corpora: CorporaResource,
+    duckdb: DuckDBResource,
 ):
     """One report per community, written bottom-up (paper section 3.1.5); extractive offline."""
     with duckdb.get_connection() as conn:
         inputs = read_inputs(context, conn, "community_reports")
+    imported = corpora.graphrag_output(context.partition_key)
+    if imported:
+        reports = from_graphrag(imported, imports.community_reports, inputs["communities"])
+        with duckdb.get_connection() as conn:
+            yield publish_imported(context, conn, "community_reports", reports, imported)
+        yield every_community_reported(inputs["communities"], reports)
+        return
 
     def work(client):
         return generate_reports(

@@ -6,6 +6,7 @@ from dagster_duckdb import DuckDBResource
 from pydantic import Field
 
 from ..failures import step_failure
+from ..method import imports
 from ..method.graph.claims import CLAIM_PROMPTS, COVARIATE_COLUMNS, DEFAULT_CLAIM_DESCRIPTION, extract_claims
 from ..method.graph.extraction import DEFAULT_ENTITY_TYPES, EXTRACTION_PROMPTS
 from ..method.graph.tables import build_entity_graph, link_text_units
@@ -18,8 +19,10 @@ from .common import (
     code_version,
     corpus_partitions,
     fail_if_too_many_failed,
+    from_graphrag,
     markdown_table,
     publish,
+    publish_imported,
     read_inputs,
 )
 
@@ -74,6 +77,13 @@ class ClaimsConfig(dg.Config):
 def corpus_documents(
     context: dg.AssetExecutionContext, config: IngestConfig, corpora: CorporaResource, duckdb: DuckDBResource
 ):
+    imported = corpora.graphrag_output(context.partition_key)
+    if imported:
+        documents, text_units = from_graphrag(imported, imports.documents_and_units)
+        with duckdb.get_connection() as conn:
+            yield publish_imported(context, conn, "documents", documents, imported)
+            yield publish_imported(context, conn, "base_text_units", text_units, imported)
+        return
     folder = corpora.folder(context.partition_key)
     read = read_corpus(
         folder, TabularColumns(config.text_column, config.title_column or None, tuple(config.metadata_columns))
@@ -148,9 +158,23 @@ def corpus_documents(
     ],
 )
 def entity_graph(
-    context: dg.AssetExecutionContext, config: GraphConfig, chat: ChatModelResource, duckdb: DuckDBResource
+    context: dg.AssetExecutionContext,
+    config: GraphConfig,
+    chat: ChatModelResource,
+    corpora: CorporaResource,
+    duckdb: DuckDBResource,
 ):
     corpus = context.partition_key
+    imported = corpora.graphrag_output(corpus)
+    if imported:
+        entities, relationships = from_graphrag(imported, imports.graph)
+        with duckdb.get_connection() as conn:
+            units = read_table(conn, "base_text_units", corpus)
+            yield publish_imported(context, conn, "entities", entities, imported)
+            yield publish_imported(context, conn, "relationships", relationships, imported)
+        yield relationship_endpoints_are_entities(entities, relationships)
+        yield entities_found(units, entities)
+        return
     with duckdb.get_connection() as conn:
         units = read_table(conn, "base_text_units", corpus)
     options = dict(
@@ -242,10 +266,18 @@ def relationship_endpoints_are_entities(entities: pd.DataFrame, relationships: p
     pool=MODEL_POOL,
 )
 def covariates(
-    context: dg.AssetExecutionContext, config: ClaimsConfig, chat: ChatModelResource, duckdb: DuckDBResource
+    context: dg.AssetExecutionContext,
+    config: ClaimsConfig,
+    chat: ChatModelResource,
+    corpora: CorporaResource,
+    duckdb: DuckDBResource,
 ) -> dg.MaterializeResult:
     """Claims about entities (subject, object, type, status, dates, quote), one LLM pass per text unit."""
     corpus = context.partition_key
+    imported = corpora.graphrag_output(corpus)
+    if imported:
+        with duckdb.get_connection() as conn:
+            return publish_imported(context, conn, "covariates", from_graphrag(imported, imports.covariates), imported)
     if not (config.enabled and chat.configured):
         reason = "claims are switched off" if not config.enabled else "the offline engine extracts no claims"
         context.log.info(f"covariates left empty: {reason}")

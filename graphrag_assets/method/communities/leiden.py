@@ -32,6 +32,10 @@ COMMUNITY_COLUMNS = [
 DEFAULT_SEED = 0xDEADBEEF
 
 
+def community_id(level: int, entity_ids: list[str]) -> str:
+    return hashlib.sha256(f"community:{level}:{','.join(sorted(entity_ids))}".encode()).hexdigest()[:32]
+
+
 def networkx_graph(entities: pd.DataFrame, relationships: pd.DataFrame) -> nx.Graph:
     """Undirected graph over entity titles, weights summed over both directions, in a stable order."""
     graph = nx.Graph()
@@ -143,8 +147,5 @@ def build_communities(
     ]
     communities["title"] = communities["community"].map(lambda c: f"Community {c}")
     communities["human_readable_id"] = communities["community"]
-    communities["id"] = [
-        hashlib.sha256(f"community:{lv}:{','.join(sorted(e))}".encode()).hexdigest()[:32]
-        for lv, e in zip(communities["level"], communities["entity_ids"])
-    ]
+    communities["id"] = [community_id(lv, e) for lv, e in zip(communities["level"], communities["entity_ids"])]
     return communities[COMMUNITY_COLUMNS].reset_index(drop=True)

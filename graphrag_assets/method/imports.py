@@ -1,0 +1,236 @@
+"""A Microsoft GraphRAG output folder (its parquet files) read into this project's tables, without a model call.
+
+A corpus folder that holds GraphRAG's `entities.parquet`, `communities.parquet` and `community_reports.parquet`
+(in the folder itself or in its `output/` subfolder) is an import. Its ids stay as they are, so answers cite
+the same records GraphRAG would. Its hierarchy stops where Leiden stopped splitting; ours carries such a
+community down as a copy to every deeper level (paper: C1-C3 partition the whole graph), so the copies are
+added here, each repeating the report of the community it copies.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from pathlib import Path
+
+import pandas as pd
+
+from .communities.leiden import community_id
+
+REQUIRED = ("entities", "relationships", "communities", "community_reports", "text_units", "documents")
+
+
+def graphrag_output(folder: Path) -> Path | None:
+    """The folder holding a GraphRAG output inside a corpus folder, or None when the corpus is plain documents."""
+    for candidate in (folder, folder / "output"):
+        if all((candidate / f"{name}.parquet").is_file() for name in ("entities", "communities", "community_reports")):
+            return candidate
+    return None
+
+
+class GraphRAGOutputError(ValueError):
+    """A GraphRAG output that cannot be imported; the message names the file and what is wrong."""
+
+
+def read(output: Path, name: str, columns: tuple[str, ...]) -> pd.DataFrame:
+    path = output / f"{name}.parquet"
+    if not path.is_file():
+        raise GraphRAGOutputError(f"{path} is missing: a GraphRAG output has {', '.join(REQUIRED)}")
+    try:
+        df = pd.read_parquet(path)
+    except Exception as problem:  # noqa: BLE001 - any unreadable file is the same user error
+        raise GraphRAGOutputError(f"{path} is not a readable parquet file: {problem}") from None
+    missing = [c for c in columns if c not in df.columns]
+    if missing:
+        raise GraphRAGOutputError(f"{path} lacks the columns {missing} of GraphRAG's output schema")
+    return df.reset_index(drop=True)
+
+
+def _ids(values) -> list[str]:
+    return [str(v) for v in values] if values is not None and not isinstance(values, str) else []
+
+
+def documents_and_units(output: Path) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """(documents, base_text_units) in our schema; a unit's chunk_index is its place in its document."""
+    docs = read(output, "documents", ("id", "title", "text"))
+    units = read(output, "text_units", ("id", "text", "n_tokens", "document_id"))
+    order = "human_readable_id" if "human_readable_id" in units else "id"
+    units = units.sort_values(order, kind="stable")
+    units["chunk_index"] = units.groupby("document_id").cumcount()
+    base = pd.DataFrame(
+        {
+            "id": units["id"].astype(str),
+            "text": units["text"].astype(str),
+            "n_tokens": units["n_tokens"].astype(int),
+            "document_id": units["document_id"].astype(str),
+            "chunk_index": units["chunk_index"].astype(int),
+        }
+    ).reset_index(drop=True)
+    by_document = base.groupby("document_id")["id"].apply(list).to_dict()
+    documents = pd.DataFrame(
+        {
+            "id": docs["id"].astype(str),
+            "title": docs["title"].astype(str),
+            "text": docs["text"].astype(str),
+            "source_path": [f"{output.name}/documents.parquet#{i}" for i in range(len(docs))],
+            "metadata": [
+                json.dumps({"imported_from": "graphrag", "creation_date": str(d or "")}, sort_keys=True)
+                for d in (docs["creation_date"] if "creation_date" in docs else [""] * len(docs))
+            ],
+            "text_unit_ids": [by_document.get(str(i), []) for i in docs["id"]],
+        }
+    )
+    return documents, base
+
+
+def graph(output: Path) -> tuple[pd.DataFrame, pd.DataFrame]:
+    entities = read(output, "entities", ("id", "title", "type", "description", "text_unit_ids"))
+    relationships = read(output, "relationships", ("id", "source", "target", "description", "weight"))
+    entities = pd.DataFrame(
+        {
+            "id": entities["id"].astype(str),
+            "human_readable_id": entities.get("human_readable_id", pd.Series(range(len(entities)))).astype(int),
+            "title": entities["title"].astype(str),
+            "type": entities["type"].fillna("").astype(str),
+            "description": entities["description"].fillna("").astype(str),
+            "text_unit_ids": entities["text_unit_ids"].map(_ids),
+            "frequency": entities.get("frequency", entities["text_unit_ids"].map(len)).fillna(0).astype(int),
+            "degree": entities.get("degree", pd.Series([0] * len(entities))).fillna(0).astype(int),
+        }
+    )
+    relationships = pd.DataFrame(
+        {
+            "id": relationships["id"].astype(str),
+            "human_readable_id": relationships.get("human_readable_id", pd.Series(range(len(relationships)))).astype(
+                int
+            ),
+            "source": relationships["source"].astype(str),
+            "target": relationships["target"].astype(str),
+            "description": relationships["description"].fillna("").astype(str),
+            "weight": relationships["weight"].astype(float),
+            "combined_degree": relationships.get("combined_degree", pd.Series([0] * len(relationships)))
+            .fillna(0)
+            .astype(int),
+            "text_unit_ids": relationships.get("text_unit_ids", pd.Series([[]] * len(relationships))).map(_ids),
+        }
+    )
+    return entities, relationships
+
+
+COVARIATE_FIELDS = (
+    "id",
+    "human_readable_id",
+    "covariate_type",
+    "type",
+    "description",
+    "subject_id",
+    "object_id",
+    "status",
+    "start_date",
+    "end_date",
+    "source_text",
+    "text_unit_id",
+)
+
+
+def covariates(output: Path) -> pd.DataFrame:
+    """Claims, or none when GraphRAG ran without claim extraction (it then writes no covariates file)."""
+    if not (output / "covariates.parquet").is_file():
+        return pd.DataFrame(columns=list(COVARIATE_FIELDS))
+    claims = read(output, "covariates", ("id", "subject_id", "description", "text_unit_id"))
+    table = pd.DataFrame({c: claims[c] if c in claims else None for c in COVARIATE_FIELDS})
+    table["human_readable_id"] = claims.get("human_readable_id", pd.Series(range(len(claims)))).astype(int)
+    for column in COVARIATE_FIELDS:
+        if column != "human_readable_id":
+            table[column] = table[column].map(lambda v: None if v is None or pd.isna(v) else str(v))
+    return table
+
+
+def carry_down(communities: pd.DataFrame) -> pd.DataFrame:
+    """Add a copy of every community that is not split to each deeper level; `carried_from` names the original."""
+    rows = communities.to_dict("records")
+    for row in rows:
+        row["carried_from"] = -1
+    deepest = max((r["level"] for r in rows), default=0)
+    number = max((r["community"] for r in rows), default=-1)
+    for level in range(deepest):
+        for row in [r for r in rows if r["level"] == level and not r["children"]]:
+            number += 1
+            copy = {
+                **row,
+                "id": community_id(level + 1, row["entity_ids"]),
+                "human_readable_id": number,
+                "community": number,
+                "level": level + 1,
+                "parent": row["community"],
+                "children": [],
+                "title": f"Community {number}",
+                "carried_from": row["community"],
+            }
+            row["children"] = [number]
+            rows.append(copy)
+    return pd.DataFrame(rows)
+
+
+def communities(output: Path) -> pd.DataFrame:
+    table = read(output, "communities", ("community", "level", "parent", "entity_ids"))
+    table = pd.DataFrame(
+        {
+            "id": table["id"].astype(str) if "id" in table else table["community"].map(lambda c: f"community-{c}"),
+            "human_readable_id": table["community"].astype(int),
+            "community": table["community"].astype(int),
+            "level": table["level"].astype(int),
+            "parent": table["parent"].fillna(-1).astype(int),
+            "children": table.get("children", pd.Series([[]] * len(table))).map(
+                lambda v: [int(c) for c in v] if v is not None and not isinstance(v, str) else []
+            ),
+            "title": table.get("title", table["community"].map(lambda c: f"Community {c}")).astype(str),
+            "entity_ids": table["entity_ids"].map(_ids),
+            "relationship_ids": table.get("relationship_ids", pd.Series([[]] * len(table))).map(_ids),
+            "text_unit_ids": table.get("text_unit_ids", pd.Series([[]] * len(table))).map(_ids),
+            "size": table.get("size", table["entity_ids"].map(len)).astype(int),
+        }
+    )
+    return carry_down(table).sort_values(["level", "community"]).reset_index(drop=True)
+
+
+def community_reports(output: Path, ours: pd.DataFrame) -> pd.DataFrame:
+    """GraphRAG's reports, plus one for each carried-down copy in `ours` (our communities table), repeating
+    the report of the community it copies; parent and children follow our hierarchy."""
+    reports = read(output, "community_reports", ("community", "title", "summary", "full_content", "rank"))
+    by_number = {int(r["community"]): r for r in reports.to_dict("records")}
+    rows = []
+    for community in ours.itertuples(index=False):
+        original = community.community if community.carried_from < 0 else community.carried_from
+        while original not in by_number and original in set(ours["community"]):  # a copy of a copy
+            original = int(ours.loc[ours["community"] == original, "carried_from"].iloc[0])
+        report = by_number.get(original)
+        if report is None:
+            continue
+        findings = report.get("findings")
+        findings = [dict(f) for f in findings] if findings is not None and not isinstance(findings, str) else []
+        rows.append(
+            {
+                "id": str(report.get("id") or original)
+                if community.carried_from < 0
+                else hashlib.sha256(f"report:{community.id}".encode()).hexdigest()[:32],
+                "human_readable_id": int(community.community),
+                "community": int(community.community),
+                "level": int(community.level),
+                "parent": int(community.parent),
+                "children": list(community.children),
+                "title": str(report["title"]),
+                "summary": str(report["summary"]),
+                "full_content": str(report["full_content"]),
+                "rank": float(report["rank"]),
+                "rating_explanation": str(report.get("rating_explanation") or ""),
+                "findings": json.dumps(findings),
+                "full_content_json": str(report.get("full_content_json") or "{}"),
+                "size": int(community.size),
+                "status": "ok",
+                "error": None,
+                "context_tokens": 0,
+                "substituted_communities": [],
+            }
+        )
+    return pd.DataFrame(rows)

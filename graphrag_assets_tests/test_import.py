@@ -1,0 +1,201 @@
+"""A Microsoft GraphRAG output folder in data/ is imported as a corpus: no extraction call, and every query works."""
+
+import json
+import shutil
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from graphrag_assets.method.exports import GRAPHRAG_SCHEMAS
+from graphrag_assets_tests.model_server import FakeOpenAIServer
+
+from .conftest import SAMPLE_CORPUS, Workspace, chat_resource, embedding_resource, table
+
+CORPUS = "imported-graph"
+IMPORTED = (
+    "documents",
+    "base_text_units",
+    "entities",
+    "relationships",
+    "covariates",
+    "text_units",
+    "communities",
+    "community_reports",
+)
+PEOPLE = ["ADA QUAYLE", "BEN ORME", "CORA VANE", "DAN FELL", "EVA MOSS", "FRED HALE", "GIL PRY", "HAL ROOK"]
+
+
+def microsoft_output() -> dict[str, list[dict]]:
+    """A small index as Microsoft GraphRAG 3.x writes it: two documents, a two-level hierarchy where community 1
+    is not split (its hierarchy then stops; ours carries it down), claims."""
+    units = [
+        {
+            "id": f"unit-{i}",
+            "human_readable_id": i,
+            "text": f"{PEOPLE[i]} met {PEOPLE[(i + 1) % 8]} at the harbour of Port Wren.",
+            "n_tokens": 14,
+            "document_id": f"doc-{i // 4}",
+            "entity_ids": [f"entity-{i}", f"entity-{(i + 1) % 8}"],
+            "relationship_ids": [f"rel-{i}"],
+            "covariate_ids": [],
+        }
+        for i in range(8)
+    ]
+    documents = [
+        {
+            "id": f"doc-{d}",
+            "human_readable_id": d,
+            "title": f"log-{d}.txt",
+            "text": " ".join(u["text"] for u in units if u["document_id"] == f"doc-{d}"),
+            "text_unit_ids": [u["id"] for u in units if u["document_id"] == f"doc-{d}"],
+            "creation_date": "2026-01-0{d + 1}",
+            "raw_data": None,
+        }
+        for d in range(2)
+    ]
+    entities = [
+        {
+            "id": f"entity-{i}",
+            "human_readable_id": i,
+            "title": name,
+            "type": "PERSON",
+            "description": f"{name.title()} works at the harbour.",
+            "text_unit_ids": [f"unit-{i}", f"unit-{(i - 1) % 8}"],
+            "frequency": 2,
+            "degree": 2,
+        }
+        for i, name in enumerate(PEOPLE)
+    ]
+    relationships = [
+        {
+            "id": f"rel-{i}",
+            "human_readable_id": i,
+            "source": PEOPLE[i],
+            "target": PEOPLE[(i + 1) % 8],
+            "description": f"{PEOPLE[i].title()} met {PEOPLE[(i + 1) % 8].title()}.",
+            "weight": 1.0 + i,
+            "combined_degree": 4,
+            "text_unit_ids": [f"unit-{i}"],
+        }
+        for i in range(8)
+    ]
+    covariates = [
+        {
+            "id": f"claim-{i}",
+            "human_readable_id": i,
+            "covariate_type": "claim",
+            "type": "MEETING",
+            "description": f"{PEOPLE[i].title()} held a meeting.",
+            "subject_id": PEOPLE[i],
+            "object_id": None,
+            "status": "TRUE",
+            "start_date": None,
+            "end_date": None,
+            "source_text": units[i]["text"],
+            "text_unit_id": f"unit-{i}",
+        }
+        for i in range(3)
+    ]
+    members = {0: range(0, 4), 1: range(4, 8), 2: range(0, 2), 3: range(2, 4)}
+    hierarchy = {0: (0, -1, [2, 3]), 1: (0, -1, []), 2: (1, 0, []), 3: (1, 0, [])}
+    communities, reports = [], []
+    for number, (level, parent, children) in hierarchy.items():
+        common = {"human_readable_id": number, "community": number, "level": level, "parent": parent}
+        common |= {"children": children, "title": f"Community {number}", "period": "2026-01-02"}
+        communities.append(
+            {
+                "id": f"community-{number}",
+                **common,
+                "entity_ids": [f"entity-{i}" for i in members[number]],
+                "relationship_ids": [f"rel-{i}" for i in members[number]],
+                "text_unit_ids": [f"unit-{i}" for i in members[number]],
+                "size": len(members[number]),
+            }
+        )
+        names = " and ".join(PEOPLE[i].title() for i in members[number])
+        reports.append(
+            {
+                "id": f"report-{number}",
+                **{k: v for k, v in common.items() if k != "period"},
+                "summary": f"The harbour meetings of {names}.",
+                "full_content": f"# Harbour circle {number}\n\nThe harbour meetings of {names}.",
+                "rank": 5.0,
+                "rating_explanation": "They run the harbour.",
+                "findings": [{"explanation": f"{names} meet at Port Wren.", "summary": "Harbour meetings"}],
+                "full_content_json": "{}",
+                "period": "2026-01-02",
+                "size": len(members[number]),
+                "title": f"Harbour circle {number}",
+            }
+        )
+    return {
+        "documents": documents,
+        "text_units": units,
+        "entities": entities,
+        "relationships": relationships,
+        "covariates": covariates,
+        "communities": communities,
+        "community_reports": reports,
+    }
+
+
+def write_output(folder, tables: dict[str, list[dict]]) -> None:
+    folder.mkdir(parents=True)
+    for name, rows in tables.items():
+        pq.write_table(pa.Table.from_pylist(rows, schema=GRAPHRAG_SCHEMAS[name]), folder / f"{name}.parquet")
+
+
+def test_a_microsoft_graphrag_output_is_imported_and_answers_at_every_level(tmp_path):
+    workspace = Workspace(tmp_path)
+    output = microsoft_output()
+    write_output(workspace.data / CORPUS / "output", output)
+    with FakeOpenAIServer() as server:
+        chat, embeddings = (
+            chat_resource(server.base_url, workspace.cache),
+            embedding_resource(server.base_url, workspace.cache),
+        )
+        workspace.materialize(CORPUS, chat=chat, embeddings=embeddings)
+        assert {s.kind for s in server.served} <= {"embed", "probe"}  # no extraction, summary or report call
+        for name in ("documents", "entities", "relationships", "covariates"):
+            ids = workspace.sql(f"SELECT id FROM {name} WHERE corpus = ? ORDER BY id", CORPUS)["id"].tolist()
+            assert ids == sorted(row["id"] for row in output[name]), name
+        engines = workspace.sql("SELECT DISTINCT asset, engine FROM lineage WHERE corpus = ?", CORPUS)
+        assert set(engines.loc[engines["engine"] == "imported", "asset"]) == set(IMPORTED) - {"text_units"}
+        # Community 1 is not split: our hierarchy carries a copy of it, and its report, down to level 1.
+        communities = workspace.sql("SELECT * FROM communities WHERE corpus = ? ORDER BY community", CORPUS)
+        copy = communities[communities["carried_from"] == 1].iloc[0]
+        assert copy["level"] == 1 and list(communities.loc[communities["community"] == 1, "children"].iloc[0]) == [
+            copy["community"]
+        ]
+        reports = workspace.sql("SELECT * FROM community_reports WHERE corpus = ?", CORPUS)
+        assert len(reports) == 5 and (reports["status"] == "ok").all()
+        for level in (0, 1):
+            result = workspace.ask(
+                CORPUS,
+                "global_search",
+                {"question": "Who meets at the harbour?", "community_level": level},
+                chat=chat,
+                embeddings=embeddings,
+            )
+            answer = workspace.sql("SELECT context FROM query_answers WHERE run_id = ?", result.run_id).iloc[0][
+                "context"
+            ]
+            expected = reports.loc[reports["level"] == level, "id"]
+            assert sorted(json.loads(answer)["reports"]) == sorted(expected)
+        mapped = " ".join(s.prompt for s in server.served if s.kind == "map")
+        assert all(f"Harbour circle {n}" in mapped for n in range(4))
+
+
+def test_our_export_imports_back_with_the_same_rows_and_ids(llm_index, tmp_path):
+    source = llm_index[0]
+    workspace = Workspace(tmp_path)
+    shutil.copytree(source.root / "exports" / SAMPLE_CORPUS / "parquet", workspace.data / CORPUS)
+    workspace.materialize(CORPUS, selection=list(IMPORTED))
+    for name in ("documents", "text_units", "entities", "relationships", "covariates", "community_reports"):
+        ours = table(source, name)
+        back = workspace.sql(f"SELECT * FROM {name} WHERE corpus = ? ORDER BY id", CORPUS)
+        assert len(back) == len(ours), name
+        assert back["id"].tolist() == ours["id"].tolist(), name
+    # The hierarchy comes back whole: the same communities at every level, copies included.
+    ours, back = table(source, "communities"), workspace.sql("SELECT * FROM communities WHERE corpus = ?", CORPUS)
+    assert sorted(zip(ours["level"], ours["id"])) == sorted(zip(back["level"], back["id"]))
