@@ -41,13 +41,27 @@ embedding_models:
 output_storage:
   type: file
   base_dir: output
+vector_store:
+  type: lancedb
+  db_uri: {vectors}
+  vector_size: {dimensions}
 """
 
 
-def settings(base_url: str) -> str:
-    """Its settings.yaml: the chat and the embedding model are both the test server."""
-    model = f"{{model_provider: openai, model: gpt-4.1, api_base: '{base_url}', api_key: not-a-key}}"
-    return SETTINGS.format(model=model)
+def settings(server: FakeOpenAIServer, export: Path) -> str:
+    """Its settings.yaml: the chat and the embedding model are both the test server; vectors from our export."""
+    model = f"{{model_provider: openai, model: gpt-4.1, api_base: '{server.base_url}', api_key: not-a-key}}"
+    return SETTINGS.format(model=model, vectors=export / "lancedb", dimensions=server.embedding_dimensions)
+
+
+def query(graphrag: Path, root: Path, export: Path, *arguments: str) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [str(graphrag), "query", "--root", str(root), "--data", str(export), *arguments, QUESTION],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env={**os.environ, "LITELLM_LOCAL_MODEL_COST_MAP": "True"},  # litellm would fetch its price list
+    )
 
 
 def export_folder(workspace) -> Path:
@@ -73,18 +87,12 @@ def test_microsoft_graphrag_answers_global_questions_from_the_export(llm_index, 
     workspace = llm_index[0]
     graphrag = msgraphrag()
     communities = table(workspace, "communities")
+    export = export_folder(workspace)
     with FakeOpenAIServer() as server:
-        (tmp_path / "settings.yaml").write_text(settings(server.base_url))
+        (tmp_path / "settings.yaml").write_text(settings(server, export))
         for level in (0, 1):
             before = len(server.served)
-            run = subprocess.run(
-                [str(graphrag), "query", "--root", str(tmp_path), "--data", str(export_folder(workspace))]
-                + ["--method", "global", "--community-level", str(level), QUESTION],
-                capture_output=True,
-                text=True,
-                timeout=300,
-                env={**os.environ, "LITELLM_LOCAL_MODEL_COST_MAP": "True"},  # litellm would fetch its price list
-            )
+            run = query(graphrag, tmp_path, export, "--method", "global", "--community-level", str(level))
             assert run.returncode == 0, run.stderr[-2000:]
             served = server.served[before:]
             read = {int(n) for s in served if s.kind == "ms_map" for n, _ in _REPORT_ROW.findall(s.prompt)}
@@ -94,3 +102,20 @@ def test_microsoft_graphrag_answers_global_questions_from_the_export(llm_index, 
             expected = set(made["community"])
             assert read == expected
             assert f"merged from {len(expected)} analyst reports" in run.stdout
+
+
+@pytest.mark.slow
+def test_microsoft_graphrag_answers_local_questions_from_the_exported_vectors(llm_index, tmp_path):
+    workspace = llm_index[0]
+    export = export_folder(workspace)
+    with FakeOpenAIServer() as server:
+        (tmp_path / "settings.yaml").write_text(settings(server, export))
+        run = query(msgraphrag(), tmp_path, export, "--method", "local", "--community-level", "1")
+        assert run.returncode == 0, run.stderr[-2000:]
+        answered = [s for s in server.served if s.kind == "ms_answer"]
+        assert len(answered) == 1 and server.count("embed") >= 1  # the question was embedded, then answered
+    # Its context holds entities it found by vector search in our LanceDB table, and their source texts.
+    titles = set(table(workspace, "entities")["title"])
+    context = answered[0].prompt
+    assert "-----Entities-----" in context and "-----Sources-----" in context
+    assert sum(f"|{title}|" in context for title in titles) >= 5

@@ -57,7 +57,7 @@ def graphml_export(context: dg.AssetExecutionContext, config: ExportConfig, duck
 
 
 @dg.asset(
-    deps=list(PARQUET_TABLES),
+    deps=[*PARQUET_TABLES, "text_embeddings"],
     partitions_def=corpus_partitions,
     group_name="exports",
     code_version=code_version(),
@@ -65,20 +65,27 @@ def graphml_export(context: dg.AssetExecutionContext, config: ExportConfig, duck
 )
 def parquet_export(context: dg.AssetExecutionContext, config: ExportConfig, duckdb: DuckDBResource):
     """Every index table as a parquet file in Microsoft GraphRAG 3.x's output schema: `graphrag query --data <folder>`
-    answers from it."""
+    answers from it. The text embeddings go to `text_embeddings.parquet` and, with the `lancedb` extra installed,
+    to the LanceDB tables its local, DRIFT and basic search read (`<folder>/lancedb`)."""
     corpus = context.partition_key
     with duckdb.get_connection() as conn:
         tables = read_inputs(context, conn, "parquet_export")
+    vectors = tables.pop("text_embeddings")
     # GraphRAG stores findings as a list of {summary, explanation}; DuckDB holds them as JSON text.
     tables["community_reports"]["findings"] = tables["community_reports"]["findings"].map(json.loads)
-    written = exports.parquet(tables, Path(config.folder) / corpus / "parquet")
+    folder = Path(config.folder) / corpus / "parquet"
+    written = exports.parquet({**tables, "text_embeddings": vectors}, folder)
+    vector_tables = exports.lancedb_tables(vectors, folder / "lancedb")
+    if vector_tables is None:
+        context.log.info("lancedb is not installed (pip install 'graphrag-assets[lancedb]'): no LanceDB tables")
     with duckdb.get_connection() as conn:
         record_lineage(
             conn, lineage_for(context, conn, "parquet_export", engine="pyarrow"), corpus, version="", rows=len(written)
         )
     return dg.MaterializeResult(
         metadata={
-            "folder": dg.MetadataValue.path(str((Path(config.folder) / corpus / "parquet").resolve())),
+            "folder": dg.MetadataValue.path(str(folder.resolve())),
             "rows": dg.MetadataValue.json({name: len(df) for name, df in tables.items()}),
+            "lancedb_tables": dg.MetadataValue.json(vector_tables or "lancedb not installed"),
         }
     )

@@ -7,6 +7,7 @@ from datetime import date
 from pathlib import Path
 
 import networkx as nx
+import numpy as np
 import pandas as pd
 import pyarrow as pa
 import pyarrow.parquet as pq
@@ -207,4 +208,40 @@ def parquet(tables: dict[str, pd.DataFrame], folder: Path) -> dict[str, Path]:
         path = folder / f"{name}.parquet"
         pq.write_table(to_arrow(name, df), path)
         written[name] = path
+    return written
+
+
+# Where Microsoft GraphRAG's query engine looks for each kind of our text embeddings.
+LANCEDB_TABLES = {
+    "entity": "entity_description",
+    "text_unit": "text_unit_text",
+    "community_report": "community_full_content",
+}
+
+
+def lancedb_tables(text_embeddings: pd.DataFrame, folder: Path) -> dict[str, int] | None:
+    """The text embeddings as the LanceDB tables Microsoft GraphRAG's local, DRIFT and basic search read (id,
+    vector, create_date, update_date); {table: rows}, or None without the `lancedb` extra installed."""
+    try:
+        import lancedb
+    except ImportError:
+        return None
+    database = lancedb.connect(str(folder))
+    written = {}
+    for kind, name in LANCEDB_TABLES.items():
+        rows = text_embeddings[text_embeddings["kind"] == kind]
+        if rows.empty:
+            continue
+        vectors = np.stack(rows["embedding"].to_numpy()).astype(np.float32)
+        empty_dates = pa.array([None] * len(rows), pa.string())
+        table = pa.table(
+            {
+                "id": pa.array(rows["id"].astype(str), pa.string()),
+                "vector": pa.FixedSizeListArray.from_arrays(pa.array(vectors.ravel()), vectors.shape[1]),
+                "create_date": empty_dates,
+                "update_date": empty_dates,
+            }
+        )
+        database.create_table(name, data=table, mode="overwrite")
+        written[name] = len(rows)
     return written
