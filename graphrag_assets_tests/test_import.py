@@ -9,19 +9,10 @@ import pyarrow.parquet as pq
 from graphrag_assets.method.exports import GRAPHRAG_SCHEMAS
 from graphrag_assets_tests.model_server import FakeOpenAIServer
 
-from .conftest import SAMPLE_CORPUS, Workspace, chat_resource, embedding_resource, table
+from .conftest import INDEX_ASSETS, SAMPLE_CORPUS, Workspace, chat_resource, embedding_resource, table
 
 CORPUS = "imported-graph"
-IMPORTED = (
-    "documents",
-    "base_text_units",
-    "entities",
-    "relationships",
-    "covariates",
-    "text_units",
-    "communities",
-    "community_reports",
-)
+IMPORTED = INDEX_ASSETS[: INDEX_ASSETS.index("community_reports") + 1]  # what an import loads or links
 PEOPLE = ["ADA QUAYLE", "BEN ORME", "CORA VANE", "DAN FELL", "EVA MOSS", "FRED HALE", "GIL PRY", "HAL ROOK"]
 
 

@@ -16,6 +16,7 @@ from pathlib import Path
 import pandas as pd
 
 from .communities.leiden import community_id
+from .graph.claims import COVARIATE_COLUMNS
 
 REQUIRED = ("entities", "relationships", "communities", "community_reports", "text_units", "documents")
 
@@ -117,30 +118,14 @@ def graph(output: Path) -> tuple[pd.DataFrame, pd.DataFrame]:
     return entities, relationships
 
 
-COVARIATE_FIELDS = (
-    "id",
-    "human_readable_id",
-    "covariate_type",
-    "type",
-    "description",
-    "subject_id",
-    "object_id",
-    "status",
-    "start_date",
-    "end_date",
-    "source_text",
-    "text_unit_id",
-)
-
-
 def covariates(output: Path) -> pd.DataFrame:
     """Claims, or none when GraphRAG ran without claim extraction (it then writes no covariates file)."""
     if not (output / "covariates.parquet").is_file():
-        return pd.DataFrame(columns=list(COVARIATE_FIELDS))
+        return pd.DataFrame(columns=list(COVARIATE_COLUMNS))
     claims = read(output, "covariates", ("id", "subject_id", "description", "text_unit_id"))
-    table = pd.DataFrame({c: claims[c] if c in claims else None for c in COVARIATE_FIELDS})
+    table = pd.DataFrame({c: claims[c] if c in claims else None for c in COVARIATE_COLUMNS})
     table["human_readable_id"] = claims.get("human_readable_id", pd.Series(range(len(claims)))).astype(int)
-    for column in COVARIATE_FIELDS:
+    for column in COVARIATE_COLUMNS:
         if column != "human_readable_id":
             table[column] = table[column].map(lambda v: None if v is None or pd.isna(v) else str(v))
     return table
