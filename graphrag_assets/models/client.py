@@ -26,7 +26,9 @@ import hashlib
 import json
 import logging
 import time
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Callable, Iterator, Mapping
+from contextlib import contextmanager
+from contextvars import ContextVar
 from dataclasses import asdict, dataclass, field
 from typing import TypeVar
 
@@ -99,6 +101,21 @@ class Usage:
         data["estimated_cost_usd"] = round(self.cost(settings), 6)
         data["model"] = settings.model
         return data
+
+
+_SCOPES: ContextVar[dict[int, Usage] | None] = ContextVar("usage_scopes", default=None)
+
+
+@contextmanager
+def usage_scope(client: ModelClient) -> Iterator[Usage]:
+    """The calls, cache hits and tokens of `client`'s requests made inside the block and the tasks it starts
+    (one answer among many answered concurrently), counted apart from the client's total."""
+    usage = Usage()
+    token = _SCOPES.set({**(_SCOPES.get() or {}), id(client): usage})
+    try:
+        yield usage
+    finally:
+        _SCOPES.reset(token)
 
 
 class EndpointError(RuntimeError):
@@ -322,7 +339,7 @@ class ModelClient:
                     await self._pace.admit(estimated_tokens)
                     await self._requests.spend(1)
                     await self._tokens.spend(estimated_tokens)
-                    self.usage.calls += 1
+                    self._count(calls=1)
                     self.usage.peak_concurrency = max(self.usage.peak_concurrency, self._concurrency.in_flight)
                     started = time.monotonic()
                     try:
@@ -339,8 +356,7 @@ class ModelClient:
                     self._pace.count_completion(completion_tokens)
                     self._concurrency.succeeded(time.monotonic() - started, completion_tokens)
                     self._consecutive_unreachable = 0
-                self.usage.prompt_tokens += prompt_tokens
-                self.usage.completion_tokens += completion_tokens
+                self._count(prompt_tokens=prompt_tokens, completion_tokens=completion_tokens)
                 # The reply's tokens count against the budget too, once we know how many there were.
                 if completion_tokens:
                     await self._tokens.spend(completion_tokens)
@@ -351,6 +367,12 @@ class ModelClient:
         message = self._redact(message)
         self.usage.errors.append(message)
         log.warning("model call failed: %s", message)
+
+    def _count(self, **amounts: int) -> None:
+        for usage in (self.usage, (_SCOPES.get() or {}).get(id(self))):
+            if usage is not None:
+                for name, amount in amounts.items():
+                    setattr(usage, name, getattr(usage, name) + amount)
 
     async def complete(
         self,
@@ -382,7 +404,7 @@ class ModelClient:
         if cached is not None:
             try:
                 value = accept(_Reply(cached))
-                self.usage.cache_hits += 1
+                self._count(cache_hits=1)
                 return value
             except InvalidReply:
                 pass  # cached before replies were checked: ask again, and the valid reply replaces it
