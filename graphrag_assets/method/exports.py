@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 from datetime import date
 from pathlib import Path
 
@@ -222,6 +223,7 @@ LANCEDB_TABLES = {
 def lancedb_tables(text_embeddings: pd.DataFrame, folder: Path) -> dict[str, int] | None:
     """The text embeddings as the LanceDB tables Microsoft GraphRAG's local, DRIFT and basic search read (id,
     vector, create_date, update_date); {table: rows}, or None without the `lancedb` extra installed."""
+    os.environ.setdefault("LANCE_LOG", "error")  # lance's Rust core warns on stderr about every new table
     try:
         import lancedb
     except ImportError:

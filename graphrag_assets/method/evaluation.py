@@ -1,0 +1,287 @@
+"""The paper's evaluation (sections 3.2-3.3 and 4): sensemaking questions from personas and tasks, pairwise
+judging of answers on four criteria, and claim-based comprehensiveness and diversity.
+
+The model calls live here; the statistics (win rates, paired tests, claim clusters) are plain functions of
+the stored rows, so they can be checked by hand.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+from dataclasses import dataclass
+
+import numpy as np
+import pandas as pd
+from rouge_score import rouge_scorer
+from scipy import stats
+from sklearn.cluster import AgglomerativeClustering
+
+from .graph.records import ChatModel, InvalidReply, parse_json_reply
+from .prompts import load_prompt
+
+# The paper's criteria, in our words. Directness is its control: the broad answers GraphRAG gives should lose on it.
+CRITERIA = {
+    "comprehensiveness": "how much of what the question asks about the answer covers, and in how much detail",
+    "diversity": "how many different perspectives, aspects and insights the answer brings to the question",
+    "empowerment": "how well the answer lets the reader understand the topic and reach informed judgements of "
+    "their own",
+    "directness": "how plainly and specifically the answer addresses what was asked",
+}
+EVALUATION_PROMPTS = (
+    "evaluation_corpus",
+    "evaluation_personas",
+    "evaluation_tasks",
+    "evaluation_questions",
+    "evaluation_judge",
+    "evaluation_claims",
+)
+
+
+def string_list(field: str, count: int | None = None):
+    """A parser for a reply {field: [strings]}; with `count`, it must hold at least that many."""
+
+    def parse(reply: str) -> list[str]:
+        data, _ = parse_json_reply(reply)
+        values = data.get(field) if isinstance(data, dict) else None
+        if not isinstance(values, list) or not all(isinstance(v, str) for v in values):
+            raise InvalidReply(f"the reply has no list of strings under {field!r}")
+        values = [v.strip() for v in values if v.strip()]
+        if count is not None and len(values) < count:
+            raise InvalidReply(f"asked for {count} {field}, got {len(values)}")
+        return values[:count] if count is not None else values
+
+    return parse
+
+
+def _ask(chat: ChatModel, prompt: str, **values):
+    return [{"role": "user", "content": load_prompt(prompt).format(**values)}]
+
+
+async def describe_corpus(chat: ChatModel, root_reports: list[str]) -> str | None:
+    reports = "\n\n".join(root_reports)
+    return await chat.complete(_ask(chat, "evaluation_corpus", reports=reports))
+
+
+async def sensemaking_questions(
+    chat: ChatModel, description: str, personas: int, tasks: int, questions: int
+) -> list[dict] | None:
+    """K personas x N tasks x M questions that need the whole corpus (the paper's activity-based generation)."""
+    json_reply = {"response_format": {"type": "json_object"}}
+    people = await chat.complete(
+        _ask(chat, "evaluation_personas", count=personas, description=description),
+        parse=string_list("personas", personas),
+        **json_reply,
+    )
+    if people is None:
+        return None
+
+    async def tasks_of(persona: str):
+        return await chat.complete(
+            _ask(chat, "evaluation_tasks", count=tasks, description=description, persona=persona),
+            parse=string_list("tasks", tasks),
+            **json_reply,
+        )
+
+    work = await asyncio.gather(*(tasks_of(p) for p in people))
+
+    async def questions_of(persona: str, task: str):
+        asked = await chat.complete(
+            _ask(chat, "evaluation_questions", count=questions, description=description, persona=persona, task=task),
+            parse=string_list("questions", questions),
+            **json_reply,
+        )
+        return [{"persona": persona, "task": task, "question": q} for q in asked or []]
+
+    pairs = [(p, t) for p, ts in zip(people, work) for t in ts or []]
+    found = await asyncio.gather(*(questions_of(p, t) for p, t in pairs))
+    return [row for rows in found for row in rows]
+
+
+def generation_calls(personas: int, tasks: int, describe: bool) -> int:
+    return int(describe) + 1 + personas + personas * tasks
+
+
+def parse_verdict(reply: str) -> dict:
+    data, _ = parse_json_reply(reply)
+    try:
+        winner = int(data["winner"])
+    except (TypeError, KeyError, ValueError):
+        raise InvalidReply("the judgement has no winner 0, 1 or 2") from None
+    if winner not in (0, 1, 2):
+        raise InvalidReply(f"the judgement's winner is {winner}, not 0, 1 or 2")
+    return {"winner": winner, "reasoning": str(data.get("reasoning") or "")}
+
+
+@dataclass(frozen=True)
+class Comparison:
+    """One judge call: a question's answers under two conditions, shown in one order, on one criterion."""
+
+    question_id: str
+    question: str
+    first: tuple[str, str, str]  # (condition, answer id, answer text) shown as Answer 1
+    second: tuple[str, str, str]
+    criterion: str
+    repeat: int
+
+
+def comparisons(answers: pd.DataFrame, questions: pd.DataFrame, criteria: list[str], repeats: int) -> list[Comparison]:
+    """Every pair of conditions of every question, in both orders, `repeats` times, per criterion."""
+    text = questions.set_index("id")["question"]
+    planned = []
+    for question_id, group in answers.groupby("question_id", sort=True):
+        rows = sorted(group.itertuples(index=False), key=lambda r: r.condition)
+        for a, b in itertools.combinations(rows, 2):
+            for first, second in ((a, b), (b, a)):
+                for criterion in criteria:
+                    for repeat in range(repeats):
+                        planned.append(
+                            Comparison(
+                                question_id,
+                                text[question_id],
+                                (first.condition, first.id, first.answer),
+                                (second.condition, second.id, second.answer),
+                                criterion,
+                                repeat,
+                            )
+                        )
+    return planned
+
+
+async def judge(chat: ChatModel, comparison: Comparison) -> dict | None:
+    """The judge's verdict; `seed` carries the repeat, so each repeat is its own request (and cache entry)."""
+    verdict = await chat.complete(
+        _ask(
+            chat,
+            "evaluation_judge",
+            criterion=comparison.criterion,
+            definition=CRITERIA[comparison.criterion],
+            question=comparison.question,
+            answer_1=comparison.first[2],
+            answer_2=comparison.second[2],
+        ),
+        parse=parse_verdict,
+        response_format={"type": "json_object"},
+        seed=comparison.repeat,
+    )
+    if verdict is None:
+        return None
+    winner = {0: None, 1: comparison.first[0], 2: comparison.second[0]}[verdict["winner"]]
+    return {"winner_condition": winner, "reasoning": verdict["reasoning"]}
+
+
+def majority_labels(judgements: pd.DataFrame) -> pd.DataFrame:
+    """Per question, pair of conditions and criterion, the paper's majority label over orders and repeats:
+    the condition that won more judgements, or None for a tie. Columns: question_id, criterion, condition_a,
+    condition_b (a < b), winner."""
+    rows = []
+    judged = judgements.assign(
+        condition_a=judgements[["first_condition", "second_condition"]].min(axis=1),
+        condition_b=judgements[["first_condition", "second_condition"]].max(axis=1),
+    )
+    for (question_id, criterion, a, b), group in judged.groupby(
+        ["question_id", "criterion", "condition_a", "condition_b"], sort=True
+    ):
+        wins_a, wins_b = (group["winner_condition"] == a).sum(), (group["winner_condition"] == b).sum()
+        winner = a if wins_a > wins_b else b if wins_b > wins_a else None
+        rows.append(
+            {"question_id": question_id, "criterion": criterion, "condition_a": a, "condition_b": b, "winner": winner}
+        )
+    return pd.DataFrame(rows, columns=["question_id", "criterion", "condition_a", "condition_b", "winner"])
+
+
+def win_rate_table(labels: pd.DataFrame) -> pd.DataFrame:
+    """Per criterion and ordered pair (row, column), the share of questions whose majority label is the row
+    condition (a tie counts half), the wins, losses and ties, and a two-sided sign test of wins against losses
+    (a paired test over questions), with the p-values of each criterion adjusted for the number of pairs
+    (Benjamini-Hochberg)."""
+    rows = []
+    for criterion, group in labels.groupby("criterion", sort=True):
+        pairs = []
+        for (a, b), pair in group.groupby(["condition_a", "condition_b"], sort=True):
+            wins_a, wins_b = int((pair["winner"] == a).sum()), int((pair["winner"] == b).sum())
+            p = stats.binomtest(wins_a, wins_a + wins_b, 0.5).pvalue if wins_a + wins_b else 1.0
+            pairs.append((a, b, wins_a, wins_b, len(pair), p))
+        adjusted = stats.false_discovery_control([p for *_, p in pairs])
+        for (a, b, wins_a, wins_b, questions, p), p_adjusted in zip(pairs, adjusted):
+            for row, column, wins, losses in ((a, b, wins_a, wins_b), (b, a, wins_b, wins_a)):
+                ties = questions - wins - losses
+                rows.append(
+                    {
+                        "criterion": criterion,
+                        "row_condition": row,
+                        "column_condition": column,
+                        "questions": questions,
+                        "wins": wins,
+                        "losses": losses,
+                        "ties": ties,
+                        "win_rate": (wins + 0.5 * ties) / questions,
+                        "p_value": float(p),
+                        "p_adjusted": float(p_adjusted),
+                    }
+                )
+    return pd.DataFrame(rows)
+
+
+def rouge_l_distances(claims: list[str]) -> np.ndarray:
+    """1 - ROUGE-L F-measure between every two claims (rouge-score's implementation)."""
+    scorer = rouge_scorer.RougeScorer(["rougeL"])
+    n = len(claims)
+    distances = np.zeros((n, n))
+    for i, j in itertools.combinations(range(n), 2):
+        distances[i, j] = distances[j, i] = 1.0 - scorer.score(claims[i], claims[j])["rougeL"].fmeasure
+    return distances
+
+
+def claim_clusters(claims: list[str], threshold: float) -> int:
+    """Clusters of an answer's claims: agglomerative, complete linkage, on 1 - ROUGE-L, cut at `threshold`."""
+    if len(claims) < 2:
+        return len(claims)
+    clustering = AgglomerativeClustering(
+        n_clusters=None, metric="precomputed", linkage="complete", distance_threshold=threshold
+    )
+    return int(clustering.fit(rouge_l_distances(claims)).n_clusters_)
+
+
+async def answer_claims(chat: ChatModel, answer: str) -> list[str] | None:
+    return await chat.complete(
+        _ask(chat, "evaluation_claims", answer=answer),
+        parse=string_list("claims"),
+        response_format={"type": "json_object"},
+    )
+
+
+def condition_order(condition: str) -> tuple:
+    """The paper's order: C0, C1, ... then TS, then SS."""
+    return (0, int(condition[1:])) if condition[1:].isdigit() else (1, condition != "TS", condition)
+
+
+def heatmap(rates: pd.DataFrame, criterion: str) -> bytes:
+    """A PNG of one criterion's win rates, row condition against column condition, as in the paper's figure."""
+    import io
+
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    table = rates[rates["criterion"] == criterion].pivot(
+        index="row_condition", columns="column_condition", values="win_rate"
+    )
+    conditions = sorted(set(table.index) | set(table.columns), key=condition_order)
+    table = table.reindex(index=conditions, columns=conditions)
+    figure, axes = plt.subplots(figsize=(1.1 * len(conditions) + 2, 1.0 * len(conditions) + 1.5), dpi=90)
+    image = axes.imshow(table.to_numpy(dtype=float), cmap="RdYlGn", vmin=0, vmax=1)
+    axes.set_xticks(range(len(conditions)), conditions)
+    axes.set_yticks(range(len(conditions)), conditions)
+    for i, j in itertools.product(range(len(conditions)), repeat=2):
+        value = table.iat[i, j]
+        if not pd.isna(value):
+            axes.text(j, i, f"{100 * value:.0f}", ha="center", va="center", fontsize=9)
+    axes.set_title(f"{criterion}: % of questions the row wins")
+    figure.colorbar(image, ax=axes, fraction=0.046)
+    buffer = io.BytesIO()
+    figure.tight_layout()
+    figure.savefig(buffer, format="png")
+    plt.close(figure)
+    return buffer.getvalue()
