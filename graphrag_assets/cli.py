@@ -225,6 +225,24 @@ def ask(
     return 0
 
 
+def evaluate(corpus: str, run_config: dict, verbose: bool) -> int:
+    if not _instance().has_dynamic_partition("corpus", corpus):
+        raise UserError(
+            f"corpus {corpus!r} was never indexed here: run `graphrag-assets index --corpus {corpus}` first"
+        )
+    result = execute("evaluate_corpus", corpus, run_config, verbose)
+    if not result.success:
+        print(f"failed: {failure_message(result)}", file=sys.stderr)
+        return 1
+    for event in result.get_asset_materialization_events():
+        asset, metadata = event.materialization.asset_key.path[-1], event.materialization.metadata
+        for name, value in metadata.items():
+            if name.endswith("_win_rates") or name in ("mean_per_answer", "agreement_with_judges"):
+                print(f"\n## {asset}: {name.replace('_', ' ')}\n\n{value.value}")
+    print(f"\nrun {result.run_id}: the heatmaps are in the win_rates asset's metadata in the Dagster UI")
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         prog="graphrag-assets", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
@@ -239,7 +257,11 @@ def main(argv: list[str] | None = None) -> int:
     ask_parser.add_argument("--method", choices=sorted(METHODS), default="global")
     ask_parser.add_argument("--level", type=int, default=None, help="community level (0 = root)")
     ask_parser.add_argument("--dynamic", action="store_true", help="global search: dynamic community selection")
-    for sub in (index_parser, ask_parser):
+    evaluate_parser = commands.add_parser(
+        "evaluate", help="the paper's evaluation of an indexed corpus: questions, answers, judgements, win rates"
+    )
+    evaluate_parser.add_argument("--corpus", default="a-christmas-carol")
+    for sub in (index_parser, ask_parser, evaluate_parser):
         sub.add_argument("--config", help="YAML file of step settings (Dagster run config, or {step: {key: value}})")
         sub.add_argument(
             "--set",
@@ -252,6 +274,8 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     try:
         run_config = step_settings(args.config, args.set)
+        if args.command == "evaluate":
+            return evaluate(args.corpus, run_config, args.verbose)
         if args.command == "ask":
             return ask(args.corpus, args.method, args.question, args.level, args.dynamic, run_config, args.verbose)
         return index(args.corpus, run_config, args.verbose)

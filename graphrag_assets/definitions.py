@@ -10,7 +10,14 @@ import os
 import dagster as dg
 
 from .automation.corpora import new_corpus_sensor, nightly_reindex
-from .automation.jobs import index_assets, index_corpus_job, query_assets, query_jobs
+from .automation.jobs import (
+    evaluate_corpus_job,
+    evaluation_assets,
+    index_assets,
+    index_corpus_job,
+    query_assets,
+    query_jobs,
+)
 from .automation.runs import abandoned_runs_sensor
 from .resources import ChatModelResource, CorporaResource, DuckDBStoreResource, EmbeddingModelResource
 
@@ -44,14 +51,18 @@ def _endpoint_settings(model_variable: str, default_model: str) -> dict:
 
 
 defs = dg.Definitions(
-    assets=[*index_assets, *query_assets],
-    jobs=[index_corpus_job, *query_jobs],
+    assets=[*index_assets, *query_assets, *evaluation_assets],
+    jobs=[index_corpus_job, *query_jobs, evaluate_corpus_job],
     sensors=[new_corpus_sensor, abandoned_runs_sensor],
     schedules=[nightly_reindex],
     resources={
         "duckdb": DuckDBStoreResource(database=DATABASE),
         "corpora": CorporaResource(root=os.getenv("GRAPHRAG_DATA_DIR", "data")),
         "chat": ChatModelResource(**_endpoint_settings("GRAPHRAG_CHAT_MODEL", "gpt-4o-mini")),
+        # The evaluation's judge: the chat model unless GRAPHRAG_JUDGE_MODEL names another on the same endpoint.
+        "judge": ChatModelResource(**_endpoint_settings("GRAPHRAG_JUDGE_MODEL", "gpt-4o-mini"))
+        if os.getenv("GRAPHRAG_JUDGE_MODEL")
+        else ChatModelResource(),
         "embeddings": EmbeddingModelResource(
             **_endpoint_settings("GRAPHRAG_EMBEDDING_MODEL", "text-embedding-3-small")
         ),

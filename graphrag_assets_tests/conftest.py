@@ -83,6 +83,7 @@ class Workspace:
             "corpora": CorporaResource(root=str(self.data)),
             "chat": chat or ChatModelResource(cache_dir=str(self.cache)),
             "embeddings": embeddings or EmbeddingModelResource(cache_dir=str(self.cache)),
+            "judge": ChatModelResource(cache_dir=str(self.cache)),  # unset: the evaluation judges with `chat`
         }
 
     def materialize(

@@ -273,9 +273,44 @@ def microsoft_query_reply(system: str, question: str) -> tuple[str, str]:
     return "ms_answer", f"Answer to '{question}' from the tables {', '.join(tables)}."
 
 
+def distinct_words(text: str) -> int:
+    return len(set(re.findall(r"[a-z]+", text.lower())))
+
+
+def _count_asked(prompt: str) -> int:
+    return int(re.search(r"(?:Name|Write) (\d+)", prompt).group(1))
+
+
+def evaluation_reply(prompt: str) -> tuple[str, str] | None:
+    """The evaluation's prompts. The judge is scripted: the answer with more distinct words wins, equal is a tie."""
+    if "<answer_1>" in prompt:
+        first, second = distinct_words(tagged(prompt, "answer_1")), distinct_words(tagged(prompt, "answer_2"))
+        winner = 1 if first > second else 2 if second > first else 0
+        return "judge", json.dumps({"reasoning": f"{first} against {second} distinct words", "winner": winner})
+    if "<answer>" in prompt:
+        claims = [c.strip() for c in re.split(r"[.;]\s+|,\s+", tagged(prompt, "answer")) if c.strip()]
+        return "claims_of_answer", json.dumps({"claims": claims})
+    if '{"personas":' in prompt:
+        return "personas", json.dumps({"personas": [f"Reader {i}" for i in range(_count_asked(prompt))]})
+    if '{"tasks":' in prompt:
+        persona = tagged(prompt, "persona").strip()
+        return "tasks", json.dumps({"tasks": [f"{persona} task {i}" for i in range(_count_asked(prompt))]})
+    if '{"questions":' in prompt:
+        who, task = tagged(prompt, "persona").strip(), tagged(prompt, "task").strip()
+        asked = [
+            f"What does the corpus say about {task.lower()} for {who.lower()}, theme {i}?"
+            for i in range(_count_asked(prompt))
+        ]
+        return "sensemaking_questions", json.dumps({"questions": asked})
+    if "<reports>" in prompt and "<question>" not in prompt:
+        names = names_in(tagged(prompt, "reports"), limit=3)
+        return "corpus_description", f"A corpus about {', '.join(names) or 'many things'}."
+    return None
+
+
 CORRECTION_MARK = "Your previous reply could not be used"
 # Replies that are prose by design: "prose instead of the format" is no fault for them.
-PROSE_KINDS = frozenset({"summarize", "reduce", "answer", "drift_reduce", "questions", "other"})
+PROSE_KINDS = frozenset({"summarize", "reduce", "answer", "drift_reduce", "questions", "corpus_description", "other"})
 REFUSAL = "I'm sorry, I can't help with that."
 
 
@@ -307,6 +342,9 @@ def chat_reply(messages: list[dict], more_gleaning: bool = False) -> tuple[str, 
         return ("claims_gleaning", "<|COMPLETE|>") if len(messages) > 1 else ("claims", claims_reply(text))
     if "Entity types:" in first or "Entity_types:" in first:  # ours, or another GraphRAG's
         return ("gleaning", gleaning_reply(text)) if len(messages) > 1 else ("extract", graph_reply(text))
+    evaluated = evaluation_reply(first)
+    if evaluated:
+        return evaluated
     if "<community>" in first:
         return ("report_repair" if len(messages) > 1 else "report"), report_reply(first)
     if "# Real Data" in first and "report" in first:  # another GraphRAG's report prompt (the comparison benchmark)

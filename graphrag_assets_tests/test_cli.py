@@ -96,6 +96,9 @@ def test_the_cli_takes_settings_and_says_what_is_wrong_in_one_line(tmp_path):
     assert bad_level.stderr.strip().splitlines() == [
         "failed: global_search: community level 7 does not exist: this corpus has levels 0..0"
     ]
+    offline = cli.run("evaluate", "--corpus", "tiny")  # no endpoint: one line that says what the evaluation needs
+    assert offline.returncode == 1 and len(offline.stderr.strip().splitlines()) == 1
+    assert offline.stderr.startswith("failed: evaluation_questions: the evaluation needs a chat model")
     bad_setting = cli.run("index", "--corpus", "tiny", "--set", "entities.no_such_setting=1")
     assert bad_setting.returncode == 2 and len(bad_setting.stderr.strip().splitlines()) == 1
     assert 'unexpected config entry "no_such_setting"' in bad_setting.stderr

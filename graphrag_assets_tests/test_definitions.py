@@ -15,10 +15,13 @@ from .model_server import FakeOpenAIServer, Faults
 QUERY = ["global_search", "local_search", "drift_search", "basic_search", "text_summary_search", "question_generation"]
 
 
+EVALUATION_ASSETS = ("evaluation_questions", "evaluation_answers", "pairwise_judgements", "win_rates", "claim_metrics")
+
+
 def test_the_asset_graph_is_what_the_readme_describes():
     repository = defs.get_repository_def()
     assert sorted(k.to_user_string() for k in repository.asset_graph.get_all_asset_keys()) == sorted(
-        INDEX_ASSETS + tuple(QUERY)
+        INDEX_ASSETS + tuple(QUERY) + EVALUATION_ASSETS
     )
     assert sorted((c.asset_key.to_user_string(), c.name) for c in repository.asset_graph.asset_check_keys) == [
         ("communities", "one_community_per_level"),
@@ -31,10 +34,10 @@ def test_the_asset_graph_is_what_the_readme_describes():
         ("text_embeddings", "text_embeddings_complete"),
     ]
     jobs = {j.name for j in repository.get_all_jobs()} - {"__ASSET_JOB"}
-    assert jobs == {"index_corpus", *(f"ask_{q}" for q in QUERY)}
+    assert jobs == {"index_corpus", "evaluate_corpus", *(f"ask_{q}" for q in QUERY)}
     assert {s.name for s in repository.sensor_defs} == {"new_corpus_sensor", "abandoned_runs_sensor"}
     assert {s.name for s in repository.schedule_defs} == {"nightly_reindex"}
-    assert set(defs.resources) == {"duckdb", "corpora", "chat", "embeddings"}
+    assert set(defs.resources) == {"duckdb", "corpora", "chat", "embeddings", "judge"}
 
 
 @pytest.mark.parametrize("folder,name", [(".", "dagster.yaml"), ("deploy", "dagster.k8s.yaml")])

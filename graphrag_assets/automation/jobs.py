@@ -1,12 +1,13 @@
-"""Jobs: index one corpus, and one job per query method."""
+"""Jobs: index one corpus, one job per query method, and the paper's evaluation of one corpus."""
 
 import dagster as dg
 
-from ..assets import communities, embeddings, exports, index, query
+from ..assets import communities, embeddings, evaluation, exports, index, query
 from ..assets.common import corpus_partitions
 
 index_assets = dg.load_assets_from_modules([index, communities, embeddings, exports])
 query_assets = dg.load_assets_from_modules([query])
+evaluation_assets = dg.load_assets_from_modules([evaluation])
 
 index_corpus_job = dg.define_asset_job(
     "index_corpus",
@@ -29,3 +30,12 @@ query_jobs = [
     )
     for asset in query_assets
 ]
+
+evaluate_corpus_job = dg.define_asset_job(
+    "evaluate_corpus",
+    selection=dg.AssetSelection.groups("evaluation"),
+    partitions_def=corpus_partitions,
+    description="The paper's evaluation on one indexed corpus: sensemaking questions, answers under C0-C3, TS and "
+    "SS, pairwise judgements, win rates and claim metrics. Each step says its model calls before making them.",
+    tags={"dagster/max_runtime": str(12 * 3600)},
+)

@@ -135,6 +135,57 @@ TABLES: dict[str, dict[str, str]] = {
         "run_id": "VARCHAR",
         "created_at": "TIMESTAMP",
     },
+    # The paper's evaluation: questions, answers per condition, pairwise judgements, and what follows from them.
+    "evaluation_questions": {
+        "id": "VARCHAR",
+        "persona": "VARCHAR",
+        "task": "VARCHAR",
+        "question": "VARCHAR",
+        "corpus_description": "VARCHAR",
+    },
+    "evaluation_answers": {
+        "id": "VARCHAR",
+        "question_id": "VARCHAR",
+        "condition": "VARCHAR",
+        "answer": "VARCHAR",
+        "context_tokens": "INTEGER",
+        "model_calls": "INTEGER",
+        "cache_hits": "INTEGER",
+        "prompt_tokens": "BIGINT",
+        "completion_tokens": "BIGINT",
+    },
+    "pairwise_judgements": {
+        "id": "VARCHAR",
+        "question_id": "VARCHAR",
+        "criterion": "VARCHAR",
+        "repeat": "INTEGER",
+        "first_condition": "VARCHAR",
+        "first_answer_id": "VARCHAR",
+        "second_condition": "VARCHAR",
+        "second_answer_id": "VARCHAR",
+        "winner_condition": "VARCHAR",
+        "reasoning": "VARCHAR",
+    },
+    "win_rates": {
+        "criterion": "VARCHAR",
+        "row_condition": "VARCHAR",
+        "column_condition": "VARCHAR",
+        "questions": "INTEGER",
+        "wins": "INTEGER",
+        "losses": "INTEGER",
+        "ties": "INTEGER",
+        "win_rate": "DOUBLE",
+        "p_value": "DOUBLE",
+        "p_adjusted": "DOUBLE",
+    },
+    "claim_metrics": {
+        "answer_id": "VARCHAR",
+        "question_id": "VARCHAR",
+        "condition": "VARCHAR",
+        "claims": "JSON",
+        "claim_count": "INTEGER",
+        "clusters": "JSON",  # {distance threshold: clusters of the answer's claims}
+    },
 }
 
 # Any answer traced to the documents behind it: answer -> reports/entities/relationships/claims/text units
