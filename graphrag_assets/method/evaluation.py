@@ -2,7 +2,8 @@
 judging of answers on four criteria, and claim-based comprehensiveness and diversity.
 
 The model calls live here; the statistics (win rates, paired tests, claim clusters) are plain functions of
-the stored rows, so they can be checked by hand.
+the stored rows, so they can be checked by hand. scipy, scikit-learn and rouge-score (which imports nltk) are
+imported where they are used: loading the project's definitions must not pay for them.
 """
 
 from __future__ import annotations
@@ -13,9 +14,6 @@ from dataclasses import dataclass
 
 import numpy as np
 import pandas as pd
-from rouge_score import rouge_scorer
-from scipy import stats
-from sklearn.cluster import AgglomerativeClustering
 
 from .graph.records import ChatModel, InvalidReply, parse_json_reply
 from .prompts import load_prompt
@@ -195,6 +193,8 @@ def win_rate_table(labels: pd.DataFrame) -> pd.DataFrame:
     condition (a tie counts half), the wins, losses and ties, and a two-sided sign test of wins against losses
     (a paired test over questions), with the p-values of each criterion adjusted for the number of pairs
     (Benjamini-Hochberg)."""
+    from scipy import stats
+
     rows = []
     for criterion, group in labels.groupby("criterion", sort=True):
         pairs = []
@@ -225,6 +225,8 @@ def win_rate_table(labels: pd.DataFrame) -> pd.DataFrame:
 
 def rouge_l_distances(claims: list[str]) -> np.ndarray:
     """1 - ROUGE-L F-measure between every two claims (rouge-score's implementation)."""
+    from rouge_score import rouge_scorer
+
     scorer = rouge_scorer.RougeScorer(["rougeL"])
     n = len(claims)
     distances = np.zeros((n, n))
@@ -237,6 +239,8 @@ def claim_clusters(claims: list[str], threshold: float) -> int:
     """Clusters of an answer's claims: agglomerative, complete linkage, on 1 - ROUGE-L, cut at `threshold`."""
     if len(claims) < 2:
         return len(claims)
+    from sklearn.cluster import AgglomerativeClustering
+
     clustering = AgglomerativeClustering(
         n_clusters=None, metric="precomputed", linkage="complete", distance_threshold=threshold
     )
