@@ -6,6 +6,7 @@ A step is named by its asset (entities, covariates, text_embeddings, ...) or its
 """
 
 import argparse
+import json
 import os
 import re
 import socket
@@ -194,9 +195,64 @@ def index(corpora: list[str], run_config: dict, verbose: bool) -> int:
     return 0
 
 
+# The method names query_answers stores, back to the CLI's.
+METHOD_OF_STORED = {
+    "global": "global",
+    "local": "local",
+    "drift": "drift",
+    "basic": "basic",
+    "text_summary": "text-summary",
+}
+
+
+def earlier_turns(answer_id: str) -> tuple[str, str, int | None, list[dict]]:
+    """(corpus, method, level, conversation) of a stored answer, its own question and answer appended."""
+    from .definitions import DATABASE
+
+    database = Path(DATABASE).resolve()
+    check_store_is_free(database)
+    with duckdb.connect(str(database), read_only=True) as conn:
+        tables = {row[0] for row in conn.execute("SELECT table_name FROM information_schema.tables").fetchall()}
+        row = (
+            conn.execute(
+                "SELECT corpus, method, community_level, question, answer, conversation "
+                "FROM query_answers WHERE id = ?",
+                [answer_id],
+            ).fetchone()
+            if "query_answers" in tables
+            else None
+        )
+    if row is None or row[1] not in METHOD_OF_STORED:
+        raise UserError(
+            f"no answer {answer_id!r} to follow up in {database}: use the answer id an `ask` printed (or the "
+            "answer_id in its metadata) of a global, local, drift, basic or text-summary question"
+        )
+    corpus, method, level, question, answer, conversation = row
+    turns = json.loads(conversation) if conversation else []
+    return (
+        corpus,
+        METHOD_OF_STORED[method],
+        level,
+        [*turns, {"role": "user", "content": question}, {"role": "assistant", "content": answer}],
+    )
+
+
 def ask(
-    corpus: str, method: str, question: str, level: int | None, dynamic: bool, run_config: dict, verbose: bool
+    corpus: str | None,
+    method: str | None,
+    question: str,
+    level: int | None,
+    dynamic: bool,
+    run_config: dict,
+    verbose: bool,
+    follow_up: str | None = None,
 ) -> int:
+    conversation: list[dict] = []
+    if follow_up:
+        stored_corpus, stored_method, stored_level, conversation = earlier_turns(follow_up)
+        corpus, method = corpus or stored_corpus, method or stored_method
+        level = level if level is not None else stored_level
+    corpus, method = corpus or "a-christmas-carol", method or "global"
     instance = _instance()
     if not instance.has_dynamic_partition("corpus", corpus):
         raise UserError(
@@ -208,6 +264,8 @@ def ask(
         config["community_level"] = level
     if dynamic:
         config["dynamic_community_selection"] = True
+    if conversation:
+        config["conversation"] = conversation
     ops = run_config.get("ops", {})
     ops[asset] = {"config": {**ops.get(asset, {}).get("config", {}), **config}}
     result = execute(f"ask_{asset}", corpus, {"ops": ops}, verbose)
@@ -220,7 +278,8 @@ def ask(
     print(
         f"\n{method} search, context {metadata['context_tokens']} tokens, "
         f"{metadata.get('model_calls', 0)} model calls, "
-        f"run {result.run_id}\ntrace it: {metadata['trace_sql']}"
+        f"run {result.run_id}\ntrace it: {metadata['trace_sql']}\n"
+        f'continue the conversation: graphrag-assets ask --follow-up {metadata["answer_id"]} "..."'
     )
     return 0
 
@@ -253,8 +312,9 @@ def main(argv: list[str] | None = None) -> int:
     index_parser.add_argument("--corpus", action="append", default=[], help="corpus folder name; repeatable")
     ask_parser = commands.add_parser("ask", help="ask a question of an indexed corpus (a Dagster run, recorded)")
     ask_parser.add_argument("question")
-    ask_parser.add_argument("--corpus", default="a-christmas-carol")
-    ask_parser.add_argument("--method", choices=sorted(METHODS), default="global")
+    ask_parser.add_argument("--corpus", default=None, help="default: a-christmas-carol, or the followed answer's")
+    ask_parser.add_argument("--method", choices=sorted(METHODS), default=None, help="default: global, or as followed")
+    ask_parser.add_argument("--follow-up", metavar="ANSWER_ID", help="continue the conversation of a stored answer")
     ask_parser.add_argument("--level", type=int, default=None, help="community level (0 = root)")
     ask_parser.add_argument("--dynamic", action="store_true", help="global search: dynamic community selection")
     evaluate_parser = commands.add_parser(
@@ -277,7 +337,16 @@ def main(argv: list[str] | None = None) -> int:
         if args.command == "evaluate":
             return evaluate(args.corpus, run_config, args.verbose)
         if args.command == "ask":
-            return ask(args.corpus, args.method, args.question, args.level, args.dynamic, run_config, args.verbose)
+            return ask(
+                args.corpus,
+                args.method,
+                args.question,
+                args.level,
+                args.dynamic,
+                run_config,
+                args.verbose,
+                args.follow_up,
+            )
         return index(args.corpus, run_config, args.verbose)
     except (UserError, ValueError, FileNotFoundError, dg.DagsterError) as problem:
         if args.verbose:

@@ -1,6 +1,8 @@
 """The graphrag-assets CLI: settings from a file or --set, one clear line for user errors, dead runs failed."""
 
+import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -90,6 +92,20 @@ def test_the_cli_takes_settings_and_says_what_is_wrong_in_one_line(tmp_path):
     with duckdb.connect(str(cli.database), read_only=True) as conn:
         largest, units = conn.execute("SELECT max(n_tokens), count(*) FROM base_text_units").fetchone()
     assert 0 < largest <= 16 and units > 3  # the setting took: three short files, cut into chunks of 16 tokens
+
+    first = cli.run("ask", "--corpus", "tiny", "--method", "local", "Who wrote letters?")
+    assert first.returncode == 0, first.stderr
+    answer_id = re.search(r"--follow-up (\S+)", first.stdout).group(1)
+    follow = cli.run("ask", "--follow-up", answer_id, "And who read them?")  # corpus and method come with it
+    assert follow.returncode == 0, follow.stderr
+    with duckdb.connect(str(cli.database), read_only=True) as conn:
+        method, turns = conn.execute(
+            "SELECT method, conversation FROM query_answers WHERE question = 'And who read them?'"
+        ).fetchone()
+    assert method == "local" and [t["role"] for t in json.loads(turns)] == ["user", "assistant"]
+    assert json.loads(turns)[0]["content"] == "Who wrote letters?"
+    unknown = cli.run("ask", "--follow-up", "no-such-answer", "And then?")
+    assert unknown.returncode == 2 and "no answer 'no-such-answer' to follow up" in unknown.stderr
 
     bad_level = cli.run("ask", "--corpus", "tiny", "--level", "7", "Who wrote letters?")
     assert bad_level.returncode == 1 and "Traceback" not in bad_level.stderr

@@ -150,3 +150,34 @@ def test_chat_and_embedding_tokens_are_reported_apart(llm_index, llm_server):
     row, metadata = answer_row(workspace, result), materialization_metadata(result, "local_search")
     assert row.embedding_tokens > 0 and row.prompt_tokens > 0 and row.completion_tokens > 0
     assert metadata["embedding_tokens"] == row.embedding_tokens and metadata["prompt_tokens"] == row.prompt_tokens
+
+
+def test_a_follow_up_reads_the_conversation_and_its_context_follows_the_earlier_turns(llm_index, llm_server):
+    workspace = llm_index[0]
+    follow_up = "What happens to him at the end?"
+    conversation = [
+        {"role": "user", "content": "Who is Tiny Tim?"},
+        {"role": "assistant", "content": "Bob Cratchit's youngest son, who is ill."},
+    ]
+    titles = workspace.sql("SELECT id, title FROM entities").set_index("id")["title"]
+
+    def local(config):
+        before = len(llm_server.served)
+        row = answer_row(workspace, ask(llm_index, "local_search", config, server=llm_server))
+        prompts = [s.prompt for s in llm_server.served[before:] if s.kind == "answer"]
+        return row, {titles[e] for e in json.loads(row.context)["entities"]}, prompts
+
+    alone, alone_entities, _ = local({"question": follow_up})
+    row, entities, prompts = local({"question": follow_up, "conversation": conversation})
+    # "him" is Tiny Tim only in the light of the earlier turns: they choose the entities, and the prompt carries them.
+    assert "TINY" in entities and not {"TINY", "TIM"} & alone_entities
+    assert "<conversation>\nuser: Who is Tiny Tim?\nassistant: Bob Cratchit's youngest son" in prompts[0]
+    assert json.loads(row.conversation) == conversation and json.loads(alone.conversation) == []
+    bad = ask(
+        llm_index,
+        "global_search",
+        {"question": follow_up, "conversation": [{"role": "narrator", "content": "x"}]},
+        server=llm_server,
+        raise_on_error=False,
+    )
+    assert "roles ['narrator']" in bad.get_step_failure_events()[0].step_failure_data.user_failure_data.description

@@ -42,9 +42,19 @@ INDEX_TABLES = (
 )
 
 
+class Turn(dg.Config):
+    role: str = Field(description="'user' or 'assistant'.")
+    content: str = Field(description="What was said.")
+
+
 class QueryConfig(dg.Config):
     question: str = Field(description="What to ask of the corpus.")
     response_type: str = Field("multiple paragraphs", description="Length and format of the answer.")
+    conversation: list[Turn] = Field(
+        [],
+        description="Earlier turns, oldest first: the answer reads the question in their light, and the user's "
+        "last two turns help choose the context. `graphrag-assets ask --follow-up <answer id>` fills it in.",
+    )
 
 
 class LeveledQueryConfig(QueryConfig):
@@ -128,10 +138,19 @@ def _offline_embedder(models) -> LocalEmbedder | None:
         raise step_failure(str(problem), retryable=False) from None
 
 
-def validate(question: str | None, level: int | None, index: Index, embeddings: EmbeddingModelResource) -> None:
+def validate(
+    question: str | None,
+    level: int | None,
+    index: Index,
+    embeddings: EmbeddingModelResource,
+    conversation: list[Turn] | None = None,
+) -> None:
     """Refuse bad config before any model call."""
     if question is not None and not question.strip():
         raise step_failure("the question is empty: write one in the launchpad config", retryable=False)
+    roles = {turn.role for turn in conversation or []} - {"user", "assistant"}
+    if roles:
+        raise step_failure(f"conversation turns have roles {sorted(roles)}: use 'user' or 'assistant'", retryable=False)
     if level is not None and level not in index.levels:
         raise step_failure(
             f"community level {level} does not exist: this corpus has levels {index.levels[0]}..{index.levels[-1]}",
@@ -194,7 +213,8 @@ def answer_query(
     level, question = getattr(config, "community_level", None), getattr(config, "question", None)
     with duckdb.get_connection() as conn:
         index = load_index(conn, corpus)
-    validate(question, level, index, embeddings)
+    conversation = getattr(config, "conversation", [])
+    validate(question, level, index, embeddings, conversation)
     started = time.perf_counter()
     result, (chat_usage, embed_usage) = run_with_models(
         [chat, embeddings],
@@ -214,6 +234,7 @@ def answer_query(
                 "method": method,
                 "community_level": level,
                 "config": config.model_dump_json(),
+                "conversation": json.dumps([turn.model_dump() for turn in conversation]),
                 "answer": result.answer,
                 "extractive": result.extractive,
                 "context": result.context_json(),

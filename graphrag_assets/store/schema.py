@@ -121,6 +121,7 @@ TABLES: dict[str, dict[str, str]] = {
         "method": "VARCHAR",
         "community_level": "INTEGER",
         "config": "JSON",
+        "conversation": "JSON",  # the earlier turns the question followed, oldest first
         "answer": "VARCHAR",
         "extractive": "BOOLEAN",
         "context": "JSON",

@@ -123,5 +123,21 @@ async def answer_with_prompt(chat: ChatModel, prompt: str) -> str | None:
     return await chat.complete([{"role": "user", "content": prompt}])
 
 
+def conversation_block(conversation: list[dict] | None) -> str:
+    """The earlier turns, for a prompt's {conversation} slot; nothing when there are none."""
+    if not conversation:
+        return ""
+    turns = "\n".join(f"{turn['role']}: {turn['content']}" for turn in conversation)
+    intro = "The question follows on from these earlier turns of the conversation:"
+    return f"{intro}\n<conversation>\n{turns}\n</conversation>\n\n"
+
+
+def with_recent_turns(question: str, conversation: list[dict] | None, turns: int = 2) -> str:
+    """The text that chooses the context: the question after the user's most recent earlier turns, so that a
+    follow-up like "what happens to him?" finds the entity the conversation is about."""
+    recent = [turn["content"] for turn in conversation or [] if turn["role"] == "user"][-turns:]
+    return "\n".join([*recent, question])
+
+
 def csv_line(*values: object) -> str:
     return "|".join(str(v).replace("\n", " ").replace("|", "/") for v in values)

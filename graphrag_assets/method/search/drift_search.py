@@ -6,7 +6,18 @@ import asyncio
 
 from ..graph.records import ChatModel, Embedder, InvalidReply, parse_json_reply
 from ..prompts import load_prompt
-from .context import EXTRACTIVE_LABEL, NO_ANSWER, Index, SearchResult, csv_line, embed_query, nearest, pack
+from .context import (
+    EXTRACTIVE_LABEL,
+    NO_ANSWER,
+    Index,
+    SearchResult,
+    conversation_block,
+    csv_line,
+    embed_query,
+    nearest,
+    pack,
+    with_recent_turns,
+)
 from .local_search import extractive_local_answer, local_context_for
 
 
@@ -42,8 +53,9 @@ async def drift_search(
     max_context_tokens: int,
     community_prop: float,
     text_unit_prop: float,
+    conversation: list[dict] | None = None,
 ) -> SearchResult:
-    query = await embed_query(embedder, index, question)
+    query = await embed_query(embedder, index, with_recent_turns(question, conversation))
     ids, matrix = index.vectors("community_report")
     nearest_reports = [i for i, _ in nearest(query, ids, matrix, primer_reports)]
     reports = index.reports.set_index("id").loc[nearest_reports]
@@ -81,7 +93,10 @@ async def drift_search(
                 {
                     "role": "user",
                     "content": load_prompt("drift_primer").format(
-                        context_data=primer_text, question=question, follow_up_count=follow_ups
+                        context_data=primer_text,
+                        question=question,
+                        follow_up_count=follow_ups,
+                        conversation=conversation_block(conversation),
                     ),
                 }
             ],
@@ -154,7 +169,10 @@ async def drift_search(
             {
                 "role": "user",
                 "content": load_prompt("drift_reduce").format(
-                    context_data=reduce_text, question=question, response_type=response_type
+                    context_data=reduce_text,
+                    question=question,
+                    response_type=response_type,
+                    conversation=conversation_block(conversation),
                 ),
             }
         ]

@@ -14,7 +14,18 @@ import random
 from ..graph.records import ChatModel, Embedder, InvalidReply, parse_json_reply
 from ..offline.answers import best_sentences, extractive_answer
 from ..prompts import load_prompt
-from .context import NO_ANSWER, Index, SearchResult, csv_line, embed_query, nearest, pack, windows
+from .context import (
+    NO_ANSWER,
+    Index,
+    SearchResult,
+    conversation_block,
+    csv_line,
+    embed_query,
+    nearest,
+    pack,
+    windows,
+    with_recent_turns,
+)
 
 MAP_HEADERS = {"reports": "id|title|rank|content", "text_units": "id|text"}
 
@@ -90,19 +101,27 @@ async def map_reduce(
     map_window_tokens: int,
     reduce_window_tokens: int,
     seed: int,
+    conversation: list[dict] | None = None,
 ) -> SearchResult:
     shuffled = list(records)
     random.Random(seed).shuffle(shuffled)
     packed = windows(shuffled, MAP_HEADERS[kind], map_window_tokens)
     map_tokens = sum(tokens for _, _, tokens in packed)
     if chat is None:
-        points = await _extractive_map(embedder, index, question, packed, kind)
+        points = await _extractive_map(embedder, index, with_recent_turns(question, conversation), packed, kind)
     else:
         prompt = load_prompt("global_search_map")
         replies = await asyncio.gather(
             *(
                 chat.complete(
-                    [{"role": "user", "content": prompt.format(context_data=text, question=question)}],
+                    [
+                        {
+                            "role": "user",
+                            "content": prompt.format(
+                                context_data=text, question=question, conversation=conversation_block(conversation)
+                            ),
+                        }
+                    ],
                     parse=parse_points,
                     response_format={"type": "json_object"},
                 )
@@ -143,7 +162,10 @@ async def map_reduce(
                 {
                     "role": "user",
                     "content": load_prompt("global_search_reduce").format(
-                        report_data=report_data, question=question, response_type=response_type
+                        report_data=report_data,
+                        question=question,
+                        response_type=response_type,
+                        conversation=conversation_block(conversation),
                     ),
                 }
             ]
@@ -227,6 +249,7 @@ async def global_search(
     seed: int,
     dynamic_community_selection: bool,
     dynamic_threshold: int,
+    conversation: list[dict] | None = None,
 ) -> SearchResult:
     if dynamic_community_selection:
         selected, rated = await select_communities(chat, embedder, index, question, community_level, dynamic_threshold)
@@ -244,6 +267,7 @@ async def global_search(
         map_window_tokens,
         reduce_window_tokens,
         seed,
+        conversation,
     )
     if dynamic_community_selection:
         level_size = int((index.reports["level"] == community_level).sum())
@@ -268,6 +292,7 @@ async def text_summary_search(
     map_window_tokens: int,
     reduce_window_tokens: int,
     seed: int,
+    conversation: list[dict] | None = None,
 ) -> SearchResult:
     """The paper's TS baseline: the same map-reduce over shuffled source text units."""
     return await map_reduce(
@@ -281,4 +306,5 @@ async def text_summary_search(
         map_window_tokens,
         reduce_window_tokens,
         seed,
+        conversation,
     )

@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from ..graph.records import ChatModel, Embedder
 from ..offline.answers import cited_sentences
 from ..prompts import load_prompt
-from .context import Index, SearchResult, csv_line, embed_query, nearest, pack
+from .context import Index, SearchResult, conversation_block, csv_line, embed_query, nearest, pack, with_recent_turns
 
 
 @dataclass
@@ -157,9 +157,17 @@ async def local_search(
     max_context_tokens: int,
     community_prop: float,
     text_unit_prop: float,
+    conversation: list[dict] | None = None,
 ) -> SearchResult:
     context = await local_context_for(
-        embedder, index, question, community_level, top_k_entities, max_context_tokens, community_prop, text_unit_prop
+        embedder,
+        index,
+        with_recent_turns(question, conversation),
+        community_level,
+        top_k_entities,
+        max_context_tokens,
+        community_prop,
+        text_unit_prop,
     )
     if chat is None:
         answer = extractive_local_answer(index, question, context)
@@ -169,7 +177,10 @@ async def local_search(
                 {
                     "role": "user",
                     "content": load_prompt("local_search").format(
-                        context_data=context.text, question=question, response_type=response_type
+                        context_data=context.text,
+                        question=question,
+                        response_type=response_type,
+                        conversation=conversation_block(conversation),
                     ),
                 }
             ]
@@ -187,9 +198,10 @@ async def basic_search(
     response_type: str,
     top_k: int,
     max_context_tokens: int,
+    conversation: list[dict] | None = None,
 ) -> SearchResult:
     """The paper's SS baseline: vector search over text units, packed into the budget."""
-    query = await embed_query(embedder, index, question)
+    query = await embed_query(embedder, index, with_recent_turns(question, conversation))
     ids, matrix = index.vectors("text_unit")
     units = index.text_units.set_index("id")["text"]
     number = {u: i for i, u in enumerate(index.text_units["id"])}
@@ -206,7 +218,10 @@ async def basic_search(
                 {
                     "role": "user",
                     "content": load_prompt("basic_search").format(
-                        context_data=text, question=question, response_type=response_type
+                        context_data=text,
+                        question=question,
+                        response_type=response_type,
+                        conversation=conversation_block(conversation),
                     ),
                 }
             ]
