@@ -3,6 +3,7 @@
 import dagster as dg
 import pandas as pd
 from dagster_duckdb import DuckDBResource
+from pydantic import Field
 
 from ..method import imports
 from ..method.communities.leiden import DEFAULT_SEED, build_communities
@@ -24,15 +25,25 @@ from .common import (
 
 
 class CommunityConfig(dg.Config):
-    max_cluster_size: int = 10
-    seed: int = DEFAULT_SEED
-    use_lcc: bool = False  # GraphRAG's default is True; all components are clustered here so no entity is left out
+    max_cluster_size: int = Field(
+        10, ge=2, description="A community larger than this is split again at the next level (Leiden)."
+    )
+    seed: int = Field(DEFAULT_SEED, description="Leiden's random seed: the same seed gives the same communities.")
+    use_lcc: bool = Field(
+        False,
+        description="Cluster only the largest connected component, as GraphRAG does by default; off here so that "
+        "no entity is left out of the communities.",
+    )
 
 
 class ReportConfig(dg.Config):
-    max_context_tokens: int = 8000
-    max_report_length: int = 1500
-    max_failed_fraction: float = 0.05
+    max_context_tokens: int = Field(
+        8000, ge=500, description="Tokens of entities, relationships, claims and sub-reports a report is written from."
+    )
+    max_report_length: int = Field(1500, ge=100, description="Words a report may have.")
+    max_failed_fraction: float = Field(
+        0.05, ge=0, le=1, description="Share of reports that may fail (and stay unwritten) before the step fails."
+    )
 
 
 def per_level(df: pd.DataFrame, **aggregations) -> dg.MetadataValue:

@@ -4,6 +4,7 @@ import dagster as dg
 import numpy as np
 import pandas as pd
 from dagster_duckdb import DuckDBResource
+from pydantic import Field
 
 from ..method.communities.leiden import networkx_graph
 from ..method.embeddings.layouts import layout_nodes, plot_layout
@@ -26,24 +27,28 @@ from .common import (
 
 
 class TextEmbeddingConfig(dg.Config):
-    offline_dimensions: int = 128
-    seed: int = 42
-    max_failed_fraction: float = 0.05
+    offline_dimensions: int = Field(
+        128, ge=2, description="Offline engine only: dimensions of its TF-IDF + SVD vectors (fewer on a tiny corpus)."
+    )
+    seed: int = Field(42, description="Offline engine only: the SVD's random seed.")
+    max_failed_fraction: float = Field(
+        0.05, ge=0, le=1, description="Share of texts whose embedding may fail before the step fails."
+    )
 
 
 class Node2VecConfig(dg.Config):
-    dimensions: int = 128
-    num_walks: int = 10
-    walk_length: int = 40
-    window_size: int = 2
-    iterations: int = 3
-    seed: int = 86
+    dimensions: int = Field(128, ge=2, description="Size of each entity's graph embedding.")
+    num_walks: int = Field(10, ge=1, description="Random walks started from every entity.")
+    walk_length: int = Field(40, ge=2, description="Steps of a walk (scaled by degree, as graspologic does).")
+    window_size: int = Field(2, ge=1, description="Word2Vec context window over a walk.")
+    iterations: int = Field(3, ge=1, description="Word2Vec training epochs.")
+    seed: int = Field(86, description="Seed of the walks and of Word2Vec: the same seed gives the same vectors.")
 
 
 class LayoutConfig(dg.Config):
-    n_neighbors: int = 15
-    min_dist: float = 0.75
-    seed: int = 42
+    n_neighbors: int = Field(15, ge=2, description="UMAP neighbours: larger keeps more of the global structure.")
+    min_dist: float = Field(0.75, ge=0, le=1, description="UMAP's minimum distance between points in the plot.")
+    seed: int = Field(42, description="UMAP's random seed: the same seed gives the same layout.")
 
 
 def vectors_check(

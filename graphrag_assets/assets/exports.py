@@ -5,6 +5,7 @@ from pathlib import Path
 
 import dagster as dg
 from dagster_duckdb import DuckDBResource
+from pydantic import Field
 
 from ..method import exports
 from ..store.tables import record_lineage
@@ -22,7 +23,7 @@ PARQUET_TABLES = (
 
 
 class ExportConfig(dg.Config):
-    folder: str = ".graphrag/exports"
+    folder: str = Field(".graphrag/exports", description="Where the files go: <folder>/<corpus>/...")
 
 
 @dg.asset(

@@ -28,31 +28,43 @@ from .common import (
 
 
 class IngestConfig(dg.Config):
-    chunk_size: int = 600
-    chunk_overlap: int = 100
-    text_column: str = "text"
-    title_column: str = "title"
-    metadata_columns: list[str] = []
+    chunk_size: int = Field(600, ge=1, description="Tokens a text unit may have, its overlap included.")
+    chunk_overlap: int = Field(
+        100, ge=0, description="Tokens of the previous text unit that open the next one (less than chunk_size)."
+    )
+    text_column: str = Field("text", description="CSV and JSONL files: the column that holds the text.")
+    title_column: str = Field("title", description="CSV and JSONL files: the column that holds the title, if any.")
+    metadata_columns: list[str] = Field([], description="CSV and JSONL files: columns kept as document metadata.")
 
 
 class GraphConfig(dg.Config):
-    entity_types: list[str] = list(DEFAULT_ENTITY_TYPES)
-    max_gleanings: int = 1
-    summary_max_input_tokens: int = 4000
-    summary_max_tokens: int = 500
-    summarize_above_tokens: int = Field(
-        500, description="Descriptions of one element that together fit this are joined, not summarized by the model."
+    entity_types: list[str] = Field(list(DEFAULT_ENTITY_TYPES), description="The kinds of entity to extract.")
+    max_gleanings: int = Field(
+        1, ge=0, description="Times the model is asked for what it missed in a text unit (0: never)."
     )
-    offline_min_mentions: int = 2
-    max_failed_unit_fraction: float = 0.05
+    summary_max_input_tokens: int = Field(
+        4000, ge=100, description="Tokens of descriptions one summary call reads; longer lists go in batches."
+    )
+    summary_max_tokens: int = Field(500, ge=20, description="Tokens a description summary may have.")
+    summarize_above_tokens: int = Field(
+        500, ge=0, description="Descriptions of one element that together fit this are joined, not summarized."
+    )
+    offline_min_mentions: int = Field(
+        2, ge=1, description="Offline engine only: mentions a noun phrase needs to become an entity."
+    )
+    max_failed_unit_fraction: float = Field(
+        0.05, ge=0, le=1, description="Share of text units whose extraction may fail before the step fails."
+    )
 
 
 class ClaimsConfig(dg.Config):
-    enabled: bool = True
-    claim_description: str = DEFAULT_CLAIM_DESCRIPTION
-    entity_specs: list[str] = list(DEFAULT_ENTITY_TYPES)
-    max_gleanings: int = 1
-    max_failed_unit_fraction: float = 0.05
+    enabled: bool = Field(True, description="Extract claims (one more model pass over every text unit).")
+    claim_description: str = Field(DEFAULT_CLAIM_DESCRIPTION, description="What counts as a claim.")
+    entity_specs: list[str] = Field(list(DEFAULT_ENTITY_TYPES), description="The kinds of entity claims are about.")
+    max_gleanings: int = Field(1, ge=0, description="Times the model is asked for claims it missed (0: never).")
+    max_failed_unit_fraction: float = Field(
+        0.05, ge=0, le=1, description="Share of text units whose claim extraction may fail before the step fails."
+    )
 
 
 @dg.multi_asset(

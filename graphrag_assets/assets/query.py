@@ -58,27 +58,43 @@ class QueryConfig(dg.Config):
 
 
 class LeveledQueryConfig(QueryConfig):
-    community_level: int = Field(0, description="Community level: 0 is the root (C0), deeper levels are finer.")
+    community_level: int = Field(
+        0, ge=0, description="Community level: 0 is the root (C0), deeper levels are finer (C1, C2, ...)."
+    )
 
 
 class MapReduceOptions(dg.Config):
-    map_window_tokens: int = 8000
-    reduce_window_tokens: int = 8000
+    map_window_tokens: int = Field(
+        8000, ge=500, description="Tokens of records one map call reads; more windows mean more calls."
+    )
+    reduce_window_tokens: int = Field(
+        8000, ge=500, description="Tokens of the best-scored points the answer is written from."
+    )
     seed: int = Field(42, description="Seed of the shuffle that packs records into map windows.")
 
 
 class LocalContextOptions(dg.Config):
-    top_k_entities: int = Field(10, description="Entities nearest the question that seed the context.")
-    max_context_tokens: int = 8000
-    community_prop: float = Field(0.25, description="Share of the context budget for community reports.")
-    text_unit_prop: float = Field(0.5, description="Share of the context budget for source text units.")
+    top_k_entities: int = Field(10, ge=1, description="Entities nearest the question that seed the context.")
+    max_context_tokens: int = Field(8000, ge=500, description="Tokens of context the answer is written from.")
+    community_prop: float = Field(
+        0.25, ge=0, le=1, description="Share of the context budget for community reports (with text_unit_prop <= 1)."
+    )
+    text_unit_prop: float = Field(
+        0.5,
+        ge=0,
+        le=1,
+        description="Share of the context budget for source text units; the rest is entities, "
+        "relationships and claims.",
+    )
 
 
 class GlobalSearchConfig(LeveledQueryConfig, MapReduceOptions):
     dynamic_community_selection: bool = Field(
         False, description="Rate reports from the root down to community_level and read only relevant branches."
     )
-    dynamic_threshold: int = Field(1, description="Minimum 0-5 relevance rating to keep a report and descend.")
+    dynamic_threshold: int = Field(
+        1, ge=0, le=5, description="Minimum 0-5 relevance rating to keep a report and descend into its children."
+    )
 
 
 class LocalSearchConfig(LeveledQueryConfig, LocalContextOptions):
@@ -86,14 +102,14 @@ class LocalSearchConfig(LeveledQueryConfig, LocalContextOptions):
 
 
 class DriftSearchConfig(LeveledQueryConfig, LocalContextOptions):
-    primer_reports: int = 5
-    follow_ups: int = 3
-    depth: int = 1
+    primer_reports: int = Field(5, ge=1, description="Reports nearest the question that the primer reads.")
+    follow_ups: int = Field(3, ge=0, description="Follow-up questions asked at each step.")
+    depth: int = Field(1, ge=0, description="Rounds of follow-ups (0: the primer alone).")
 
 
 class BasicSearchConfig(QueryConfig):
-    top_k: int = 10
-    max_context_tokens: int = 8000
+    top_k: int = Field(10, ge=1, description="Text units nearest the question, packed into the context.")
+    max_context_tokens: int = Field(8000, ge=500, description="Tokens of source text the answer is written from.")
 
 
 class TextSummaryConfig(QueryConfig, MapReduceOptions):
@@ -102,8 +118,8 @@ class TextSummaryConfig(QueryConfig, MapReduceOptions):
 
 class QuestionGenerationConfig(LocalContextOptions):
     previous_questions: list[str] = Field(description="Questions asked so far.")
-    question_count: int = 5
-    community_level: int = 0
+    question_count: int = Field(5, ge=1, description="Questions to suggest.")
+    community_level: int = Field(0, ge=0, description="Level of the community reports in the context.")
 
 
 def load_index(conn, corpus: str) -> Index:
