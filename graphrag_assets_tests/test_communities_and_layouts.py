@@ -285,3 +285,18 @@ def test_leiden_through_the_rust_core_gives_graspologics_communities():
     edges = [(a, b, d["weight"]) for a, b, d in sorted(graph.edges(data=True), key=lambda e: (e[0], e[1]))]
     theirs = hierarchical_leiden(edges, max_cluster_size=10, random_seed=42)
     assert len(ours) > 1 and all(ours[c.level][c.node] == (c.level, c.cluster) for c in theirs)
+
+
+def test_the_layout_plot_names_the_largest_communities_by_their_best_connected_entities():
+    from graphrag_assets.method.embeddings.layouts import community_labels, plot_layout
+
+    nodes = pd.DataFrame(
+        [
+            {"id": f"e{i}", "kind": "entity", "title": t, "x": i, "y": -i, "community": c, "degree": d}
+            for i, (t, c, d) in enumerate(
+                [("SCROOGE", 4, 90), ("MARLEY", 4, 30), ("FRED", 4, 10), ("BELLE", 4, 2), ("BOB", 9, 15), ("X", -1, 0)]
+            )
+        ]
+    )
+    assert community_labels(nodes) == {4: "4: Scrooge, Marley, Fred", 9: "9: Bob"}
+    assert plot_layout(nodes, "entity", "test").startswith(b"\x89PNG")

@@ -99,8 +99,18 @@ def layout_nodes(
     return pd.concat(frames, ignore_index=True)[LAYOUT_COLUMNS] if frames else pd.DataFrame(columns=LAYOUT_COLUMNS)
 
 
-def plot_layout(nodes: pd.DataFrame, kind: str, title: str) -> bytes:
-    """A PNG scatter plot of one kind of node, coloured by top-level community."""
+def community_labels(nodes: pd.DataFrame, names: int = 3) -> dict[int, str]:
+    """A legend label per top-level community: its number and its best-connected entities."""
+    entities = nodes[(nodes["kind"] == "entity") & (nodes["community"] >= 0)]
+    return {
+        int(community): f"{community}: " + ", ".join(str(t).title() for t in group.nlargest(names, "degree")["title"])
+        for community, group in entities.groupby("community")
+    }
+
+
+def plot_layout(nodes: pd.DataFrame, kind: str, title: str, largest: int = 10) -> bytes:
+    """A PNG scatter plot of one kind of node: a colour and a legend entry for each of the `largest` top-level
+    communities (a categorical palette: community numbers are names, not quantities), grey for the rest."""
     import io
 
     import matplotlib
@@ -109,23 +119,30 @@ def plot_layout(nodes: pd.DataFrame, kind: str, title: str) -> bytes:
     import matplotlib.pyplot as plt
 
     points = nodes[nodes["kind"] == kind]
-    figure, axes = plt.subplots(figsize=(7, 5), dpi=90)
-    scatter = axes.scatter(
-        points["x"],
-        points["y"],
-        c=points["community"],
-        cmap="tab20",
-        s=12 + 4 * np.sqrt(points["degree"].clip(lower=0)),
-        alpha=0.8,
-        linewidths=0,
-    )
+    labels = community_labels(nodes)
+    members = points[points["community"] >= 0]["community"].value_counts()
+    shown = [int(c) for c in members.index[:largest]]
+    figure, axes = plt.subplots(figsize=(9, 5), dpi=90)
+    palette = plt.get_cmap("tab10")
+
+    def scatter(group: pd.DataFrame, **style) -> None:
+        sizes = 12 + 4 * np.sqrt(group["degree"].clip(lower=0))
+        axes.scatter(group["x"], group["y"], s=sizes, alpha=0.8, linewidths=0, **style)
+
+    rest = points[~points["community"].isin(shown)]
+    if len(rest):
+        scatter(rest, color="#c8c8c8", label="other communities" if kind == "entity" else "documents")
+    for number, community in enumerate(shown):
+        scatter(points[points["community"] == community], color=palette(number % 10), label=labels[community][:40])
     for row in points.nlargest(12, "degree").itertuples(index=False):
         axes.annotate(str(row.title).title()[:24], (row.x, row.y), fontsize=7, alpha=0.9)
     axes.set_title(title)
     axes.set_xticks([])
     axes.set_yticks([])
-    if kind == "entity" and len(points):
-        figure.colorbar(scatter, ax=axes, label="top-level community")
+    if len(points):
+        axes.legend(
+            loc="center left", bbox_to_anchor=(1.01, 0.5), fontsize=7, frameon=False, title="top-level community"
+        )
     buffer = io.BytesIO()
     figure.tight_layout()
     figure.savefig(buffer, format="png")
