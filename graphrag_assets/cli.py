@@ -20,6 +20,7 @@ import duckdb
 import yaml
 
 from .automation.runs import HOST_TAG, PID_TAG, fail_runs_of_dead_processes
+from .method.progress import PROGRESS_TO_TERMINAL
 
 REPO = Path(__file__).resolve().parents[1]
 INDEX_TABLES = ("documents", "text_units", "entities", "relationships", "covariates")
@@ -332,6 +333,8 @@ def main(argv: list[str] | None = None) -> int:
         )
         sub.add_argument("--verbose", action="store_true", default=argparse.SUPPRESS, help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
+    if not args.verbose:  # verbose shows Dagster's log, progress included
+        os.environ[PROGRESS_TO_TERMINAL] = "1"
     try:
         run_config = step_settings(args.config, args.set)
         if args.command == "evaluate":

@@ -89,6 +89,7 @@ def test_the_cli_takes_settings_and_says_what_is_wrong_in_one_line(tmp_path):
         "covariates.enabled=false",
     )
     assert indexed.returncode == 0, indexed.stderr
+    assert re.search(r"\[tiny\] community reports written: (\d+)/\1, 0 failed, done in", indexed.stderr)
     with duckdb.connect(str(cli.database), read_only=True) as conn:
         largest, units = conn.execute("SELECT max(n_tokens), count(*) FROM base_text_units").fetchone()
     assert 0 < largest <= 16 and units > 3  # the setting took: three short files, cut into chunks of 16 tokens

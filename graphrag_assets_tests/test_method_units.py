@@ -262,3 +262,22 @@ def test_walks_follow_edges_in_proportion_to_their_weight_and_repeat_with_the_se
     percentiles = np.percentile(degrees, range(20, 90, 10))
     expected = [_Node2VecGraph._get_walk_length_interpolated(d, percentiles, 40) for d in degrees]
     assert walk_lengths(degrees, 40).tolist() == expected and len(set(expected)) > 3
+
+
+def test_progress_says_what_is_done_and_left_at_intervals_and_at_the_end():
+    from types import SimpleNamespace
+
+    from graphrag_assets.method.progress import Progress
+
+    now, lines = [0.0], []
+    usage = SimpleNamespace(calls=0, prompt_tokens=0, completion_tokens=0)
+    progress = Progress("text units extracted", 4, lines.append, usage, every_seconds=10, clock=lambda: now[0])
+    for moment, failed in ((2.0, False), (12.0, True), (13.0, False), (20.0, False)):
+        now[0] = moment
+        usage.calls += 2
+        usage.prompt_tokens += 1000
+        progress.advance(failed)
+    assert lines == [
+        "text units extracted: 2/4, 1 failed, 4 model calls, 2,000 tokens, about 12 s left",
+        "text units extracted: 4/4, 1 failed, 8 model calls, 4,000 tokens, done in 20 s",
+    ]

@@ -5,6 +5,8 @@ from __future__ import annotations
 import base64
 import hashlib
 import json
+import os
+import sys
 from collections.abc import Callable
 from pathlib import Path
 from typing import TypeVar
@@ -15,6 +17,7 @@ import pandas as pd
 
 from ..failures import step_failure
 from ..method.imports import GraphRAGOutputError
+from ..method.progress import PROGRESS_TO_TERMINAL, Progress
 from ..method.prompts import prompts_version
 from ..models import Usage
 from ..resources import EmbeddingModelResource, ModelEndpointResource
@@ -240,3 +243,14 @@ def publish_imported(
         engine="imported",
         metadata={"imported_from": dg.MetadataValue.path(str(output.resolve()))},
     )
+
+
+def step_progress(context: dg.AssetExecutionContext, what: str, total: int, client=None) -> Progress:
+    """How far the step is, in the run's event log (the run page shows it) at most every 10 s and at the end."""
+
+    def report(line: str) -> None:
+        context.log.info(line)
+        if os.environ.get(PROGRESS_TO_TERMINAL):
+            print(f"  [{context.partition_key}] {line}", file=sys.stderr, flush=True)
+
+    return Progress(what, total, report, usage=client.usage if client is not None else None)

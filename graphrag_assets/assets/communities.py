@@ -21,6 +21,7 @@ from .common import (
     publish_imported,
     read_inputs,
     reuse_previous,
+    step_progress,
 )
 
 
@@ -154,7 +155,11 @@ def community_reports(
 
     def work(client):
         return generate_reports(
-            client, **inputs, max_context_tokens=config.max_context_tokens, max_report_length=config.max_report_length
+            client,
+            **inputs,
+            max_context_tokens=config.max_context_tokens,
+            max_report_length=config.max_report_length,
+            progress=step_progress(context, "community reports written", len(inputs["communities"]), client),
         )
 
     (reports, stats), usage = chat.run(work)

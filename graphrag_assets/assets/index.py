@@ -24,6 +24,7 @@ from .common import (
     publish,
     publish_imported,
     read_inputs,
+    step_progress,
 )
 
 
@@ -197,7 +198,11 @@ def entity_graph(
         summarize_above_tokens=config.summarize_above_tokens,
         offline_min_mentions=config.offline_min_mentions,
     )
-    graph, usage = chat.run(lambda client: build_entity_graph(client, units, **options))
+    graph, usage = chat.run(
+        lambda client: build_entity_graph(
+            client, units, progress=step_progress(context, "text units extracted", len(units), client), **options
+        )
+    )
     fail_if_too_many_failed(
         context,
         "text units",
@@ -306,7 +311,12 @@ def covariates(
         units = read_table(conn, "base_text_units", corpus)
     (claims, stats), usage = chat.run(
         lambda client: extract_claims(
-            client, units, tuple(config.entity_specs), config.claim_description, config.max_gleanings
+            client,
+            units,
+            tuple(config.entity_specs),
+            config.claim_description,
+            config.max_gleanings,
+            step_progress(context, "text units searched for claims", len(units), client),
         )
     )
     fail_if_too_many_failed(

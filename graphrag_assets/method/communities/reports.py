@@ -11,6 +11,7 @@ import pandas as pd
 
 from ..graph.records import ChatModel, InvalidReply, parse_json_reply
 from ..offline.extractive import extractive_report
+from ..progress import Progress
 from ..prompts import load_prompt
 from .context import CommunityContext, GraphIndex, SubReport, build_context
 
@@ -107,6 +108,7 @@ async def generate_reports(
     text_units: pd.DataFrame,
     max_context_tokens: int = 8000,
     max_report_length: int = 1500,
+    progress: Progress | None = None,
 ) -> tuple[pd.DataFrame, ReportStats]:
     """One report per community; with no chat model, extractive reports from the community's text."""
     graph = GraphIndex(entities, relationships, covariates)
@@ -157,6 +159,8 @@ async def generate_reports(
         rows = [r for r in communities.itertuples(index=False) if r.level == level]
         for row, report in zip(rows, await asyncio.gather(*(one(r) for r in rows))):
             reports[row.community] = report
+            if progress:
+                progress.advance(failed=report["status"] != "ok")
 
     table = []
     for number, report in sorted(reports.items()):

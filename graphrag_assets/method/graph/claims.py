@@ -7,6 +7,7 @@ import hashlib
 
 import pandas as pd
 
+from ..progress import Progress
 from ..prompts import load_prompt
 from .extraction import ExtractionStats
 from .records import (
@@ -99,6 +100,7 @@ async def extract_claims(
     entity_specs: tuple[str, ...],
     claim_description: str = DEFAULT_CLAIM_DESCRIPTION,
     max_gleanings: int = 1,
+    progress: Progress | None = None,
 ) -> tuple[pd.DataFrame, ExtractionStats]:
     continue_prompt = load_prompt("extract_claims_continue").format(
         tuple_delimiter=TUPLE_DELIMITER, record_delimiter=RECORD_DELIMITER, completion_delimiter=COMPLETION_DELIMITER
@@ -106,7 +108,7 @@ async def extract_claims(
     loop_prompt = load_prompt("gleaning_loop").template
 
     async def one(unit_id: str, text: str):
-        return unit_id, await complete_with_gleaning(
+        replies = await complete_with_gleaning(
             chat,
             claims_prompt(text, entity_specs, claim_description),
             continue_prompt,
@@ -114,6 +116,9 @@ async def extract_claims(
             max_gleanings,
             check_claims_reply,
         )
+        if progress:
+            progress.advance(failed=replies is None)
+        return unit_id, replies
 
     results = await asyncio.gather(*(one(u.id, u.text) for u in text_units.itertuples(index=False)))
     stats = ExtractionStats(units=len(results))

@@ -9,6 +9,7 @@ from dataclasses import dataclass, field
 
 import pandas as pd
 
+from ..progress import Progress
 from ..prompts import load_prompt
 from .records import (
     COMPLETION_DELIMITER,
@@ -154,6 +155,7 @@ async def extract_graph(
     text_units: pd.DataFrame,
     entity_types: tuple[str, ...] = DEFAULT_ENTITY_TYPES,
     max_gleanings: int = 1,
+    progress: Progress | None = None,
 ) -> tuple[pd.DataFrame, pd.DataFrame, ExtractionStats]:
     """Extract and merge entities and relationships from every text unit, concurrently."""
     continue_prompt = load_prompt("extract_graph_continue").format(
@@ -165,6 +167,8 @@ async def extract_graph(
         replies = await complete_with_gleaning(
             chat, extraction_prompt(text, entity_types), continue_prompt, loop_prompt, max_gleanings, check_graph_reply
         )
+        if progress:
+            progress.advance(failed=replies is None)
         return unit_id, replies
 
     results = await asyncio.gather(*(one(u.id, u.text) for u in text_units.itertuples(index=False)))

@@ -8,6 +8,7 @@ from dataclasses import astuple, dataclass
 import pandas as pd
 
 from ..offline.nlp_graph import extract_nlp_graph
+from ..progress import Progress
 from .extraction import DEFAULT_ENTITY_TYPES, ExtractionStats, entity_id, extract_graph, relationship_id
 from .records import ChatModel
 from .summaries import SummaryStats, summarize_descriptions
@@ -72,13 +73,14 @@ async def build_entity_graph(
     summary_max_tokens: int = 500,
     summarize_above_tokens: int = 500,
     offline_min_mentions: int = 2,
+    progress: Progress | None = None,
 ) -> GraphBuild:
     """Extract, merge, summarize and finalize: with a chat model, or offline by noun-phrase co-occurrence."""
     if chat is None:
         entities, relationships = extract_nlp_graph(text_units, offline_min_mentions)
         stats = ExtractionStats(units=len(text_units))
     else:
-        entities, relationships, stats = await extract_graph(chat, text_units, entity_types, max_gleanings)
+        entities, relationships, stats = await extract_graph(chat, text_units, entity_types, max_gleanings, progress)
     entity_summaries, relationship_summaries = await asyncio.gather(
         summarize_descriptions(
             chat,
