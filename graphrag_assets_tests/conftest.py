@@ -21,6 +21,7 @@ INDEX_ASSETS = (
     "base_text_units",
     "entities",
     "relationships",
+    "entity_aliases",
     "covariates",
     "text_units",
     "communities",

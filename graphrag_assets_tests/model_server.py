@@ -283,6 +283,9 @@ def _count_asked(prompt: str) -> int:
 
 def evaluation_reply(prompt: str) -> tuple[str, str] | None:
     """The evaluation's prompts. The judge is scripted: the answer with more distinct words wins, equal is a tie."""
+    if "<pairs>" in prompt:  # entity resolution: the same entity when both names end with the same word
+        pairs = re.findall(r"^\d+\. ([^(|]+?) \(.*?\) \| ([^(]+?) \(", tagged(prompt, "pairs"), re.MULTILINE)
+        return "resolve", json.dumps({"same": [a.split()[-1] == b.split()[-1] for a, b in pairs]})
     if "<answer_1>" in prompt:
         first, second = distinct_words(tagged(prompt, "answer_1")), distinct_words(tagged(prompt, "answer_2"))
         winner = 1 if first > second else 2 if second > first else 0

@@ -16,6 +16,7 @@ from graphrag_assets.method.communities.context import Element, SubReport, build
 from graphrag_assets.method.communities.leiden import cluster_graph
 from graphrag_assets.method.communities.reports import parse_report
 from graphrag_assets.method.embeddings.text import document_embeddings
+from graphrag_assets.method.graph.aliases import canonical_of
 from graphrag_assets.method.graph.records import InvalidReply
 from graphrag_assets.method.search.context import nearest
 
@@ -47,6 +48,9 @@ def test_communities_form_a_hierarchy_with_provenance(engine, request):
     communities = table(workspace, "communities").set_index("community")
     entities = set(table(workspace, "entities")["id"])
     relationships = table(workspace, "relationships").set_index("id")
+    title_of = table(workspace, "entities").set_index("id")["title"]
+    # An alias's relationships belong to its canonical entity's community.
+    canonical = {title_of[v]: title_of[c] for v, c in canonical_of(table(workspace, "entity_aliases")).items()}
     assert communities["level"].min() == 0 and communities["level"].nunique() >= 2
     assert (communities.loc[communities["level"] == 0, "parent"] == -1).all()
     for number, row in communities.iterrows():
@@ -57,7 +61,8 @@ def test_communities_form_a_hierarchy_with_provenance(engine, request):
             assert set(row.entity_ids) <= set(parent.entity_ids)
         titles = set(table(workspace, "entities").set_index("id").loc[list(row.entity_ids), "title"])
         for rel in row.relationship_ids:  # relationships inside the community have both ends in it
-            assert {relationships.loc[rel, "source"], relationships.loc[rel, "target"]} <= titles
+            ends = {relationships.loc[rel, "source"], relationships.loc[rel, "target"]}
+            assert {canonical.get(end, end) for end in ends} <= titles
     reports = table(workspace, "community_reports")
     assert sorted(reports["community"]) == sorted(communities.index) and (reports["status"] == "ok").all()
     assert reports["full_content"].str.startswith("# ").all()

@@ -281,3 +281,30 @@ def test_progress_says_what_is_done_and_left_at_intervals_and_at_the_end():
         "text units extracted: 2/4, 1 failed, 4 model calls, 2,000 tokens, about 12 s left",
         "text units extracted: 4/4, 1 failed, 8 model calls, 4,000 tokens, done in 20 s",
     ]
+
+
+def test_gutenberg_boilerplate_is_cut_at_its_markers_and_other_text_is_whole():
+    from graphrag_assets.method.ingest.documents import strip_boilerplate
+
+    book = (
+        "The Project Gutenberg eBook\n*** START OF THE PROJECT GUTENBERG EBOOK X ***\nStory.\n"
+        "*** END OF THE PROJECT GUTENBERG EBOOK X ***\nLicence"
+    )
+    assert strip_boilerplate(book) == ("Story.", len(book) - len("Story."))
+    assert strip_boilerplate("A plain text.") == ("A plain text.", 0)
+
+
+def test_offline_phrases_skip_headings_and_quotes_are_cleaned():
+    from graphrag_assets.method.offline.answers import best_sentences, clean_sentence, reads_as_prose
+    from graphrag_assets.method.offline.nlp_graph import candidate_phrases
+
+    found = [
+        p for p, _ in candidate_phrases("In Stave One and Chapter XII, beside the Illustration, Jacob Marley waits.")
+    ]
+    assert found == ["Jacob Marley"]
+    assert clean_sentence("It was Christmas Eve 16 Bob _Cratchit_ went [Illustration: a ghost] home.") == (
+        "It was Christmas Eve Bob Cratchit went home."
+    )
+    assert not reads_as_prose("Tailpiece vi Tailpiece to List of Coloured Illustrations x Heading to Stave One")
+    twice = [("a", "Scrooge was a miser, as everyone knew."), ("b", "Scrooge  was a miser, as everyone knew.")]
+    assert len(best_sentences("Who was Scrooge?", twice)) == 1  # overlapping text units repeat sentences

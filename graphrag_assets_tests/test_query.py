@@ -1,6 +1,7 @@
 """Query assets against the test model server and offline, on the indexed sample corpus."""
 
 import json
+import re
 
 import pytest
 
@@ -181,3 +182,48 @@ def test_a_follow_up_reads_the_conversation_and_its_context_follows_the_earlier_
         raise_on_error=False,
     )
     assert "roles ['narrator']" in bad.get_step_failure_events()[0].step_failure_data.user_failure_data.description
+
+
+def cited_reports(workspace, result) -> list[set[str]]:
+    """The entity titles of each community the answer cites, in the answer's order."""
+    row = answer_row(workspace, result)
+    numbers = [int(n) for n in re.findall(r"\[Data: Reports \((\d+)\)\]", row.answer)]
+    communities = workspace.sql("SELECT community, entity_ids FROM communities").set_index("community")["entity_ids"]
+    titles = workspace.sql("SELECT id, title FROM entities").set_index("id")["title"]
+    return [{titles[e] for e in communities[n]} for n in numbers]
+
+
+@pytest.mark.parametrize("level", [0, 1])
+def test_offline_global_search_answers_the_questions_graphrag_exists_for(offline_index, level):
+    workspace = offline_index[0]
+    themes = ask(
+        offline_index, "global_search", {"question": "What are the main themes of the story?", "community_level": level}
+    )
+    cited = cited_reports(workspace, themes)
+    # A broad question reads the central communities: Scrooge's, and the spirits'.
+    assert any("SCROOGE" in c for c in cited[:3]) and any({"GHOST", "SPIRIT", "SPIRITS"} & c for c in cited[:3])
+    tim = ask(offline_index, "global_search", {"question": "Who is Tiny Tim?", "community_level": level})
+    assert "TINY TIM" in cited_reports(workspace, tim)[0]
+    dynamic = ask(
+        offline_index,
+        "global_search",
+        {
+            "question": "What are the main themes of the story?",
+            "community_level": level,
+            "dynamic_community_selection": True,
+        },
+    )
+    assert cited_reports(workspace, dynamic) and "I do not know" not in answer_row(workspace, dynamic).answer
+    answer = answer_row(workspace, themes).answer
+    quoted = [line for line in answer.splitlines() if line.startswith("- ")]
+    assert len(quoted) == len(set(quoted)) and not re.search(
+        r"[a-z] \d{1,3} [A-Z]", answer
+    )  # no repeats, no page numbers
+
+
+def test_the_licence_and_the_books_headings_stay_out_of_the_offline_graph(offline_index):
+    workspace = offline_index[0]
+    titles = workspace.sql("SELECT title FROM entities")["title"].str.upper()
+    assert not titles.str.contains("GUTENBERG|STAVE|ILLUSTRATION").any()
+    document = workspace.sql("SELECT text, metadata FROM documents").iloc[0]
+    assert "*** START OF" not in document.text and json.loads(document.metadata)["boilerplate_chars_removed"] > 10_000

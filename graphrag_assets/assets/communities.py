@@ -8,6 +8,7 @@ from pydantic import Field
 from ..method import imports
 from ..method.communities.leiden import DEFAULT_SEED, build_communities
 from ..method.communities.reports import REPORT_PROMPTS, generate_reports
+from ..method.graph.aliases import resolve
 from ..resources import ChatModelResource, CorporaResource
 from ..store.tables import read_table
 from .common import (
@@ -52,7 +53,7 @@ def per_level(df: pd.DataFrame, **aggregations) -> dg.MetadataValue:
 
 
 @dg.asset(
-    deps=["entities", "relationships"],
+    deps=["entities", "relationships", "entity_aliases"],
     partitions_def=corpus_partitions,
     group_name="communities",
     code_version=code_version(),
@@ -83,7 +84,11 @@ def communities(
             yield reused
             yield one_community_per_level(read_table(conn, "communities", corpus))
             return
-        entities, relationships = read_table(conn, "entities", corpus), read_table(conn, "relationships", corpus)
+        entities, relationships = resolve(
+            read_table(conn, "entities", corpus),
+            read_table(conn, "relationships", corpus),
+            read_table(conn, "entity_aliases", corpus),
+        )
     table = build_communities(entities, relationships, config.max_cluster_size, config.seed, config.use_lcc)
     with duckdb.get_connection() as conn:
         yield publish(
@@ -121,7 +126,7 @@ def one_community_per_level(table: pd.DataFrame) -> dg.AssetCheckResult:
 
 
 @dg.asset(
-    deps=["communities", "entities", "relationships", "covariates", "text_units"],
+    deps=["communities", "entities", "relationships", "covariates", "text_units", "entity_aliases"],
     partitions_def=corpus_partitions,
     group_name="communities",
     code_version=code_version(*REPORT_PROMPTS),
@@ -145,6 +150,10 @@ def community_reports(
     """One report per community, written bottom-up (paper section 3.1.5); extractive offline."""
     with duckdb.get_connection() as conn:
         inputs = read_inputs(context, conn, "community_reports")
+    # Reports read the graph the communities were made from: alias groups as one entity.
+    inputs["entities"], inputs["relationships"] = resolve(
+        inputs["entities"], inputs["relationships"], inputs.pop("entity_aliases")
+    )
     imported = corpora.graphrag_output(context.partition_key)
     if imported:
         reports = from_graphrag(imported, imports.community_reports, inputs["communities"])

@@ -7,6 +7,7 @@ from pydantic import Field
 
 from ..failures import step_failure
 from ..method import imports
+from ..method.graph import aliases as alias_method
 from ..method.graph.claims import CLAIM_PROMPTS, COVARIATE_COLUMNS, DEFAULT_CLAIM_DESCRIPTION, extract_claims
 from ..method.graph.extraction import DEFAULT_ENTITY_TYPES, EXTRACTION_PROMPTS
 from ..method.graph.tables import build_entity_graph, link_text_units
@@ -36,6 +37,11 @@ class IngestConfig(dg.Config):
     text_column: str = Field("text", description="CSV and JSONL files: the column that holds the text.")
     title_column: str = Field("title", description="CSV and JSONL files: the column that holds the title, if any.")
     metadata_columns: list[str] = Field([], description="CSV and JSONL files: columns kept as document metadata.")
+    keep_boilerplate: bool = Field(
+        False,
+        description="Keep Project Gutenberg's licence header and footer, found by its '*** START/END OF THE PROJECT "
+        "GUTENBERG EBOOK' markers; left out by default so they do not become entities and communities.",
+    )
 
 
 class GraphConfig(dg.Config):
@@ -44,7 +50,7 @@ class GraphConfig(dg.Config):
         1, ge=0, description="Times the model is asked for what it missed in a text unit (0: never)."
     )
     summary_max_input_tokens: int = Field(
-        4000, ge=100, description="Tokens of descriptions one summary call reads; longer lists go in batches."
+        4000, ge=1, description="Tokens of descriptions one summary call reads; longer lists go in batches."
     )
     summary_max_tokens: int = Field(500, ge=20, description="Tokens a description summary may have.")
     summarize_above_tokens: int = Field(
@@ -99,7 +105,9 @@ def corpus_documents(
         return
     folder = corpora.folder(context.partition_key)
     read = read_corpus(
-        folder, TabularColumns(config.text_column, config.title_column or None, tuple(config.metadata_columns))
+        folder,
+        TabularColumns(config.text_column, config.title_column or None, tuple(config.metadata_columns)),
+        keep_boilerplate=config.keep_boilerplate,
     )
     for problem in read.problems:
         context.log.warning(f"{folder.name}/{problem}")
@@ -272,6 +280,81 @@ def relationship_endpoints_are_entities(entities: pd.DataFrame, relationships: p
         passed=not dangling,
         metadata={"dangling_endpoints": len(dangling), "examples": ", ".join(dangling[:10]) or "none"},
     )
+
+
+class AliasConfig(dg.Config):
+    enabled: bool = Field(True, description="Look for names of one entity (off: no aliases, the graph as extracted).")
+    min_name_overlap: float = Field(
+        0.5,
+        ge=0,
+        le=1,
+        description="Share of name words two names must share to be a candidate pair, when neither "
+        "name holds the other.",
+    )
+    batch_size: int = Field(20, ge=1, description="Candidate pairs the model judges in one call.")
+
+
+@dg.asset(
+    deps=["entities"],
+    partitions_def=corpus_partitions,
+    group_name="graph",
+    code_version=code_version("resolve_entities"),
+    kinds={"duckdb"},
+    pool=MODEL_POOL,
+)
+def entity_aliases(
+    context: dg.AssetExecutionContext,
+    config: AliasConfig,
+    chat: ChatModelResource,
+    corpora: CorporaResource,
+    duckdb: DuckDBResource,
+) -> dg.MaterializeResult:
+    """Names of one entity, linked to a canonical entity instead of merged: undo one by rejecting it in the
+    corpus folder's aliases.csv (entity,canonical,action with action add or reject)."""
+    corpus = context.partition_key
+    with duckdb.get_connection() as conn:
+        entities = read_table(conn, "entities", corpus)
+    candidates = alias_method.candidate_pairs(entities, config.min_name_overlap) if config.enabled else None
+    usage = None
+    if candidates is None or candidates.empty:
+        table = pd.DataFrame(columns=alias_method.ALIAS_COLUMNS)
+    elif chat.configured:
+        verdicts, usage = chat.run(
+            lambda client: alias_method.confirm_by_model(client, candidates, entities, config.batch_size)
+        )
+        table = candidates.assign(
+            confirmed_by=["model" if v is not None else "unconfirmed" for v in verdicts],
+            accepted=[bool(v) for v in verdicts],
+        )
+    else:
+        table = candidates.assign(confirmed_by="rule", accepted=alias_method.confirm_by_rule(candidates))
+    overrides, problems = alias_method.read_overrides(corpora.folder(corpus))
+    table, unknown = alias_method.apply_overrides(table, overrides, entities)
+    for problem in problems + unknown:
+        context.log.warning(problem)
+    groups = alias_method.alias_groups(table)
+    titles = entities.set_index("id")["title"]
+    with duckdb.get_connection() as conn:
+        return publish(
+            context,
+            conn,
+            "entity_aliases",
+            table,
+            engine=chat.engine,
+            model=chat if usage else None,
+            usage=usage,
+            metadata={
+                "candidate_pairs": len(table),
+                "accepted": int(table["accepted"].astype(bool).sum()) if len(table) else 0,
+                "alias_groups": len(groups),
+                "groups": dg.MetadataValue.md(
+                    "\n".join(f"- {titles[c]}: {', '.join(titles[v] for v in vs)}" for c, vs in groups.items())
+                    or "_none_"
+                ),
+                "overrides": len(overrides),
+                "override_problems": dg.MetadataValue.md("\n".join(f"- {p}" for p in problems + unknown) or "none"),
+            },
+        )
 
 
 @dg.asset(

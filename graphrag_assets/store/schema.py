@@ -46,6 +46,18 @@ TABLES: dict[str, dict[str, str]] = {
         "combined_degree": "INTEGER",
         "text_unit_ids": "VARCHAR[]",
     },
+    # Pairs resolved as one entity; the entities table keeps every row, the graph folds accepted variants in.
+    "entity_aliases": {
+        "id": "VARCHAR",  # <entity_id>-><canonical_id>
+        "entity_id": "VARCHAR",
+        "entity": "VARCHAR",
+        "canonical_id": "VARCHAR",
+        "canonical": "VARCHAR",
+        "method": "VARCHAR",
+        "score": "DOUBLE",
+        "confirmed_by": "VARCHAR",  # model, rule, user, or unconfirmed (the model's reply never parsed)
+        "accepted": "BOOLEAN",
+    },
     "covariates": {
         "id": "VARCHAR",
         "human_readable_id": "INTEGER",

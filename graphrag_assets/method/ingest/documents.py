@@ -10,10 +10,13 @@ import csv
 import hashlib
 import io
 import json
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import pandas as pd
+
+from ..graph.aliases import OVERRIDES_FILE
 
 SUPPORTED_SUFFIXES = (".txt", ".md", ".csv", ".jsonl")
 _BINARY_SNIFF_BYTES = 8192
@@ -128,8 +131,26 @@ def _tabular_documents(
     return documents, problems
 
 
-def read_corpus(folder: str | Path, columns: TabularColumns = TabularColumns()) -> CorpusReadResult:
-    """Read every supported file below `folder` (sorted, hidden files ignored) into one row per document."""
+# Project Gutenberg's own markers around a book; what lies outside them is its licence and catalogue text.
+_BOOK_START = re.compile(r"^\*{3} *START OF (?:THE|THIS) PROJECT GUTENBERG E(?:BOOK|TEXT)\b.*$", re.MULTILINE | re.I)
+_BOOK_END = re.compile(r"^\*{3} *END OF (?:THE|THIS) PROJECT GUTENBERG E(?:BOOK|TEXT)\b.*$", re.MULTILINE | re.I)
+
+
+def strip_boilerplate(text: str) -> tuple[str, int]:
+    """(the book between Project Gutenberg's START and END markers, characters left out); text without the
+    markers comes back whole."""
+    start, end = _BOOK_START.search(text), _BOOK_END.search(text)
+    body = text[start.end() if start else 0 : end.start() if end and (not start or end.start() > start.end()) else None]
+    return body.strip("\n"), len(text) - len(body.strip("\n"))
+
+
+def read_corpus(
+    folder: str | Path, columns: TabularColumns = TabularColumns(), keep_boilerplate: bool = False
+) -> CorpusReadResult:
+    """Read every supported file below `folder` (sorted, hidden files ignored) into one row per document.
+
+    Project Gutenberg's licence header and footer are left out of plain-text documents unless `keep_boilerplate`:
+    they would otherwise become entities and communities of their own."""
     root = Path(folder)
     if not root.is_dir():
         raise FileNotFoundError(f"corpus folder {root} does not exist")
@@ -146,6 +167,8 @@ def read_corpus(folder: str | Path, columns: TabularColumns = TabularColumns()) 
         if resolved_root not in target.parents:
             # A link to a file elsewhere would send text the user never put in the corpus to the model.
             problems.append(Problem(relative, f"links to {target}, outside the corpus folder; refused"))
+            continue
+        if relative == OVERRIDES_FILE:  # the user's alias decisions, read by the entity_aliases asset
             continue
         suffix = path.suffix.lower()
         if suffix not in SUPPORTED_SUFFIXES:
@@ -165,7 +188,16 @@ def read_corpus(folder: str | Path, columns: TabularColumns = TabularColumns()) 
             documents, row_problems = _tabular_documents(text, relative, suffix, columns)
             problems.extend(row_problems)
         else:
-            documents = [{"title": path.name, "text": text, "metadata": {}}]
+            removed = 0
+            if not keep_boilerplate:
+                text, removed = strip_boilerplate(text)
+            documents = [
+                {
+                    "title": path.name,
+                    "text": text,
+                    "metadata": {"boilerplate_chars_removed": removed} if removed else {},
+                }
+            ]
         for document in documents:
             doc_id = document_id(document["text"])
             if doc_id in seen:

@@ -7,10 +7,39 @@ import re
 from .nlp_graph import _STOPWORDS, split_sentences
 
 _WORD = re.compile(r"[a-z][a-z'\-]+")
+# Words of a question about the corpus as a whole rather than about one thing in it.
+BROAD_WORDS = frozenset(
+    "theme themes main overall story summary summarize summarise about important key major central message "
+    "lesson lessons moral topics ideas".split()
+)
+_PAGE_NUMBER = re.compile(r"(?<=[a-z,;:.!?'\"”’]) \d{1,3} (?=[A-Z])")  # "Christmas Eve 16 Bob": a page number
+_ILLUSTRATION = re.compile(r"\[Illustration[^\]]*\]", re.IGNORECASE)
+_ITALICS = re.compile(r"(?<!\w)_([^_]+)_(?!\w)")
+
+
+def reads_as_prose(sentence: str) -> bool:
+    """False for a run of headings or a list of contents ("Tailpiece vi Heading to Stave One ..."): mostly
+    capitalised words and numbers, which a sentence of prose never is."""
+    words = sentence.split()
+    if len(words) < 8:
+        return True
+    return sum(w[0].isupper() or w[0].isdigit() for w in words) <= len(words) / 2
+
+
+def clean_sentence(sentence: str) -> str:
+    """A sentence as a reader wants it quoted: one line, no page numbers, captions or italics marks."""
+    sentence = _ILLUSTRATION.sub(" ", sentence)
+    sentence = _ITALICS.sub(r"\1", " ".join(sentence.split()))
+    return " ".join(_PAGE_NUMBER.sub(" ", sentence).split())
 
 
 def terms(text: str) -> set[str]:
     return {w for w in _WORD.findall(text.lower()) if w not in _STOPWORDS and len(w) > 2}
+
+
+def terms_in_order(text: str) -> list[str]:
+    """The words of a text in order, lower case, punctuation dropped: for matching names inside questions."""
+    return re.findall(r"[a-z0-9']+", text.lower().replace("’", "'"))
 
 
 def overlap_score(question: str, text: str) -> float:
@@ -24,10 +53,10 @@ def best_sentences(question: str, sourced_texts: list[tuple[str, str]], limit: i
     scored, seen = [], set()
     for position, (source, text) in enumerate(sourced_texts):
         for sentence in split_sentences(text):
-            sentence = " ".join(sentence.split())
-            if sentence in seen or len(sentence) < 20 or len(sentence) > 500:
+            sentence = clean_sentence(sentence)
+            if sentence.lower() in seen or len(sentence) < 20 or len(sentence) > 500 or not reads_as_prose(sentence):
                 continue
-            seen.add(sentence)
+            seen.add(sentence.lower())  # overlapping text units repeat sentences
             score = overlap_score(question, sentence)
             if score > 0:
                 scored.append((-score, position, sentence, source))

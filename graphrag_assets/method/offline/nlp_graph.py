@@ -4,7 +4,8 @@ Like the "fast" and LazyGraphRAG indexing variants, entities are noun phrases fo
 by a rule, and two entities are related when they appear in the same sentence. No
 part-of-speech model can be downloaded here, so the rule is orthographic: runs of
 capitalised words (with "of"/"the" inside, honorifics kept), excluding words that
-are only ever capitalised at the start of a sentence.
+are only ever capitalised at the start of a sentence, and a book's headings and apparatus ("Stave One",
+"Chapter XII", "Illustration", roman numerals).
 """
 
 from __future__ import annotations
@@ -23,6 +24,13 @@ _HONORIFIC = r"(?:Mr|Mrs|Ms|Miss|Dr|St|Sir|Lady|Lord|Master|Old)\.?"
 _PHRASE = re.compile(rf"\b(?:{_HONORIFIC}\s+)?{_WORD}(?:\s+(?:of\s+|the\s+|of\s+the\s+)?{_WORD})*")
 _POSSESSIVE = re.compile(r"'s\b")
 _HONORIFIC_ONLY = re.compile(_HONORIFIC)
+# Headings and apparatus of a book ("Stave One", "Chapter XII", "Illustration"), not names in it.
+_STRUCTURE = re.compile(
+    r"\b(?:chapter|stave|book|part|volume|section|contents|illustrations?|page|footnote|transcriber|heading|tailpiece"
+    r"|frontispiece)\b",
+    re.IGNORECASE,
+)
+_ROMAN = re.compile(r"[IVXLCDM]+")
 _STOPWORDS = frozenset(
     """a about after again all also an and another any are as at be because been before being but by can could
     did do does done each even ever every for from had has have he her here hers him his how i if in into is it
@@ -57,6 +65,8 @@ def candidate_phrases(sentence: str) -> list[tuple[str, bool]]:
         phrase = _trim(_POSSESSIVE.sub("", match.group(0).replace("’", "'")))
         # Contractions ("I'll", "It's") and bare honorifics are not names.
         if len(phrase) < 3 or "'" in phrase or _HONORIFIC_ONLY.fullmatch(phrase):
+            continue
+        if _STRUCTURE.search(phrase) or _ROMAN.fullmatch(phrase):
             continue
         found.append((phrase, sentence[: match.start()].strip(" \"'“‘(") == ""))
     return found

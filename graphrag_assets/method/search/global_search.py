@@ -12,7 +12,8 @@ import asyncio
 import random
 
 from ..graph.records import ChatModel, Embedder, InvalidReply, parse_json_reply
-from ..offline.answers import best_sentences, extractive_answer
+from ..offline.answers import BROAD_WORDS, best_sentences, clean_sentence, extractive_answer, terms, terms_in_order
+from ..offline.nlp_graph import split_sentences
 from ..prompts import load_prompt
 from .context import (
     NO_ANSWER,
@@ -174,19 +175,73 @@ async def map_reduce(
     return SearchResult(answer, chat is None, map_tokens + reduce_tokens, context, details)
 
 
+def mentioned_entities(index: Index, question: str) -> set[str]:
+    """Ids of the entities the question names (whole words, any case)."""
+    lowered = f" {' '.join(terms_in_order(question))} "
+    return {
+        row.id
+        for row in index.entities.itertuples(index=False)
+        if len(row.title) >= 3 and f" {' '.join(terms_in_order(row.title))} " in lowered
+    }
+
+
+def offline_relevance(index: Index, question: str, similarity: dict[str, float]) -> dict[str, float]:
+    """Offline, how much each report bears on the question (0-1), by its intent as well as its words.
+
+    A question that names entities is about the communities holding them; a broad one (themes, the main
+    characters, a summary: no entity named, or words like "main" and "themes") is about the central
+    communities, those with the highest rank. Similarity to the question's embedding counts in both.
+    """
+    reports = index.reports[index.reports["status"] == "ok"]
+    members = index.communities.set_index("community")["entity_ids"].map(set).to_dict()
+    named = mentioned_entities(index, question)
+    broad = not named or bool(terms(question) & BROAD_WORDS)
+    top_rank = max(float(reports["rank"].max() or 0.0), 1e-9) if len(reports) else 1.0
+    relevance = {}
+    for report in reports.itertuples(index=False):
+        score = 0.4 * max(0.0, similarity.get(report.id, 0.0))
+        if named:
+            score += 0.6 * len(members.get(report.community, set()) & named) / len(named)
+        if broad:
+            score += 0.6 * float(report.rank) / top_rank
+        relevance[report.id] = min(1.0, score)
+    return relevance
+
+
 async def _extractive_map(embedder, index: Index, question: str, packed, kind: str) -> list[dict]:
-    """Offline map: each record scores its question similarity (0-100); its best sentences are the points."""
+    """Offline map. Reports are scored by `offline_relevance`, and each gives its title with the sentences that
+    name what the question names (or, for a broad question, its summary); text units score their similarity."""
     query = await embed_query(embedder, index, question)
     ids, matrix = index.vectors("community_report" if kind == "reports" else "text_unit")
     similarity = dict(nearest(query, ids, matrix, len(ids)))
-    texts = index.report_text() if kind == "reports" else index.text_units.set_index("id")["text"].to_dict()
-    points = []
-    for _, window_ids, _ in packed:
-        for record_id in window_ids:
-            score = int(round(100 * max(0.0, similarity.get(record_id, 0.0))))
+    if kind != "reports":
+        texts = index.text_units.set_index("id")["text"].to_dict()
+        points = []
+        for record_id in (i for _, window_ids, _ in packed for i in window_ids):
             sentences = best_sentences(question, [(record_id, texts.get(record_id, ""))], limit=1)
-            description = sentences[0][1] if sentences else ""
-            points.append({"description": description, "score": score if description else 0, "source_ids": [record_id]})
+            score = int(round(100 * max(0.0, similarity.get(record_id, 0.0)))) if sentences else 0
+            points.append(
+                {"description": sentences[0][1] if sentences else "", "score": score, "source_ids": [record_id]}
+            )
+        return points
+    relevance = offline_relevance(index, question, similarity)
+    reports = index.reports.set_index("id")
+    texts = index.report_text()
+    named = index.entities.set_index("id").loc[sorted(mentioned_entities(index, question)), "title"].tolist()
+    points = []
+    for record_id in (i for _, window_ids, _ in packed for i in window_ids):
+        report = reports.loc[record_id]
+        wanted = " ".join([question, *named])
+        sentences = [s for _, s, _ in best_sentences(wanted, [(record_id, texts.get(record_id, ""))], limit=2)]
+        if not named or not sentences:
+            sentences = [clean_sentence(s) for s in split_sentences(report["summary"])[:2]]
+        points.append(
+            {
+                "description": f"**{report['title']}**: {' '.join(sentences)}",
+                "score": int(round(100 * relevance.get(record_id, 0.0))),
+                "source_ids": [record_id],
+            }
+        )
     return points
 
 
@@ -204,11 +259,12 @@ async def select_communities(
     query = None if chat else await embed_query(embedder, index, question)
     ids, matrix = index.vectors("community_report")
     similarity = dict(nearest(query, ids, matrix, len(ids))) if query is not None else {}
+    relevance = offline_relevance(index, question, similarity) if chat is None else {}
     prompt = load_prompt("rate_community")
 
     async def rate(number: int) -> int:
         if chat is None:
-            return int(5 * max(0.0, similarity.get(reports.loc[number, "id"], 0.0)))
+            return int(5 * relevance.get(reports.loc[number, "id"], 0.0))
         rating = await chat.complete(
             [{"role": "user", "content": prompt.format(report=reports.loc[number, "full_content"], question=question)}],
             parse=parse_rating,

@@ -1,0 +1,238 @@
+"""Entity resolution that can be undone: variants of one entity ("EBENEZER SCROOGE", "SCROOGE") are linked as
+aliases of a canonical entity, never merged in the entities table.
+
+Candidates are found cheaply: one name's words inside the other's ("CRATCHIT" in "BOB CRATCHIT"), or names
+sharing most of their words, of the same type. A model confirms them in batches; offline, a rule does
+(`confirm_by_rule`: a last name or an honorific form, unambiguous, with agreeing descriptions). A user's
+`aliases.csv` in the corpus folder adds or rejects pairs. The graph that communities, reports and search use
+treats an alias group as one node: `resolve` folds each variant into its canonical entity. With no accepted
+alias it returns the graph unchanged, so rejecting every alias gives back the previous communities exactly.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import csv
+import io
+import re
+from collections import defaultdict
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from ..offline.answers import terms
+from ..prompts import load_prompt
+from .records import ChatModel, InvalidReply, parse_json_reply
+
+ALIAS_COLUMNS = [
+    "id",
+    "entity_id",
+    "entity",
+    "canonical_id",
+    "canonical",
+    "method",
+    "score",
+    "confirmed_by",
+    "accepted",
+]
+OVERRIDES_FILE = "aliases.csv"
+_NAME_WORD = re.compile(r"[A-Z0-9']+")
+
+
+def _words(title: str) -> list[str]:
+    return _NAME_WORD.findall(title.upper())
+
+
+def candidate_pairs(entities: pd.DataFrame, min_overlap: float = 0.5) -> pd.DataFrame:
+    """(entity, canonical) pairs worth asking about; the canonical is the better-connected name of the two."""
+    rows = entities.reset_index(drop=True)
+    words = [frozenset(_words(t)) for t in rows["title"]]
+    by_word: dict[str, list[int]] = defaultdict(list)
+    for i, ws in enumerate(words):
+        for w in ws:
+            by_word[w].append(i)
+    found = {}
+    for i, ws in enumerate(words):
+        for j in {j for w in ws for j in by_word[w] if j > i}:
+            a, b = rows.iloc[i], rows.iloc[j]
+            if a["type"] and b["type"] and a["type"] != b["type"]:
+                continue
+            shared = len(ws & words[j]) / len(ws | words[j])
+            contained = ws <= words[j] or words[j] <= ws
+            if not contained and shared < min_overlap:
+                continue
+            variant, canonical = (a, b) if (a["degree"], len(a["title"])) < (b["degree"], len(b["title"])) else (b, a)
+            found[(variant["id"], canonical["id"])] = {
+                "id": f"{variant['id']}->{canonical['id']}",
+                "entity_id": variant["id"],
+                "entity": variant["title"],
+                "canonical_id": canonical["id"],
+                "canonical": canonical["title"],
+                "method": "name containment" if contained else "shared name words",
+                "score": round(max(shared, 0.99 if contained else 0.0) * _description_overlap(a, b) ** 0.5, 3),
+            }
+    return pd.DataFrame(list(found.values()), columns=ALIAS_COLUMNS[:7])
+
+
+def _description_overlap(a, b) -> float:
+    """Share of the shorter description's content words found in the other (1 when either has none)."""
+    wa, wb = terms(str(a["description"])), terms(str(b["description"]))
+    return len(wa & wb) / min(len(wa), len(wb)) if wa and wb else 1.0
+
+
+# Words before a name that do not make it another person's: "Old Marley", "Master Scrooge", "Uncle Scrooge".
+# ("Mrs" does: Mrs Cratchit is not Bob Cratchit.)
+HONORIFICS = frozenset("MR MISTER MASTER MISS OLD YOUNG UNCLE SIR LORD LADY DR DOCTOR".split())
+
+
+def _same_by_name(short: list[str], long: list[str]) -> str | None:
+    """How the longer name extends the shorter one when that keeps it one person: "honorific", "given name"."""
+    n = len(short)
+    if long[-n:] != short:
+        return None  # only a last name is a short form ("Scrooge"); a first name alone is too common ("Jacob")
+    added = long[:-n]
+    if "OF" in added:
+        return None  # "Ghost of Jacob Marley" is a phrase about Jacob Marley, not a name of his
+    return "honorific" if all(w in HONORIFICS for w in added) else "given name"
+
+
+def confirm_by_rule(candidates: pd.DataFrame, min_score: float = 0.2) -> list[bool]:
+    """Offline: a name is the short form of a longer one when it is its last word(s) ("Marley" of "Jacob Marley")
+    or the longer one only adds an honorific ("Old Marley"), their descriptions agree, and no second longer name
+    gives it another first name ("Cratchit" of "Bob Cratchit" and of "Tim Cratchit" stays apart)."""
+    forms: dict[tuple[str, ...], set[tuple[str, ...]]] = defaultdict(set)
+    for row in candidates.itertuples(index=False):
+        a, b = sorted((_words(row.entity), _words(row.canonical)), key=len)
+        if _same_by_name(a, b) == "given name":
+            forms[tuple(a)].add(tuple(b))
+    verdicts = []
+    for row in candidates.itertuples(index=False):
+        short, long = sorted((_words(row.entity), _words(row.canonical)), key=len)
+        how = _same_by_name(short, long) if len(short) < len(long) else None
+        unambiguous = len(forms.get(tuple(short), set())) <= 1
+        verdicts.append(how is not None and unambiguous and row.score >= min_score)
+    return verdicts
+
+
+def parse_verdicts(count: int):
+    def parse(reply: str) -> list[bool]:
+        data, _ = parse_json_reply(reply)
+        same = data.get("same") if isinstance(data, dict) else None
+        if not isinstance(same, list) or len(same) != count or not all(isinstance(v, bool) for v in same):
+            raise InvalidReply(f"expected {{'same': [{count} true/false]}}")
+        return same
+
+    return parse
+
+
+async def confirm_by_model(chat: ChatModel, candidates: pd.DataFrame, entities: pd.DataFrame, batch: int = 20):
+    """The model's yes or no for each pair, `batch` pairs a call; None for a batch whose reply never parsed."""
+    described = entities.set_index("id")["description"].to_dict()
+    pairs = [
+        f"{n + 1}. {r.entity} ({described.get(r.entity_id, '')[:200]}) | {r.canonical} "
+        f"({described.get(r.canonical_id, '')[:200]})"
+        for n, r in enumerate(candidates.itertuples(index=False))
+    ]
+
+    async def ask(chunk: list[str]):
+        numbered = [re.sub(r"^\d+\.", f"{k + 1}.", p) for k, p in enumerate(chunk)]
+        return await chat.complete(
+            [{"role": "user", "content": load_prompt("resolve_entities").format(pairs="\n".join(numbered))}],
+            parse=parse_verdicts(len(chunk)),
+            response_format={"type": "json_object"},
+        )
+
+    chunks = [pairs[i : i + batch] for i in range(0, len(pairs), batch)]
+    replies = await asyncio.gather(*(ask(chunk) for chunk in chunks))
+    return [verdict for chunk, reply in zip(chunks, replies) for verdict in (reply or [None] * len(chunk))]
+
+
+def read_overrides(folder: Path) -> tuple[list[tuple[str, str, bool]], list[str]]:
+    """([(entity, canonical, accepted)], problems) from the corpus folder's aliases.csv: columns entity,
+    canonical, action (add or reject), entity names as in the entities table (any case)."""
+    path = folder / OVERRIDES_FILE
+    if not path.is_file():
+        return [], []
+    rows, problems = [], []
+    for line, row in enumerate(csv.DictReader(io.StringIO(path.read_text(encoding="utf-8-sig"))), start=2):
+        entity, canonical = (row.get("entity") or "").strip().upper(), (row.get("canonical") or "").strip().upper()
+        action = (row.get("action") or "").strip().lower()
+        if not entity or not canonical or action not in ("add", "reject"):
+            problems.append(f"{path.name} line {line}: expected entity,canonical,action with action add or reject")
+            continue
+        rows.append((entity, canonical, action == "add"))
+    return rows, problems
+
+
+def apply_overrides(
+    aliases: pd.DataFrame, overrides: list[tuple[str, str, bool]], entities: pd.DataFrame
+) -> tuple[pd.DataFrame, list[str]]:
+    """The user's word wins: a rejected pair is kept as a rejected row, an added one as an accepted row."""
+    ids = entities.set_index("title")["id"].to_dict()
+    table, problems = aliases.copy(), []
+    for entity, canonical, accepted in overrides:
+        missing = [name for name in (entity, canonical) if name not in ids]
+        if missing:
+            problems.append(f"{OVERRIDES_FILE}: no entity named {', '.join(missing)}")
+            continue
+        pair = (table["entity_id"] == ids[entity]) & (table["canonical_id"] == ids[canonical])
+        swapped = (table["entity_id"] == ids[canonical]) & (table["canonical_id"] == ids[entity])
+        table = table[~(pair | swapped)]
+        row = {"id": f"{ids[entity]}->{ids[canonical]}", "entity_id": ids[entity], "entity": entity}
+        row |= {"canonical_id": ids[canonical], "canonical": canonical}
+        row |= {"method": "user", "score": 1.0, "confirmed_by": "user", "accepted": accepted}
+        table = pd.concat([table, pd.DataFrame([row])], ignore_index=True)
+    return table.reset_index(drop=True), problems
+
+
+def canonical_of(aliases: pd.DataFrame) -> dict[str, str]:
+    """Each accepted variant's canonical entity, followed through chains (A -> B -> C gives A -> C)."""
+    accepted = aliases[aliases["accepted"].astype(bool)] if len(aliases) else aliases
+    parent = dict(zip(accepted["entity_id"], accepted["canonical_id"]))
+    resolved = {}
+    for entity in parent:
+        seen, target = {entity}, parent[entity]
+        while target in parent and target not in seen:
+            seen.add(target)
+            target = parent[target]
+        if target != entity:
+            resolved[entity] = target
+    return resolved
+
+
+def resolve(
+    entities: pd.DataFrame, relationships: pd.DataFrame, aliases: pd.DataFrame
+) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """The graph with every alias group as one node: the canonical entity gets its variants' descriptions, text
+    units and relationships; degrees are counted again. Without accepted aliases the inputs come back as they are."""
+    mapping = canonical_of(aliases)
+    if not mapping:
+        return entities, relationships
+    title_of = entities.set_index("id")["title"].to_dict()
+    by_title = {title_of[v]: title_of[c] for v, c in mapping.items() if v in title_of and c in title_of}
+    kept = entities[~entities["id"].isin(mapping)].copy().set_index("id")
+    for variant, canonical in mapping.items():
+        if variant not in title_of or canonical not in kept.index:
+            continue
+        row = entities.set_index("id").loc[variant]
+        kept.at[canonical, "description"] = f"{kept.at[canonical, 'description']} {row['description']}".strip()
+        units = list(dict.fromkeys([*kept.at[canonical, "text_unit_ids"], *row["text_unit_ids"]]))
+        kept.at[canonical, "text_unit_ids"] = units
+        kept.at[canonical, "frequency"] = len(units)
+    edges = relationships.copy()
+    edges["source"] = edges["source"].map(lambda t: by_title.get(t, t))
+    edges["target"] = edges["target"].map(lambda t: by_title.get(t, t))
+    edges = edges[edges["source"] != edges["target"]]
+    pairs = pd.DataFrame(np.sort(edges[["source", "target"]].to_numpy(), axis=1)).drop_duplicates()
+    degree = pd.concat([pairs[0], pairs[1]]).value_counts()  # neighbours, each once
+    kept["degree"] = kept["title"].map(degree).fillna(0).astype(int)
+    edges = edges.assign(combined_degree=edges["source"].map(degree) + edges["target"].map(degree))
+    return kept.reset_index(), edges.reset_index(drop=True)
+
+
+def alias_groups(aliases: pd.DataFrame) -> dict[str, list[str]]:
+    groups: dict[str, list[str]] = defaultdict(list)
+    for variant, canonical in canonical_of(aliases).items():
+        groups[canonical].append(variant)
+    return dict(groups)

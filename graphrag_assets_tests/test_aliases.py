@@ -1,0 +1,129 @@
+"""Entity resolution that can be undone: aliases link names of one entity; rejecting them restores the graph."""
+
+import asyncio
+
+import pandas as pd
+
+from graphrag_assets.method.graph import aliases
+from graphrag_assets.models import ModelClient
+from graphrag_assets_tests.model_server import FakeOpenAIServer
+
+from .conftest import SAMPLE_CORPUS, Workspace, chat_resource, table
+
+NAMES = {
+    "SCROOGE": (30, "Scrooge is a miser who keeps his counting-house"),
+    "EBENEZER SCROOGE": (5, "Ebenezer Scrooge, a miser, keeps the counting-house"),
+    "MASTER SCROOGE": (2, "Master Scrooge, a miser as a boy at school"),
+    "CRATCHIT": (9, "Cratchit is a clerk with a large family"),
+    "BOB CRATCHIT": (8, "Bob Cratchit is a clerk in Scrooge's counting-house"),
+    "TIM CRATCHIT": (3, "Tim Cratchit is the youngest child of the clerk's family"),
+    "CHRISTMAS": (12, "Christmas is a feast kept with goodwill"),
+    "CHRISTMAS DAY": (4, "Christmas Day is the day of the feast"),
+    "GHOST OF JACOB MARLEY": (2, "The ghost of Marley visits in chains"),
+    "JACOB MARLEY": (6, "Jacob Marley was Scrooge's partner, dead in chains"),
+}
+
+
+def entities() -> pd.DataFrame:
+    return pd.DataFrame(
+        [
+            {"id": f"e{i}", "title": t, "type": "PERSON", "description": d, "degree": g, "text_unit_ids": [f"u{i}"]}
+            for i, (t, (g, d)) in enumerate(NAMES.items())
+        ]
+    )
+
+
+def accepted_pairs(table: pd.DataFrame) -> set[tuple[str, str]]:
+    return {(r.entity, r.canonical) for r in table.itertuples() if r.accepted}
+
+
+def test_offline_rules_link_short_forms_and_leave_ambiguous_or_descriptive_names_apart():
+    candidates = aliases.candidate_pairs(entities())
+    ruled = candidates.assign(accepted=aliases.confirm_by_rule(candidates))
+    assert accepted_pairs(ruled) == {("EBENEZER SCROOGE", "SCROOGE"), ("MASTER SCROOGE", "SCROOGE")}
+    # Not linked: "Cratchit" has two first names (Bob, Tim); "Christmas Day" is not Christmas; "Ghost of Jacob
+    # Marley" is a phrase about him.
+    assert {("BOB CRATCHIT", "CRATCHIT"), ("CHRISTMAS DAY", "CHRISTMAS")} & accepted_pairs(ruled) == set()
+    assert ("GHOST OF JACOB MARLEY", "JACOB MARLEY") in {(r.entity, r.canonical) for r in ruled.itertuples()}
+
+
+def test_the_model_confirms_candidates_in_batches(tmp_path):
+    candidates = aliases.candidate_pairs(entities())
+    with FakeOpenAIServer() as server:
+        client_settings = chat_resource(server.base_url, tmp_path).settings()
+
+        async def confirm():
+            client = ModelClient(client_settings)
+            try:
+                return await aliases.confirm_by_model(client, candidates, entities(), batch=4)
+            finally:
+                await client.close()
+
+        verdicts = asyncio.run(confirm())
+        assert server.count("resolve") == -(-len(candidates) // 4)
+    # The scripted model says "same" when both names end with the same word.
+    expected = [a.split()[-1] == b.split()[-1] for a, b in zip(candidates["entity"], candidates["canonical"])]
+    assert verdicts == expected
+
+
+def test_resolving_folds_variants_in_and_no_alias_gives_the_graph_back():
+    nodes = entities()
+    edges = pd.DataFrame(
+        [
+            {"id": "r1", "source": "EBENEZER SCROOGE", "target": "BOB CRATCHIT", "weight": 1.0, "description": "x"},
+            {"id": "r2", "source": "SCROOGE", "target": "BOB CRATCHIT", "weight": 2.0, "description": "y"},
+            {"id": "r3", "source": "SCROOGE", "target": "EBENEZER SCROOGE", "weight": 1.0, "description": "z"},
+        ]
+    )
+    links = pd.DataFrame(
+        [
+            {
+                "entity_id": "e1",
+                "entity": "EBENEZER SCROOGE",
+                "canonical_id": "e0",
+                "canonical": "SCROOGE",
+                "accepted": True,
+            }
+        ]
+    )
+    merged_nodes, merged_edges = aliases.resolve(nodes, edges, links)
+    scrooge = merged_nodes.set_index("title").loc["SCROOGE"]
+    assert "EBENEZER SCROOGE" not in set(merged_nodes["title"]) and sorted(scrooge["text_unit_ids"]) == ["u0", "u1"]
+    assert set(zip(merged_edges["source"], merged_edges["target"])) == {("SCROOGE", "BOB CRATCHIT")}
+    assert scrooge["degree"] == 1  # one neighbour, reached by two relationships
+    rejected = links.assign(accepted=False)
+    assert aliases.resolve(nodes, edges, rejected) == (nodes, edges)
+
+
+def test_rejecting_every_alias_in_aliases_csv_gives_back_the_communities_without_resolution(tmp_path):
+    def communities(name: str, overrides: str | None, enabled: bool = True):
+        (tmp_path / name).mkdir()
+        workspace = Workspace(tmp_path / name)
+        workspace.add_sample_corpus()
+        if overrides is not None:
+            (workspace.data / SAMPLE_CORPUS / aliases.OVERRIDES_FILE).write_text(overrides)
+        workspace.materialize(
+            SAMPLE_CORPUS,
+            selection=["documents", "base_text_units", "entities", "relationships", "entity_aliases", "communities"],
+            run_config={"ops": {"entity_aliases": {"config": {"enabled": enabled}}}},
+        )
+        return workspace, table(workspace, "communities")
+
+    resolved_workspace, resolved = communities("resolved", None)
+    links = table(resolved_workspace, "entity_aliases")
+    accepted = links[links["accepted"]]
+    assert len(aliases.alias_groups(links)) >= 2 and (accepted["confirmed_by"] == "rule").all()
+    # Every original entity row is kept; the communities see one node per alias group.
+    members = {e for ids in resolved["entity_ids"] for e in ids}
+    canonical = aliases.canonical_of(links)  # chains followed: Old Marley -> Marley -> Jacob Marley
+    assert not set(canonical) & members and set(canonical.values()) <= members
+
+    rejections = "entity,canonical,action\n" + "".join(
+        f"{r.entity},{r.canonical},reject\n" for r in accepted.itertuples()
+    )
+    undone_workspace, undone = communities("undone", rejections)
+    _, unresolved = communities("unresolved", None, enabled=False)
+    columns = ["id", "community", "level", "parent", "entity_ids", "relationship_ids"]
+    assert undone[columns].to_json() == unresolved[columns].to_json()
+    assert not table(undone_workspace, "entity_aliases")["accepted"].any()
+    assert (table(undone_workspace, "entity_aliases")["confirmed_by"] == "user").sum() == len(accepted)
