@@ -9,7 +9,7 @@ import os
 
 import dagster as dg
 
-from .automation.corpora import new_corpus_sensor, nightly_reindex
+from .automation.corpora import alias_overrides_sensor, new_corpus_sensor, nightly_reindex
 from .automation.jobs import (
     evaluate_corpus_job,
     evaluation_assets,
@@ -53,7 +53,7 @@ def _endpoint_settings(model_variable: str, default_model: str) -> dict:
 defs = dg.Definitions(
     assets=[*index_assets, *query_assets, *evaluation_assets],
     jobs=[index_corpus_job, *query_jobs, evaluate_corpus_job],
-    sensors=[new_corpus_sensor, abandoned_runs_sensor],
+    sensors=[new_corpus_sensor, alias_overrides_sensor, abandoned_runs_sensor],
     schedules=[nightly_reindex],
     resources={
         "duckdb": DuckDBStoreResource(database=DATABASE),

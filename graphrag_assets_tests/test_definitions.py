@@ -35,7 +35,11 @@ def test_the_asset_graph_is_what_the_readme_describes():
     ]
     jobs = {j.name for j in repository.get_all_jobs()} - {"__ASSET_JOB"}
     assert jobs == {"index_corpus", "evaluate_corpus", *(f"ask_{q}" for q in QUERY)}
-    assert {s.name for s in repository.sensor_defs} == {"new_corpus_sensor", "abandoned_runs_sensor"}
+    assert {s.name for s in repository.sensor_defs} == {
+        "new_corpus_sensor",
+        "alias_overrides_sensor",
+        "abandoned_runs_sensor",
+    }
     assert {s.name for s in repository.schedule_defs} == {"nightly_reindex"}
     assert set(defs.resources) == {"duckdb", "corpora", "chat", "embeddings", "judge"}
 

@@ -5,7 +5,7 @@ import datetime
 import dagster as dg
 import pytest
 
-from graphrag_assets.automation.corpora import new_corpus_sensor, nightly_reindex
+from graphrag_assets.automation.corpora import alias_overrides_sensor, new_corpus_sensor, nightly_reindex
 from graphrag_assets.resources import CorporaResource
 from graphrag_assets_tests.corpora import split_sample
 from graphrag_assets_tests.model_server import FakeOpenAIServer
@@ -34,6 +34,30 @@ def test_the_sensor_registers_new_corpora_and_refuses_unsafe_folders(workspace, 
     assert isinstance(again, dg.SkipReason) and "refused: Not Safe, escape" in again.skip_message
     names, refused = CorporaResource(root=str(workspace.data)).scan()
     assert "not a safe identifier" in refused["Not Safe"] and "outside" in refused["escape"]
+
+
+def test_an_edited_aliases_file_reruns_the_resolved_graph_of_its_corpus(workspace):
+    workspace.add_sample_corpus()
+    (workspace.data / "other").mkdir()
+    instance = dg.DagsterInstance.ephemeral()
+    instance.add_dynamic_partitions("corpus", [SAMPLE_CORPUS, "other"])
+    corpora = {"corpora": CorporaResource(root=str(workspace.data))}
+
+    def tick(cursor):
+        context = dg.build_sensor_context(instance=instance, resources=corpora, cursor=cursor)
+        return alias_overrides_sensor(context), context.cursor
+
+    result, cursor = tick(None)
+    assert isinstance(result, dg.SkipReason)  # no corpus has the file
+    overrides = workspace.data / SAMPLE_CORPUS / "aliases.csv"
+    overrides.write_text("entity,canonical,action\nMERRY CHRISTMAS,CHRISTMAS,reject\n")
+    requests, cursor = tick(cursor)
+    assert [r.partition_key for r in requests] == [SAMPLE_CORPUS]
+    selected = {k.to_user_string() for k in requests[0].asset_selection}
+    assert {"entity_aliases", "communities", "community_reports", "layouts"} <= selected and "entities" not in selected
+    assert isinstance(tick(cursor)[0], dg.SkipReason)  # unchanged: nothing to do
+    overrides.unlink()
+    assert [r.partition_key for r in tick(cursor)[0]] == [SAMPLE_CORPUS]  # removing it is a change too
 
 
 def test_the_nightly_schedule_reindexes_every_corpus_that_still_has_a_folder(workspace):

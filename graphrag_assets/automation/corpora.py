@@ -6,11 +6,20 @@ re-extracted, a deleted one disappears from every table (each table is rebuilt p
 documents present), and only communities whose context changed get a new report.
 """
 
+import hashlib
+import json
+
 import dagster as dg
 
 from ..assets.common import corpus_partitions
+from ..method.graph.aliases import OVERRIDES_FILE
 from ..resources import CorporaResource
-from .jobs import index_corpus_job
+from .jobs import index_assets, index_corpus_job
+
+# What a change to a corpus's aliases.csv touches: the aliases and everything built on the resolved graph.
+RESOLVED_GRAPH_ASSETS = sorted(
+    dg.AssetSelection.assets("entity_aliases").downstream().resolve(index_assets), key=lambda k: k.to_user_string()
+)
 
 
 @dg.sensor(
@@ -53,3 +62,31 @@ def nightly_reindex(context: dg.ScheduleEvaluationContext, corpora: CorporaResou
         return dg.SkipReason("no registered corpus has a folder under data/")
     day = context.scheduled_execution_time.strftime("%Y-%m-%d")
     return [dg.RunRequest(partition_key=name, run_key=f"nightly-{name}-{day}") for name in names]
+
+
+@dg.sensor(
+    job=index_corpus_job,
+    minimum_interval_seconds=30,
+    default_status=dg.DefaultSensorStatus.RUNNING,
+    description="When a corpus's aliases.csv is added, edited or removed, re-runs entity_aliases and what is built "
+    "on it (communities, reports, embeddings, layouts, exports) for that corpus.",
+)
+def alias_overrides_sensor(context: dg.SensorEvaluationContext, corpora: CorporaResource):
+    seen = json.loads(context.cursor) if context.cursor else {}
+    present = set(corpora.names())
+    current = {}
+    for name in sorted(n for n in context.instance.get_dynamic_partitions(corpus_partitions.name) if n in present):
+        path = corpora.folder(name) / OVERRIDES_FILE
+        current[name] = hashlib.sha256(path.read_bytes()).hexdigest()[:16] if path.is_file() else ""
+    changed = [name for name, digest in current.items() if seen.get(name, "") != digest]
+    context.update_cursor(json.dumps(current, sort_keys=True))
+    if not changed:
+        return dg.SkipReason(f"no {OVERRIDES_FILE} changed in {len(current)} corpora")
+    return [
+        dg.RunRequest(
+            partition_key=name,
+            run_key=f"aliases-{name}-{current[name] or 'removed'}",
+            asset_selection=RESOLVED_GRAPH_ASSETS,
+        )
+        for name in changed
+    ]

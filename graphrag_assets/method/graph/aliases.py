@@ -1,12 +1,14 @@
 """Entity resolution that can be undone: variants of one entity ("EBENEZER SCROOGE", "SCROOGE") are linked as
 aliases of a canonical entity, never merged in the entities table.
 
-Candidates are found cheaply: one name's words inside the other's ("CRATCHIT" in "BOB CRATCHIT"), or names
-sharing most of their words, of the same type. A model confirms them in batches; offline, a rule does
-(`confirm_by_rule`: a last name or an honorific form, unambiguous, with agreeing descriptions). A user's
-`aliases.csv` in the corpus folder adds or rejects pairs. The graph that communities, reports and search use
-treats an alias group as one node: `resolve` folds each variant into its canonical entity. With no accepted
-alias it returns the graph unchanged, so rejecting every alias gives back the previous communities exactly.
+Candidates are found cheaply, among entities of the same type: one name's words inside the other's
+("CRATCHIT" in "BOB CRATCHIT"), names sharing most of their words, or names spelled alike
+(character-trigram vectors: "CRATCHIT", "CRATCHITS"; the embedding model runs later in the pipeline).
+A model confirms them in batches; offline, a rule does (`confirm_by_rule`: a last name or an honorific
+form, unambiguous, with agreeing descriptions). A user's `aliases.csv` in the corpus folder adds or rejects
+pairs. The graph that communities and reports use treats an alias group as one node: `resolve` folds each
+variant into its canonical entity. With no accepted alias it returns the graph unchanged, so rejecting every
+alias gives back the previous communities exactly.
 """
 
 from __future__ import annotations
@@ -44,7 +46,18 @@ def _words(title: str) -> list[str]:
     return _NAME_WORD.findall(title.upper())
 
 
-def candidate_pairs(entities: pd.DataFrame, min_overlap: float = 0.5) -> pd.DataFrame:
+def _similar_spellings(titles: list[str], threshold: float) -> list[tuple[int, int, float]]:
+    """Pairs of names whose character-trigram vectors are close ("CRATCHIT", "CRATCHITS"): (i, j, cosine), i < j."""
+    if len(titles) < 2:
+        return []
+    from sklearn.feature_extraction.text import TfidfVectorizer
+
+    vectors = TfidfVectorizer(analyzer="char_wb", ngram_range=(3, 3)).fit_transform(titles)
+    close = (vectors @ vectors.T).tocoo()  # rows are L2-normalized: the product is the cosine
+    return [(int(i), int(j), float(v)) for i, j, v in zip(close.row, close.col, close.data) if i < j and v >= threshold]
+
+
+def candidate_pairs(entities: pd.DataFrame, min_overlap: float = 0.5, min_spelling: float = 0.8) -> pd.DataFrame:
     """(entity, canonical) pairs worth asking about; the canonical is the better-connected name of the two."""
     rows = entities.reset_index(drop=True)
     words = [frozenset(_words(t)) for t in rows["title"]]
@@ -72,6 +85,24 @@ def candidate_pairs(entities: pd.DataFrame, min_overlap: float = 0.5) -> pd.Data
                 "method": "name containment" if contained else "shared name words",
                 "score": round(max(shared, 0.99 if contained else 0.0) * _description_overlap(a, b) ** 0.5, 3),
             }
+    for i, j, similarity in _similar_spellings(list(rows["title"]), min_spelling):
+        a, b = rows.iloc[i], rows.iloc[j]
+        if (
+            (a["id"], b["id"]) in found
+            or (b["id"], a["id"]) in found
+            or (a["type"] and b["type"] and a["type"] != b["type"])
+        ):
+            continue
+        variant, canonical = (a, b) if (a["degree"], len(a["title"])) < (b["degree"], len(b["title"])) else (b, a)
+        found[(variant["id"], canonical["id"])] = {
+            "id": f"{variant['id']}->{canonical['id']}",
+            "entity_id": variant["id"],
+            "entity": variant["title"],
+            "canonical_id": canonical["id"],
+            "canonical": canonical["title"],
+            "method": "similar spelling",
+            "score": round(similarity * _description_overlap(a, b) ** 0.5, 3),
+        }
     return pd.DataFrame(list(found.values()), columns=ALIAS_COLUMNS[:7])
 
 
