@@ -45,6 +45,15 @@ def test_offline_rules_link_short_forms_and_leave_ambiguous_or_descriptive_names
     # Marley" is a phrase about him.
     assert {("BOB CRATCHIT", "CRATCHIT"), ("CHRISTMAS DAY", "CHRISTMAS")} & accepted_pairs(ruled) == set()
     assert ("GHOST OF JACOB MARLEY", "JACOB MARLEY") in {(r.entity, r.canonical) for r in ruled.itertuples()}
+    spelled = aliases.candidate_pairs(
+        pd.DataFrame(
+            [
+                {"id": "a", "title": "FEZZIWIG", "type": "PERSON", "description": "a merchant", "degree": 5},
+                {"id": "b", "title": "FEZIWIG", "type": "PERSON", "description": "a merchant", "degree": 1},
+            ]
+        )
+    )
+    assert spelled[["entity", "canonical", "method"]].values.tolist() == [["FEZIWIG", "FEZZIWIG", "similar spelling"]]
 
 
 def test_the_model_confirms_candidates_in_batches(tmp_path):

@@ -52,12 +52,12 @@ def _similar_spellings(titles: list[str], threshold: float) -> list[tuple[int, i
         return []
     from sklearn.feature_extraction.text import TfidfVectorizer
 
-    vectors = TfidfVectorizer(analyzer="char_wb", ngram_range=(3, 3)).fit_transform(titles)
+    vectors = TfidfVectorizer(analyzer="char_wb", ngram_range=(3, 3), use_idf=False).fit_transform(titles)
     close = (vectors @ vectors.T).tocoo()  # rows are L2-normalized: the product is the cosine
     return [(int(i), int(j), float(v)) for i, j, v in zip(close.row, close.col, close.data) if i < j and v >= threshold]
 
 
-def candidate_pairs(entities: pd.DataFrame, min_overlap: float = 0.5, min_spelling: float = 0.8) -> pd.DataFrame:
+def candidate_pairs(entities: pd.DataFrame, min_overlap: float = 0.5, min_spelling: float = 0.7) -> pd.DataFrame:
     """(entity, canonical) pairs worth asking about; the canonical is the better-connected name of the two."""
     rows = entities.reset_index(drop=True)
     words = [frozenset(_words(t)) for t in rows["title"]]
