@@ -2,9 +2,13 @@
 
 import asyncio
 
+import duckdb
 import pandas as pd
 
+from graphrag_assets.assets.query import load_index
 from graphrag_assets.method.graph import aliases
+from graphrag_assets.method.search.context import embed_query, nearest
+from graphrag_assets.method.search.local_search import local_context_for
 from graphrag_assets.models import ModelClient
 from graphrag_assets_tests.model_server import FakeOpenAIServer
 
@@ -136,3 +140,19 @@ def test_rejecting_every_alias_in_aliases_csv_gives_back_the_communities_without
     assert undone[columns].to_json() == unresolved[columns].to_json()
     assert not table(undone_workspace, "entity_aliases")["accepted"].any()
     assert (table(undone_workspace, "entity_aliases")["confirmed_by"] == "user").sum() == len(accepted)
+
+
+def test_search_reads_the_resolved_graph_and_a_variant_found_stands_for_its_canonical_entity(offline_index):
+    workspace = offline_index[0]
+    with duckdb.connect(str(workspace.database), read_only=True) as conn:
+        index = load_index(conn, SAMPLE_CORPUS)
+    assert index.aliases and not set(index.aliases) & set(index.entities["id"])  # variants are folded in
+    original = table(workspace, "entities").set_index("id")
+    variant, canonical = next(iter(sorted(index.aliases.items())))
+    # Asked with exactly the text its vector was made from, the search finds the variant first; the context
+    # then holds its canonical entity, never the variant.
+    question = f"{original.loc[variant, 'title']}: {original.loc[variant, 'description']}"
+    ids, matrix = index.vectors("entity")
+    assert nearest(asyncio.run(embed_query(None, index, question)), ids, matrix, 1)[0][0] == variant
+    context = asyncio.run(local_context_for(None, index, question, 0, 1, 4000, 0.25, 0.5))
+    assert context.ids["entities"] == [canonical]

@@ -18,6 +18,7 @@ from pydantic import Field
 
 from ..failures import step_failure
 from ..method.embeddings.text import LocalEmbedder
+from ..method.graph.aliases import canonical_of, resolve
 from ..method.search.context import Index, SearchResult
 from ..method.search.drift_search import drift_search as run_drift
 from ..method.search.global_search import global_search as run_global
@@ -132,9 +133,15 @@ def load_index(conn, corpus: str) -> Index:
         )
     tables = read_tables(conn, INDEX_TABLES, corpus)
     models = read_table(conn, "embedding_models", corpus) if row_count(conn, "embedding_models", corpus) else None
+    links = read_table(conn, "entity_aliases", corpus) if row_count(conn, "entity_aliases", corpus) else None
+    entities, relationships = (
+        resolve(tables["entities"], tables["relationships"], links)
+        if links is not None
+        else (tables["entities"], tables["relationships"])
+    )
     return Index(
-        entities=tables["entities"],
-        relationships=tables["relationships"],
+        entities=entities,
+        relationships=relationships,
         covariates=tables["covariates"],
         communities=tables["communities"],
         reports=tables["community_reports"],
@@ -142,6 +149,7 @@ def load_index(conn, corpus: str) -> Index:
         documents=tables["documents"],
         embeddings=tables["text_embeddings"],
         local_embedder=_offline_embedder(models),
+        aliases=canonical_of(links) if links is not None else {},
     )
 
 

@@ -29,6 +29,9 @@ class Index:
     documents: pd.DataFrame
     embeddings: pd.DataFrame  # id, kind, embedding
     local_embedder: LocalEmbedder | None = None
+    # Accepted aliases, variant id -> canonical id: `entities` and `relationships` are the resolved graph, where an
+    # alias group is one entity, and a variant found by vector search stands for its canonical entity.
+    aliases: dict[str, str] = field(default_factory=dict)
 
     def cite(self, kind: str, ids: list[str]) -> str:
         """Record ids as the context tables show them: report community numbers, text unit positions."""

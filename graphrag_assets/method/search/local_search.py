@@ -135,7 +135,7 @@ async def local_context_for(
 ) -> LocalContext:
     query = await embed_query(embedder, index, question)
     ids, matrix = index.vectors("entity")
-    chosen = [i for i, _ in nearest(query, ids, matrix, top_k_entities)]
+    chosen = list(dict.fromkeys(index.aliases.get(i, i) for i, _ in nearest(query, ids, matrix, top_k_entities)))
     return build_local_context(index, chosen, level, budget, community_prop, text_unit_prop)
 
 
