@@ -57,6 +57,22 @@ def _similar_spellings(titles: list[str], threshold: float) -> list[tuple[int, i
     return [(int(i), int(j), float(v)) for i, j, v in zip(close.row, close.col, close.data) if i < j and v >= threshold]
 
 
+def _pair(a, b, method: str, likeness: float) -> dict | None:
+    """A candidate row for two entity rows of the same type (None otherwise); the canonical is the better-connected."""
+    if a["type"] and b["type"] and a["type"] != b["type"]:
+        return None
+    variant, canonical = (a, b) if (a["degree"], len(a["title"])) < (b["degree"], len(b["title"])) else (b, a)
+    return {
+        "id": f"{variant['id']}->{canonical['id']}",
+        "entity_id": variant["id"],
+        "entity": variant["title"],
+        "canonical_id": canonical["id"],
+        "canonical": canonical["title"],
+        "method": method,
+        "score": round(likeness * _description_overlap(a, b) ** 0.5, 3),
+    }
+
+
 def candidate_pairs(entities: pd.DataFrame, min_overlap: float = 0.5, min_spelling: float = 0.7) -> pd.DataFrame:
     """(entity, canonical) pairs worth asking about; the canonical is the better-connected name of the two."""
     rows = entities.reset_index(drop=True)
@@ -65,44 +81,20 @@ def candidate_pairs(entities: pd.DataFrame, min_overlap: float = 0.5, min_spelli
     for i, ws in enumerate(words):
         for w in ws:
             by_word[w].append(i)
-    found = {}
+    found: dict[frozenset, dict] = {}
     for i, ws in enumerate(words):
         for j in {j for w in ws for j in by_word[w] if j > i}:
-            a, b = rows.iloc[i], rows.iloc[j]
-            if a["type"] and b["type"] and a["type"] != b["type"]:
-                continue
             shared = len(ws & words[j]) / len(ws | words[j])
             contained = ws <= words[j] or words[j] <= ws
-            if not contained and shared < min_overlap:
-                continue
-            variant, canonical = (a, b) if (a["degree"], len(a["title"])) < (b["degree"], len(b["title"])) else (b, a)
-            found[(variant["id"], canonical["id"])] = {
-                "id": f"{variant['id']}->{canonical['id']}",
-                "entity_id": variant["id"],
-                "entity": variant["title"],
-                "canonical_id": canonical["id"],
-                "canonical": canonical["title"],
-                "method": "name containment" if contained else "shared name words",
-                "score": round(max(shared, 0.99 if contained else 0.0) * _description_overlap(a, b) ** 0.5, 3),
-            }
+            if contained or shared >= min_overlap:
+                method = "name containment" if contained else "shared name words"
+                pair = _pair(rows.iloc[i], rows.iloc[j], method, 0.99 if contained else shared)
+                if pair:
+                    found[frozenset((i, j))] = pair
     for i, j, similarity in _similar_spellings(list(rows["title"]), min_spelling):
-        a, b = rows.iloc[i], rows.iloc[j]
-        if (
-            (a["id"], b["id"]) in found
-            or (b["id"], a["id"]) in found
-            or (a["type"] and b["type"] and a["type"] != b["type"])
-        ):
-            continue
-        variant, canonical = (a, b) if (a["degree"], len(a["title"])) < (b["degree"], len(b["title"])) else (b, a)
-        found[(variant["id"], canonical["id"])] = {
-            "id": f"{variant['id']}->{canonical['id']}",
-            "entity_id": variant["id"],
-            "entity": variant["title"],
-            "canonical_id": canonical["id"],
-            "canonical": canonical["title"],
-            "method": "similar spelling",
-            "score": round(similarity * _description_overlap(a, b) ** 0.5, 3),
-        }
+        pair = _pair(rows.iloc[i], rows.iloc[j], "similar spelling", similarity)
+        if pair and frozenset((i, j)) not in found:
+            found[frozenset((i, j))] = pair
     return pd.DataFrame(list(found.values()), columns=ALIAS_COLUMNS[:7])
 
 
