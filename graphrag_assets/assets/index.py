@@ -319,6 +319,9 @@ def entity_aliases(
     if candidates is None or candidates.empty:
         table = pd.DataFrame(columns=alias_method.ALIAS_COLUMNS)
     elif chat.configured:
+        context.log.info(
+            f"{len(candidates)} candidate alias pairs: {-(-len(candidates) // config.batch_size)} model calls"
+        )
         verdicts, usage = chat.run(
             lambda client: alias_method.confirm_by_model(client, candidates, entities, config.batch_size)
         )

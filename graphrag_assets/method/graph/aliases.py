@@ -24,6 +24,7 @@ import numpy as np
 import pandas as pd
 
 from ..offline.answers import terms
+from ..offline.nlp_graph import _STOPWORDS
 from ..prompts import load_prompt
 from .records import ChatModel, InvalidReply, parse_json_reply
 
@@ -39,6 +40,7 @@ ALIAS_COLUMNS = [
     "accepted",
 ]
 OVERRIDES_FILE = "aliases.csv"
+MAX_NAMES_PER_WORD = 50
 _NAME_WORD = re.compile(r"[A-Z0-9']+")
 
 
@@ -47,14 +49,22 @@ def _words(title: str) -> list[str]:
 
 
 def _similar_spellings(titles: list[str], threshold: float) -> list[tuple[int, int, float]]:
-    """Pairs of names whose character-trigram vectors are close ("CRATCHIT", "CRATCHITS"): (i, j, cosine), i < j."""
+    """Pairs of names whose character-trigram vectors are close ("CRATCHIT", "CRATCHITS"): (i, j, cosine), i < j.
+    The neighbour search computes distances a block of rows at a time, so memory stays flat on large graphs."""
     if len(titles) < 2:
         return []
     from sklearn.feature_extraction.text import TfidfVectorizer
+    from sklearn.neighbors import NearestNeighbors
 
     vectors = TfidfVectorizer(analyzer="char_wb", ngram_range=(3, 3), use_idf=False).fit_transform(titles)
-    close = (vectors @ vectors.T).tocoo()  # rows are L2-normalized: the product is the cosine
-    return [(int(i), int(j), float(v)) for i, j, v in zip(close.row, close.col, close.data) if i < j and v >= threshold]
+    search = NearestNeighbors(radius=1 - threshold, metric="cosine", algorithm="brute").fit(vectors)
+    distances, neighbours = search.radius_neighbors(vectors)
+    return [
+        (i, int(j), 1 - float(d))
+        for i, (row_distances, row_neighbours) in enumerate(zip(distances, neighbours))
+        for d, j in zip(row_distances, row_neighbours)
+        if i < j
+    ]
 
 
 def _pair(a, b, method: str, likeness: float) -> dict | None:
@@ -80,10 +90,13 @@ def candidate_pairs(entities: pd.DataFrame, min_overlap: float = 0.5, min_spelli
     by_word: dict[str, list[int]] = defaultdict(list)
     for i, ws in enumerate(words):
         for w in ws:
-            by_word[w].append(i)
+            if w.lower() not in _STOPWORDS:
+                by_word[w].append(i)
+    # A word in very many names ("HOUSE", "STREET") links nothing by itself and would make pairs quadratic.
+    by_word = {w: ids for w, ids in by_word.items() if len(ids) <= MAX_NAMES_PER_WORD}
     found: dict[frozenset, dict] = {}
     for i, ws in enumerate(words):
-        for j in {j for w in ws for j in by_word[w] if j > i}:
+        for j in {j for w in ws for j in by_word.get(w, ()) if j > i}:
             shared = len(ws & words[j]) / len(ws | words[j])
             contained = ws <= words[j] or words[j] <= ws
             if contained or shared >= min_overlap:
