@@ -281,8 +281,9 @@ def _count_asked(prompt: str) -> int:
     return int(re.search(r"(?:Name|Write) (\d+)", prompt).group(1))
 
 
-def evaluation_reply(prompt: str) -> tuple[str, str] | None:
-    """The evaluation's prompts. The judge is scripted: the answer with more distinct words wins, equal is a tie."""
+def structured_reply(prompt: str) -> tuple[str, str] | None:
+    """Entity resolution and the evaluation's prompts. Scripted: two names are one entity when they end with the
+    same word; the judge prefers the answer with more distinct words, equal is a tie."""
     if "<pairs>" in prompt:  # entity resolution: the same entity when both names end with the same word
         pairs = re.findall(r"^\d+\. ([^(|]+?) \(.*?\) \| ([^(]+?) \(", tagged(prompt, "pairs"), re.MULTILINE)
         return "resolve", json.dumps({"same": [a.split()[-1] == b.split()[-1] for a, b in pairs]})
@@ -345,7 +346,7 @@ def chat_reply(messages: list[dict], more_gleaning: bool = False) -> tuple[str, 
         return ("claims_gleaning", "<|COMPLETE|>") if len(messages) > 1 else ("claims", claims_reply(text))
     if "Entity types:" in first or "Entity_types:" in first:  # ours, or another GraphRAG's
         return ("gleaning", gleaning_reply(text)) if len(messages) > 1 else ("extract", graph_reply(text))
-    evaluated = evaluation_reply(first)
+    evaluated = structured_reply(first)
     if evaluated:
         return evaluated
     if "<community>" in first:

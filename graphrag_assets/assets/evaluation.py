@@ -18,11 +18,6 @@ from pydantic import Field
 
 from ..failures import step_failure
 from ..method import evaluation as ev
-from ..method.search.context import windows
-from ..method.search.global_search import MAP_HEADERS, report_records, unit_records
-from ..method.search.global_search import global_search as run_global
-from ..method.search.global_search import text_summary_search as run_text_summary
-from ..method.search.local_search import basic_search as run_basic
 from ..models import usage_scope
 from ..resources import ChatModelResource, EmbeddingModelResource, run_with_models
 from ..store.tables import read_table
@@ -158,36 +153,6 @@ def evaluation_questions(
         )
 
 
-def condition_calls(index, condition: str, window: int) -> int:
-    """Chat calls one answer under `condition` makes: a map call per window of records, then the reduce."""
-    if condition == "SS":
-        return 1
-    records = unit_records(index) if condition == "TS" else report_records(index, level=int(condition[1:]))
-    kind = "text_units" if condition == "TS" else "reports"
-    return len(windows(records, MAP_HEADERS[kind], window)) + 1
-
-
-async def answer_under(chat, embedder, index, condition: str, question: str, config: EvaluationAnswersConfig):
-    """The query methods' own code, with the same window and answer format for every condition."""
-    common = {"question": question, "response_type": config.response_type}
-    window = config.context_window_tokens
-    if condition == "SS":
-        return await run_basic(chat, embedder, index, **common, top_k=len(index.text_units), max_context_tokens=window)
-    map_reduce = {"map_window_tokens": window, "reduce_window_tokens": window, "seed": 42}
-    if condition == "TS":
-        return await run_text_summary(chat, embedder, index, **common, **map_reduce)
-    return await run_global(
-        chat,
-        embedder,
-        index,
-        **common,
-        **map_reduce,
-        community_level=int(condition[1:]),
-        dynamic_community_selection=False,
-        dynamic_threshold=1,
-    )
-
-
 @dg.asset(
     deps=["evaluation_questions", "community_reports", "text_units", "text_embeddings"],
     partitions_def=corpus_partitions,
@@ -217,14 +182,22 @@ def evaluation_answers(
     conditions = [c for c in dict.fromkeys(config.conditions) if c not in skipped]
     if skipped:
         context.log.warning(f"conditions {skipped} skipped: this corpus has levels {index.levels}")
-    per_question = {c: condition_calls(index, c, config.context_window_tokens) for c in conditions}
+    per_question = {c: ev.condition_calls(index, c, config.context_window_tokens) for c in conditions}
     calls = len(questions) * sum(per_question.values())
     plan(context, calls, config.max_model_calls, "evaluation_answers")
 
     async def work(chat_client, embed_client):
         async def one(question, condition):
             with usage_scope(chat_client) as used:  # chat calls only: embedding tokens are priced apart
-                result = await answer_under(chat_client, embed_client, index, condition, question.question, config)
+                result = await ev.answer_under(
+                    chat_client,
+                    embed_client,
+                    index,
+                    condition,
+                    question.question,
+                    config.context_window_tokens,
+                    config.response_type,
+                )
             return {
                 "id": row_id(question.id, condition),
                 "question_id": question.id,
@@ -360,32 +333,6 @@ def win_rates(context: dg.AssetExecutionContext, duckdb: DuckDBResource) -> dg.M
         return publish(context, conn, "win_rates", table, engine="scipy", metadata=metadata)
 
 
-def agreement(labels: pd.DataFrame, scores: dict, answer_of: dict, thresholds: list[float]) -> pd.DataFrame:
-    """Paper section 4.2: where the judges' majority is not a tie, how often the answer with more claims (or
-    claim clusters) is the one they preferred."""
-    measures = [("comprehensiveness", "claims")] + [("diversity", f"clusters_at_{t:g}") for t in thresholds]
-    rows = []
-    for criterion, measure in measures:
-        decided = labels[(labels["criterion"] == criterion) & labels["winner"].notna()]
-        agree = ties = 0
-        for label in decided.itertuples():
-            a = scores[answer_of[(label.question_id, label.condition_a)]][measure]
-            b = scores[answer_of[(label.question_id, label.condition_b)]][measure]
-            ties += a == b
-            agree += a != b and (label.condition_a if a > b else label.condition_b) == label.winner
-        rows.append(
-            {
-                "criterion": criterion,
-                "measure": measure,
-                "decided_pairs": len(decided),
-                "agreeing": int(agree),
-                "claim_ties": int(ties),
-                "agreement": agree / len(decided) if len(decided) else None,
-            }
-        )
-    return pd.DataFrame(rows)
-
-
 @dg.asset(
     deps=["evaluation_answers", "pairwise_judgements"],
     partitions_def=corpus_partitions,
@@ -428,18 +375,7 @@ def claim_metrics(
     table = pd.DataFrame(rows)
     clusters = pd.DataFrame([json.loads(c) for c in table["clusters"]], index=table.index).add_prefix("clusters at ")
     per_condition = pd.concat([table[["condition", "claim_count"]], clusters], axis=1).groupby("condition").mean()
-    scores = {
-        r.answer_id: {"claims": r.claim_count} | {f"clusters_at_{t}": n for t, n in json.loads(r.clusters).items()}
-        for r in table.itertuples()
-    }
-    answer_of = {(r.question_id, r.condition): r.answer_id for r in table.itertuples()}
-    labels = ev.majority_labels(judgements)
-    answered = [
-        (q, a) in answer_of and (q, b) in answer_of
-        for q, a, b in labels[["question_id", "condition_a", "condition_b"]].itertuples(index=False)
-    ]
-    labels = labels[answered]
-    agreed = agreement(labels, scores, answer_of, config.thresholds)
+    agreed = ev.claim_agreement(table, judgements, config.thresholds)
     with duckdb.get_connection() as conn:
         return publish(
             context,

@@ -10,13 +10,17 @@ from __future__ import annotations
 
 import asyncio
 import itertools
+import json
 from dataclasses import dataclass
 
 import numpy as np
 import pandas as pd
 
-from .graph.records import ChatModel, InvalidReply, parse_json_reply
+from .graph.records import ChatModel, Embedder, InvalidReply, check_free_text, parse_json_reply
 from .prompts import load_prompt
+from .search.context import Index, SearchResult, windows
+from .search.global_search import MAP_HEADERS, global_search, report_records, text_summary_search, unit_records
+from .search.local_search import basic_search
 
 # The paper's criteria, in our words. Directness is its control: the broad answers GraphRAG gives should lose on it.
 CRITERIA = {
@@ -58,7 +62,7 @@ def _ask(chat: ChatModel, prompt: str, **values):
 
 async def describe_corpus(chat: ChatModel, root_reports: list[str]) -> str | None:
     reports = "\n\n".join(root_reports)
-    return await chat.complete(_ask(chat, "evaluation_corpus", reports=reports))
+    return await chat.complete(_ask(chat, "evaluation_corpus", reports=reports), parse=check_free_text)
 
 
 async def sensemaking_questions(
@@ -98,6 +102,46 @@ async def sensemaking_questions(
 
 def generation_calls(personas: int, tasks: int, describe: bool) -> int:
     return int(describe) + 1 + personas + personas * tasks
+
+
+def condition_calls(index: Index, condition: str, window: int) -> int:
+    """Chat calls one answer under `condition` makes: a map call per window of records, then the reduce."""
+    if condition == "SS":
+        return 1
+    records = unit_records(index) if condition == "TS" else report_records(index, level=int(condition[1:]))
+    kind = "text_units" if condition == "TS" else "reports"
+    return len(windows(records, MAP_HEADERS[kind], window)) + 1
+
+
+async def answer_under(
+    chat: ChatModel,
+    embedder: Embedder | None,
+    index: Index,
+    condition: str,
+    question: str,
+    window: int,
+    response_type: str,
+) -> SearchResult:
+    """An answer under one condition (C<level>, TS, SS), by the query methods' own code, with the same context
+    window and answer format for every condition."""
+    common = {"question": question, "response_type": response_type}
+    if condition == "SS":
+        return await basic_search(
+            chat, embedder, index, **common, top_k=len(index.text_units), max_context_tokens=window
+        )
+    map_reduce = {"map_window_tokens": window, "reduce_window_tokens": window, "seed": 42}
+    if condition == "TS":
+        return await text_summary_search(chat, embedder, index, **common, **map_reduce)
+    return await global_search(
+        chat,
+        embedder,
+        index,
+        **common,
+        **map_reduce,
+        community_level=int(condition[1:]),
+        dynamic_community_selection=False,
+        dynamic_threshold=1,
+    )
 
 
 def parse_verdict(reply: str) -> dict:
@@ -258,6 +302,43 @@ async def answer_claims(chat: ChatModel, answer: str) -> list[str] | None:
 def condition_order(condition: str) -> tuple:
     """The paper's order: C0, C1, ... then TS, then SS."""
     return (0, int(condition[1:])) if condition[1:].isdigit() else (1, condition != "TS", condition)
+
+
+def claim_agreement(claims: pd.DataFrame, judgements: pd.DataFrame, thresholds: list[float]) -> pd.DataFrame:
+    """Paper section 4.2: where the judges' majority is not a tie, how often the answer with more claims (or
+    claim clusters, at each threshold) is the one they preferred. `claims` holds the claim_metrics rows."""
+    scores = {
+        r.answer_id: {"claims": r.claim_count} | {f"clusters_at_{t}": n for t, n in json.loads(r.clusters).items()}
+        for r in claims.itertuples()
+    }
+    answer_of = {(r.question_id, r.condition): r.answer_id for r in claims.itertuples()}
+    labels = majority_labels(judgements)
+    measures = [("comprehensiveness", "claims")] + [("diversity", f"clusters_at_{t:g}") for t in thresholds]
+    rows = []
+    for criterion, measure in measures:
+        decided = [
+            label
+            for label in labels[(labels["criterion"] == criterion) & labels["winner"].notna()].itertuples()
+            if (label.question_id, label.condition_a) in answer_of
+            and (label.question_id, label.condition_b) in answer_of
+        ]
+        agree = ties = 0
+        for label in decided:
+            a = scores[answer_of[(label.question_id, label.condition_a)]][measure]
+            b = scores[answer_of[(label.question_id, label.condition_b)]][measure]
+            ties += a == b
+            agree += a != b and (label.condition_a if a > b else label.condition_b) == label.winner
+        rows.append(
+            {
+                "criterion": criterion,
+                "measure": measure,
+                "decided_pairs": len(decided),
+                "agreeing": int(agree),
+                "claim_ties": int(ties),
+                "agreement": agree / len(decided) if decided else None,
+            }
+        )
+    return pd.DataFrame(rows)
 
 
 def heatmap(rates: pd.DataFrame, criterion: str) -> bytes:

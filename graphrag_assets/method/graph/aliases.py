@@ -245,13 +245,14 @@ def resolve(
     mapping = canonical_of(aliases)
     if not mapping:
         return entities, relationships
-    title_of = entities.set_index("id")["title"].to_dict()
+    by_id = entities.set_index("id")
+    title_of = by_id["title"].to_dict()
     by_title = {title_of[v]: title_of[c] for v, c in mapping.items() if v in title_of and c in title_of}
     kept = entities[~entities["id"].isin(mapping)].copy().set_index("id")
     for variant, canonical in mapping.items():
         if variant not in title_of or canonical not in kept.index:
             continue
-        row = entities.set_index("id").loc[variant]
+        row = by_id.loc[variant]
         kept.at[canonical, "description"] = f"{kept.at[canonical, 'description']} {row['description']}".strip()
         units = list(dict.fromkeys([*kept.at[canonical, "text_unit_ids"], *row["text_unit_ids"]]))
         kept.at[canonical, "text_unit_ids"] = units

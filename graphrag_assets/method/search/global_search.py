@@ -185,16 +185,19 @@ def mentioned_entities(index: Index, question: str) -> set[str]:
     }
 
 
-def offline_relevance(index: Index, question: str, similarity: dict[str, float]) -> dict[str, float]:
+def offline_relevance(
+    index: Index, question: str, similarity: dict[str, float], named: set[str] | None = None
+) -> dict[str, float]:
     """Offline, how much each report bears on the question (0-1), by its intent as well as its words.
 
     A question that names entities is about the communities holding them; a broad one (themes, the main
     characters, a summary: no entity named, or words like "main" and "themes") is about the central
     communities, those with the highest rank. Similarity to the question's embedding counts in both.
+    `named`: the question's entities, when the caller has found them already.
     """
     reports = index.reports[index.reports["status"] == "ok"]
     members = index.communities.set_index("community")["entity_ids"].map(set).to_dict()
-    named = mentioned_entities(index, question)
+    named = mentioned_entities(index, question) if named is None else named
     broad = not named or bool(terms(question) & BROAD_WORDS)
     top_rank = max(float(reports["rank"].max() or 0.0), 1e-9) if len(reports) else 1.0
     relevance = {}
@@ -224,14 +227,15 @@ async def _extractive_map(embedder, index: Index, question: str, packed, kind: s
                 {"description": sentences[0][1] if sentences else "", "score": score, "source_ids": [record_id]}
             )
         return points
-    relevance = offline_relevance(index, question, similarity)
+    named_ids = mentioned_entities(index, question)
+    relevance = offline_relevance(index, question, similarity, named_ids)
     reports = index.reports.set_index("id")
     texts = index.report_text()
-    named = index.entities.set_index("id").loc[sorted(mentioned_entities(index, question)), "title"].tolist()
+    named = index.entities.set_index("id").loc[sorted(named_ids), "title"].tolist()
+    wanted = " ".join([question, *named])
     points = []
     for record_id in (i for _, window_ids, _ in packed for i in window_ids):
         report = reports.loc[record_id]
-        wanted = " ".join([question, *named])
         sentences = [s for _, s, _ in best_sentences(wanted, [(record_id, texts.get(record_id, ""))], limit=2)]
         if not named or not sentences:
             sentences = [clean_sentence(s) for s in split_sentences(report["summary"])[:2]]
