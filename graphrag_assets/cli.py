@@ -21,6 +21,7 @@ import yaml
 
 from .automation.runs import HOST_TAG, PID_TAG, fail_runs_of_dead_processes
 from .method.progress import PROGRESS_TO_TERMINAL
+from .store.connection import connect, is_local_file, redacted
 
 REPO = Path(__file__).resolve().parents[1]
 INDEX_TABLES = ("documents", "text_units", "entities", "relationships", "covariates")
@@ -102,6 +103,16 @@ def _command_line(pid: int) -> str:
         return ""
 
 
+def open_store(read_only: bool = True):
+    """The configured store; a local DuckDB file is first checked for other holders."""
+    from .definitions import DATABASE, DUCKLAKE_DATA_PATH
+
+    if is_local_file(DATABASE):
+        check_store_is_free(Path(DATABASE).resolve())
+        return duckdb.connect(str(Path(DATABASE).resolve()), read_only=read_only)
+    return connect(DATABASE, data_path=DUCKLAKE_DATA_PATH, read_only=read_only)
+
+
 def check_store_is_free(database: Path) -> None:
     """Fail at once, naming the other process, when a DuckDB file is held by something that is not one of our runs.
 
@@ -143,7 +154,8 @@ def failure_message(result: dg.ExecuteInProcessResult) -> str:
 def execute(job_name: str, corpus: str, run_config: dict, verbose: bool) -> dg.ExecuteInProcessResult:
     from .definitions import DATABASE, defs
 
-    check_store_is_free(Path(DATABASE).resolve())
+    if is_local_file(DATABASE):
+        check_store_is_free(Path(DATABASE).resolve())
     job = defs.resolve_job_def(job_name)
     try:
         return job.execute_in_process(
@@ -175,9 +187,7 @@ def index(corpora: list[str], run_config: dict, verbose: bool) -> int:
         if not result.success:
             print(f"failed: {failure_message(result)}", file=sys.stderr)
             return 1
-    database = Path(DATABASE).resolve()
-    check_store_is_free(database)  # another run of ours may be writing: wait for it, as the runs themselves do
-    with duckdb.connect(str(database), read_only=True) as conn:
+    with open_store() as conn:  # another run of ours may be writing a DuckDB file: wait for it, as runs do
         for table in INDEX_TABLES:
             counts = dict(conn.execute(f"SELECT corpus, count(*) FROM {table} GROUP BY corpus").fetchall())
             print(f"  {table:<14}" + "  ".join(f"{name}: {counts.get(name, 0)} rows" for name in names))
@@ -185,11 +195,15 @@ def index(corpora: list[str], run_config: dict, verbose: bool) -> int:
             "SELECT arg_max(engine, materialized_at) FROM lineage WHERE asset = 'entities'"
         ).fetchone()[0]
     print(f"\nengine: {engine}   (set GRAPHRAG_API_BASE / GRAPHRAG_API_KEY to use a model)")
-    print(f"DuckDB file: {database}")
-    print(
-        f"  query it:   .venv/bin/python -c \"import duckdb; print(duckdb.connect('{database}', read_only=True)"
-        ".sql('select title, degree from entities order by degree desc limit 10'))\""
-    )
+    if is_local_file(DATABASE):
+        database = Path(DATABASE).resolve()
+        print(f"DuckDB file: {database}")
+        print(
+            f"  query it:   .venv/bin/python -c \"import duckdb; print(duckdb.connect('{database}', read_only=True)"
+            ".sql('select title, degree from entities order by degree desc limit 10'))\""
+        )
+    else:
+        print(f"store: {redacted(DATABASE)}")
     print(
         f"Dagster UI:   DAGSTER_HOME={os.environ['DAGSTER_HOME']} .venv/bin/dagster dev   then open http://127.0.0.1:3000"
     )
@@ -210,9 +224,7 @@ def earlier_turns(answer_id: str) -> tuple[str, str, int | None, list[dict]]:
     """(corpus, method, level, conversation) of a stored answer, its own question and answer appended."""
     from .definitions import DATABASE
 
-    database = Path(DATABASE).resolve()
-    check_store_is_free(database)
-    with duckdb.connect(str(database), read_only=True) as conn:
+    with open_store() as conn:
         tables = {row[0] for row in conn.execute("SELECT table_name FROM information_schema.tables").fetchall()}
         row = (
             conn.execute(
@@ -225,7 +237,7 @@ def earlier_turns(answer_id: str) -> tuple[str, str, int | None, list[dict]]:
         )
     if row is None or row[1] not in METHOD_OF_STORED:
         raise UserError(
-            f"no answer {answer_id!r} to follow up in {database}: use the answer id an `ask` printed (or the "
+            f"no answer {answer_id!r} to follow up in {redacted(DATABASE)}: use the answer id an `ask` printed (or the "
             "answer_id in its metadata) of a global, local, drift, basic or text-summary question"
         )
     corpus, method, level, question, answer, conversation = row

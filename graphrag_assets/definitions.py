@@ -21,7 +21,8 @@ from .automation.jobs import (
 from .automation.runs import abandoned_runs_sensor
 from .resources import ChatModelResource, CorporaResource, DuckDBStoreResource, EmbeddingModelResource
 
-DATABASE = os.getenv("GRAPHRAG_DUCKDB", ".graphrag/graphrag.duckdb")
+DATABASE = os.getenv("GRAPHRAG_DUCKDB", ".graphrag/graphrag.duckdb")  # or ducklake:<catalog>: store/connection.py
+DUCKLAKE_DATA_PATH = os.getenv("GRAPHRAG_DUCKLAKE_DATA_PATH")
 CACHE_DIR = os.getenv("GRAPHRAG_CACHE_DIR", ".graphrag/cache")
 
 
@@ -56,7 +57,7 @@ defs = dg.Definitions(
     sensors=[new_corpus_sensor, alias_overrides_sensor, abandoned_runs_sensor],
     schedules=[nightly_reindex],
     resources={
-        "duckdb": DuckDBStoreResource(database=DATABASE),
+        "duckdb": DuckDBStoreResource(database=DATABASE, ducklake_data_path=DUCKLAKE_DATA_PATH),
         "corpora": CorporaResource(root=os.getenv("GRAPHRAG_DATA_DIR", "data")),
         "chat": ChatModelResource(**_endpoint_settings("GRAPHRAG_CHAT_MODEL", "gpt-4o-mini")),
         # The evaluation's judge: the chat model unless GRAPHRAG_JUDGE_MODEL names another on the same endpoint.

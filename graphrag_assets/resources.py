@@ -3,16 +3,20 @@
 import asyncio
 import re
 from collections.abc import Awaitable, Callable
+from contextlib import contextmanager
 from pathlib import Path
 from typing import TypeVar
 
 import dagster as dg
+import duckdb
+from dagster._utils.backoff import backoff
 from dagster_duckdb import DuckDBResource
 from pydantic import Field
 
 from .failures import step_failure
 from .method import imports
 from .models import EndpointError, ModelClient, ModelSettings, Usage
+from .store.connection import connect, is_local_file
 
 T = TypeVar("T")
 _SAFE_CORPUS_NAME = re.compile(r"^[a-z0-9][a-z0-9_\-]{0,63}$")
@@ -60,11 +64,33 @@ class CorporaResource(dg.ConfigurableResource):
 
 
 class DuckDBStoreResource(DuckDBResource):
-    """dagster-duckdb's resource; the database file's folder is made when a run starts, not when code is imported."""
+    """dagster-duckdb's resource, able to open a DuckLake catalog too (see store/connection.py).
+
+    The database file's folder is made when a run starts, not when code is imported.
+    """
+
+    ducklake_data_path: str | None = Field(
+        None, description="Where a DuckLake store (database 'ducklake:...') keeps its data files."
+    )
 
     def setup_for_execution(self, context: dg.InitResourceContext) -> None:
-        if not self.database.startswith(("md:", ":memory:")) and "://" not in self.database:
+        if is_local_file(self.database):
             Path(self.database).parent.mkdir(parents=True, exist_ok=True)
+
+    @contextmanager
+    def get_connection(self):
+        # As dagster-duckdb does: a file another process holds is retried for a while before failing.
+        conn = backoff(
+            fn=connect,
+            retry_on=(duckdb.IOException,),
+            args=(self.database,),
+            kwargs={"data_path": self.ducklake_data_path, "config": self.connection_config},
+            max_retries=10,
+        )
+        try:
+            yield conn
+        finally:
+            conn.close()
 
 
 class ModelEndpointResource(dg.ConfigurableResource):

@@ -12,6 +12,7 @@ from dagster_duckdb import DuckDBResource
 from graphrag_assets.definitions import index_assets, query_assets
 from graphrag_assets.resources import ChatModelResource, CorporaResource, EmbeddingModelResource
 from graphrag_assets_tests.model_server import FakeOpenAIServer, Faults
+from graphrag_assets_tests.postgres import PostgresServer, binaries
 
 REPO = Path(__file__).resolve().parents[1]
 SAMPLE_CORPUS = "a-christmas-carol"
@@ -174,6 +175,14 @@ def offline_index(tmp_path_factory):
     return index(tmp_path_factory.mktemp("offline"), offline=True)
 
 
+@pytest.fixture(scope="session")
+def postgres() -> Iterator[PostgresServer]:
+    if binaries() is None:
+        pytest.skip("PostgreSQL is not installed: bin/test installs Debian's postgresql when run as root with apt-get")
+    with PostgresServer() as server:
+        yield server
+
+
 def table(workspace: Workspace, name: str) -> pd.DataFrame:
     return workspace.sql(f"SELECT * FROM {name} WHERE corpus = ? ORDER BY id", SAMPLE_CORPUS)
 
@@ -186,14 +195,15 @@ def materialization_metadata(result: dg.ExecuteInProcessResult, asset: str) -> d
 
 
 def pytest_terminal_summary(terminalreporter):
-    """A skipped browser test is said last, where nobody misses it."""
-    skipped = [r for r in terminalreporter.stats.get("skipped", []) if "chromium" in str(r.longrepr).lower()]
-    if skipped:
-        terminalreporter.write_line(
-            f"NOTE: {len(skipped)} browser test(s) skipped: Debian's chromium is not "
-            "installed (bin/test installs it when run as root with apt-get)",
-            yellow=True,
-        )
+    """Tests skipped for want of a Debian package are said last, where nobody misses them."""
+    for package in ("chromium", "postgresql"):
+        skipped = [r for r in terminalreporter.stats.get("skipped", []) if package in str(r.longrepr).lower()]
+        if skipped:
+            terminalreporter.write_line(
+                f"NOTE: {len(skipped)} test(s) skipped: Debian's {package} is not installed "
+                "(bin/test installs it when run as root with apt-get)",
+                yellow=True,
+            )
 
 
 @pytest.fixture(autouse=True)

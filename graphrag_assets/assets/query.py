@@ -276,8 +276,7 @@ def answer_query(
         ]
     )
     with duckdb.get_connection() as conn:
-        append_rows(conn, "query_answers", corpus, row)
-        conn.execute(ANSWER_SOURCES_VIEW)
+        append_rows(conn, "query_answers", corpus, row, view=ANSWER_SOURCES_VIEW)
     heading = f"**{question}**\n\n" if question else ""
     return dg.MaterializeResult(
         metadata={

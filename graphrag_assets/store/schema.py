@@ -233,11 +233,17 @@ SELECT DISTINCT u.answer_id, u.corpus, u.via, u.element_id, u.text_unit_id, t.do
   JOIN documents d ON d.id = t.document_id AND d.corpus = t.corpus
 """
 
-LINEAGE_DDL = """
-CREATE TABLE IF NOT EXISTS lineage (
-    asset VARCHAR, corpus VARCHAR, run_id VARCHAR, code_version VARCHAR, data_version VARCHAR,
-    upstream_versions JSON, row_count BIGINT, engine VARCHAR, model_usage JSON, materialized_at TIMESTAMP,
-    inputs VARCHAR
-);
-ALTER TABLE lineage ADD COLUMN IF NOT EXISTS inputs VARCHAR;
-"""
+# One row per materialization of an asset for a corpus (the table has its own corpus column).
+LINEAGE: dict[str, str] = {
+    "asset": "VARCHAR",
+    "corpus": "VARCHAR",
+    "run_id": "VARCHAR",
+    "code_version": "VARCHAR",
+    "data_version": "VARCHAR",
+    "upstream_versions": "JSON",
+    "row_count": "BIGINT",
+    "engine": "VARCHAR",
+    "model_usage": "JSON",
+    "materialized_at": "TIMESTAMP",
+    "inputs": "VARCHAR",
+}

@@ -5,12 +5,16 @@ from __future__ import annotations
 import datetime as dt
 import hashlib
 import json
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import duckdb
 import pandas as pd
+import tenacity
 
-from .schema import LINEAGE_DDL, TABLES
+from .schema import LINEAGE, TABLES
+
+_HERE = "table_catalog = current_database()"  # not a table of the same name in another attached database
 
 
 @dataclass
@@ -41,22 +45,33 @@ def data_version(df: pd.DataFrame) -> str:
 
 
 def ensure_table(conn: duckdb.DuckDBPyConnection, table: str) -> None:
-    columns = TABLES[table]
-    definition = ", ".join([f'"{name}" {kind}' for name, kind in columns.items()] + ['"corpus" VARCHAR'])
-    conn.execute(f'CREATE TABLE IF NOT EXISTS "{table}" ({definition})')
-    existing = {
-        row[0]
-        for row in conn.execute(
-            "SELECT column_name FROM information_schema.columns WHERE table_name = ?", [table]
-        ).fetchall()
-    }
-    for name, kind in columns.items():
-        if name not in existing:  # a newer version of the project added a column
-            conn.execute(f'ALTER TABLE "{table}" ADD COLUMN "{name}" {kind}')
+    """Create the table, or add the columns a newer version of the project declares."""
+    columns = LINEAGE if table == "lineage" else {**TABLES[table], "corpus": "VARCHAR"}
+    if table_exists(conn, table):
+        existing = {
+            row[0]
+            for row in conn.execute(
+                f"SELECT column_name FROM information_schema.columns WHERE table_name = ? AND {_HERE}", [table]
+            ).fetchall()
+        }
+        for name, kind in columns.items():
+            if name not in existing:
+                conn.execute(f'ALTER TABLE "{table}" ADD COLUMN "{name}" {kind}')
+        return
+    definition = ", ".join(f'"{name}" {kind}' for name, kind in columns.items())
+    conn.execute(f'CREATE TABLE "{table}" ({definition})')
+    if _is_ducklake(conn) and table != "lineage":
+        # Each corpus in its own files: replacing one corpus's rows rewrites no other corpus's data.
+        conn.execute(f'ALTER TABLE "{table}" SET PARTITIONED BY (corpus)')
+
+
+def _is_ducklake(conn: duckdb.DuckDBPyConnection) -> bool:
+    kind = conn.execute("SELECT type FROM duckdb_databases() WHERE database_name = current_database()").fetchone()
+    return bool(kind) and kind[0] == "ducklake"
 
 
 def record_lineage(conn: duckdb.DuckDBPyConnection, lineage: Lineage, corpus: str, version: str, rows: int) -> None:
-    conn.execute(LINEAGE_DDL)
+    ensure_table(conn, "lineage")
     conn.execute(
         """INSERT INTO lineage (asset, corpus, run_id, code_version, data_version, upstream_versions, row_count,
            engine, model_usage, materialized_at, inputs) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)""",
@@ -82,18 +97,44 @@ def write_table(conn: duckdb.DuckDBPyConnection, table: str, corpus: str, df: pd
     if unknown:
         raise ValueError(f"table {table} has no columns {sorted(unknown)}; declare them in store/schema.py")
     version = data_version(df)
-    conn.execute("BEGIN TRANSACTION")
-    try:
+
+    def replace_rows() -> None:
         ensure_table(conn, table)
         conn.execute(f'DELETE FROM "{table}" WHERE corpus = ?', [corpus])
         if len(df):
             _insert(conn, table, corpus, df)
         record_lineage(conn, lineage, corpus, version, len(df))
-        conn.execute("COMMIT")
-    except Exception:
-        conn.execute("ROLLBACK")
-        raise
+
+    in_transaction(conn, replace_rows)
     return version
+
+
+# A DuckLake catalog shared by several processes settles most concurrent commits itself; the rest (an insert
+# while another run deleted from the same table, two creates of one table) fail at COMMIT and are retried whole.
+_conflict_retries = tenacity.Retrying(
+    retry=tenacity.retry_if_exception(
+        lambda error: isinstance(error, duckdb.TransactionException) and "conflict" in str(error).lower()
+    ),
+    stop=tenacity.stop_after_delay(300),
+    wait=tenacity.wait_random_exponential(multiplier=0.1, max=5),
+    reraise=True,
+)
+
+
+def in_transaction(conn: duckdb.DuckDBPyConnection, work: Callable[[], None]) -> None:
+    """Run `work` in one transaction, again from the start when a concurrent writer's commit conflicts."""
+    for attempt in _conflict_retries.copy():
+        with attempt:
+            conn.execute("BEGIN TRANSACTION")
+            try:
+                work()
+                conn.execute("COMMIT")
+            except Exception:
+                try:
+                    conn.execute("ROLLBACK")
+                except duckdb.TransactionException:
+                    pass  # a failed COMMIT has ended the transaction already
+                raise
 
 
 _INSERT_BATCH_ROWS = 2000  # DuckDB converts a registered frame's text at once: batches bound that copy
@@ -107,15 +148,24 @@ def _insert(conn: duckdb.DuckDBPyConnection, table: str, corpus: str, df: pd.Dat
         conn.unregister("_incoming")
 
 
-def append_rows(conn: duckdb.DuckDBPyConnection, table: str, corpus: str, df: pd.DataFrame) -> None:
-    """Add rows (no replacement): for logs such as query_answers."""
-    ensure_table(conn, table)
-    _insert(conn, table, corpus, df)
+def append_rows(conn: duckdb.DuckDBPyConnection, table: str, corpus: str, df: pd.DataFrame, view: str = "") -> None:
+    """Add rows (no replacement), for logs such as query_answers, and (re)create a view over them."""
+
+    def append() -> None:
+        ensure_table(conn, table)
+        _insert(conn, table, corpus, df)
+        if view:
+            conn.execute(view)
+
+    in_transaction(conn, append)
 
 
 def table_exists(conn: duckdb.DuckDBPyConnection, table: str) -> bool:
     return bool(
-        conn.execute("SELECT count(*) FROM information_schema.tables WHERE table_name = ?", [table]).fetchone()[0]
+        conn.execute(
+            f"SELECT count(*) FROM information_schema.tables WHERE table_name = ? AND {_HERE}",
+            [table],
+        ).fetchone()[0]
     )
 
 
@@ -143,7 +193,8 @@ def read_tables(conn: duckdb.DuckDBPyConnection, tables, corpus: str) -> dict[st
 
 
 def latest_versions(conn: duckdb.DuckDBPyConnection, corpus: str, assets: list[str]) -> dict[str, str]:
-    conn.execute(LINEAGE_DDL)
+    if not table_exists(conn, "lineage"):
+        return {}
     rows = conn.execute(
         """SELECT asset, arg_max(data_version, materialized_at) FROM lineage
            WHERE corpus = ? AND list_contains(?, asset) GROUP BY asset""",
@@ -154,7 +205,8 @@ def latest_versions(conn: duckdb.DuckDBPyConnection, corpus: str, assets: list[s
 
 def last_output(conn: duckdb.DuckDBPyConnection, asset: str, corpus: str) -> tuple[str, str, int] | None:
     """(inputs fingerprint, data version, rows) of the asset's latest output for the corpus, if any."""
-    conn.execute(LINEAGE_DDL)
+    if not table_exists(conn, "lineage"):
+        return None
     return conn.execute(
         """SELECT inputs, data_version, row_count FROM lineage WHERE asset = ? AND corpus = ?
            ORDER BY materialized_at DESC LIMIT 1""",

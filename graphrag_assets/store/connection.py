@@ -1,0 +1,143 @@
+"""Opening the store: a DuckDB file, MotherDuck, or a DuckLake catalog shared by runs on several machines.
+
+A DuckLake store is named `ducklake:<catalog>`, for example
+`ducklake:postgres:dbname=graphrag host=db.internal user=graphrag` (the catalog in PostgreSQL; the password
+comes from PGPASSWORD or ~/.pgpass, never from the name), with its data files under `data_path` (a folder,
+or an object-store prefix in production). DuckDB's extensions are loaded from their PyPI packages
+(duckdb-extension-*), never downloaded at run time.
+"""
+
+from __future__ import annotations
+
+import importlib
+import os
+import re
+import tempfile
+from pathlib import Path
+from urllib.parse import urlparse
+
+import duckdb
+import tenacity
+
+DUCKLAKE_PREFIX = "ducklake:"
+LAKE_ALIAS = "graphrag"
+# The file name DuckDB derives an extension's entry point from; the postgres package ships it as postgres.*.
+_EXTENSION_NAMES = {"postgres": "postgres_scanner"}
+
+
+def is_ducklake(database: str) -> bool:
+    return database.startswith(DUCKLAKE_PREFIX)
+
+
+def is_local_file(database: str) -> bool:
+    """A DuckDB file on this machine (one writer at a time), as opposed to MotherDuck, DuckLake or memory."""
+    return not (is_ducklake(database) or database.startswith(("md:", ":memory:")) or "://" in database)
+
+
+def extension_path(package: str) -> str:
+    """The extension file inside its duckdb-extension-<package> wheel, under the name DuckDB expects."""
+    install = f"pip install 'duckdb-extension-{package}=={duckdb.__version__}'"
+    try:
+        module = importlib.import_module(f"duckdb_extension_{package}")
+    except ImportError:
+        raise RuntimeError(f"DuckDB's {package} extension is not installed: {install}") from None
+    shipped = next(Path(module.__file__).parent.glob(f"extensions/v{duckdb.__version__}/*.duckdb_extension"), None)
+    if shipped is None:
+        raise RuntimeError(f"duckdb-extension-{package} does not match duckdb {duckdb.__version__}: {install}")
+    name = _EXTENSION_NAMES.get(package)
+    if name is None:
+        return str(shipped)
+    # A link under the right name, kept per user and DuckDB version; site-packages may be read-only.
+    folder = Path(tempfile.gettempdir()) / f"graphrag-duckdb-extensions-{os.getuid()}" / duckdb.__version__
+    folder.mkdir(parents=True, exist_ok=True)
+    link = folder / f"{name}.duckdb_extension"
+    if not link.exists():
+        staged = folder / f".{name}.{os.getpid()}"
+        staged.symlink_to(shipped)
+        staged.replace(link)  # atomic: processes starting together never see a half-made link
+    return str(link)
+
+
+def _literal(text: str) -> str:
+    """A SQL string literal (ATTACH takes no parameters)."""
+    return "'" + text.replace("'", "''") + "'"
+
+
+def load_extension(conn: duckdb.DuckDBPyConnection, package: str) -> None:
+    conn.execute(f"LOAD '{extension_path(package)}'")
+
+
+def connect(
+    database: str, *, data_path: str | None = None, read_only: bool = False, config: dict | None = None
+) -> duckdb.DuckDBPyConnection:
+    """A connection to the store; for DuckLake, an in-memory DuckDB with the lake attached and in use."""
+    config = {"autoinstall_known_extensions": False, **(config or {})}
+    if not is_ducklake(database):
+        return duckdb.connect(database, read_only=read_only, config=config)
+    if not data_path:
+        raise ValueError(
+            "a DuckLake store needs a data path for its files: set GRAPHRAG_DUCKLAKE_DATA_PATH "
+            "(a folder, or an object-store prefix such as s3://bucket/graphrag/)"
+        )
+    conn = duckdb.connect(":memory:", config={**config, "autoload_known_extensions": False})
+    try:
+        catalog = database.removeprefix(DUCKLAKE_PREFIX)
+        if catalog.startswith("postgres:"):
+            load_extension(conn, "postgres")
+        load_extension(conn, "ducklake")
+        if "://" in data_path:
+            _object_storage(conn)
+        options = ", READ_ONLY" if read_only else ""
+        attach = (
+            f"ATTACH {_literal(DUCKLAKE_PREFIX + catalog)} AS {LAKE_ALIAS} (DATA_PATH {_literal(data_path)}{options})"
+        )
+        # Processes that find a new catalog together race to create its tables; the losers attach the winner's.
+        for attempt in tenacity.Retrying(
+            retry=tenacity.retry_if_exception_type(duckdb.Error),
+            stop=tenacity.stop_after_attempt(4),
+            wait=tenacity.wait_random_exponential(multiplier=0.2, max=2),
+            reraise=True,
+        ):
+            with attempt:
+                conn.execute(attach)
+        conn.execute(f"USE {LAKE_ALIAS}")
+    except duckdb.Error as problem:
+        conn.close()
+        # The catalog string may carry a password; it must not reach a log or the UI.
+        raise RuntimeError(f"cannot open the DuckLake store: {redacted(str(problem))}") from None
+    return conn
+
+
+def _object_storage(conn: duckdb.DuckDBPyConnection) -> None:
+    """httpfs for an s3:// data path, with the standard AWS variables as its credentials when they are set.
+
+    AWS_ENDPOINT_URL points at an S3-compatible server (MinIO, Ceph, a cloud's S3 API) instead of AWS.
+    """
+    load_extension(conn, "httpfs")
+    if not os.environ.get("AWS_ACCESS_KEY_ID"):
+        return  # public data, or credentials DuckDB finds itself
+    options = {
+        "KEY_ID": os.environ["AWS_ACCESS_KEY_ID"],
+        "SECRET": os.environ.get("AWS_SECRET_ACCESS_KEY", ""),
+        "REGION": os.environ.get("AWS_REGION", "us-east-1"),
+    }
+    if os.environ.get("AWS_SESSION_TOKEN"):
+        options["SESSION_TOKEN"] = os.environ["AWS_SESSION_TOKEN"]
+    endpoint = urlparse(os.environ.get("AWS_ENDPOINT_URL", ""))
+    if endpoint.netloc:
+        options |= {"ENDPOINT": endpoint.netloc, "URL_STYLE": "path"}
+    settings = ", ".join(f"{key} {_literal(value)}" for key, value in options.items())
+    use_ssl = ", USE_SSL false" if endpoint.scheme == "http" else ""
+    conn.execute(f"CREATE SECRET graphrag_store (TYPE s3, {settings}{use_ssl})")
+
+
+_SECRET_VARIABLES = ("PGPASSWORD", "AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN")
+
+
+def redacted(text: str) -> str:
+    """The text without a password= value or the value of a secret variable."""
+    text = re.sub(r"(password\s*=\s*)(\S+)", r"\1***", text, flags=re.IGNORECASE)
+    for variable in _SECRET_VARIABLES:
+        if os.environ.get(variable):
+            text = text.replace(os.environ[variable], "***")
+    return text
