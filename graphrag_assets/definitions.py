@@ -57,7 +57,11 @@ defs = dg.Definitions(
     sensors=[new_corpus_sensor, alias_overrides_sensor, abandoned_runs_sensor],
     schedules=[nightly_reindex],
     resources={
-        "duckdb": DuckDBStoreResource(database=DATABASE, ducklake_data_path=DUCKLAKE_DATA_PATH),
+        "duckdb": DuckDBStoreResource(
+            database=DATABASE,
+            ducklake_data_path=DUCKLAKE_DATA_PATH,
+            vector_index_dir=os.getenv("GRAPHRAG_VECTOR_INDEX_DIR", ".graphrag/vector-index"),
+        ),
         "corpora": CorporaResource(root=os.getenv("GRAPHRAG_DATA_DIR", "data")),
         "chat": ChatModelResource(**_endpoint_settings("GRAPHRAG_CHAT_MODEL", "gpt-4o-mini")),
         # The evaluation's judge: the chat model unless GRAPHRAG_JUDGE_MODEL names another on the same endpoint.

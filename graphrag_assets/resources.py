@@ -72,6 +72,10 @@ class DuckDBStoreResource(DuckDBResource):
     ducklake_data_path: str | None = Field(
         None, description="Where a DuckLake store (database 'ducklake:...') keeps its data files."
     )
+    vector_index_dir: str = Field(
+        ".graphrag/vector-index",
+        description="Where HNSW indexes of large corpora are kept (derived files, rebuilt when missing or stale).",
+    )
 
     def setup_for_execution(self, context: dg.InitResourceContext) -> None:
         if is_local_file(self.database):

@@ -7,10 +7,14 @@ import dagster as dg
 import duckdb
 import pandas as pd
 import pytest
-from dagster_duckdb import DuckDBResource
 
 from graphrag_assets.definitions import index_assets, query_assets
-from graphrag_assets.resources import ChatModelResource, CorporaResource, EmbeddingModelResource
+from graphrag_assets.resources import (
+    ChatModelResource,
+    CorporaResource,
+    DuckDBStoreResource,
+    EmbeddingModelResource,
+)
 from graphrag_assets_tests.model_server import FakeOpenAIServer, Faults
 from graphrag_assets_tests.postgres import PostgresServer, binaries
 
@@ -81,7 +85,9 @@ class Workspace:
         self, chat: ChatModelResource | None = None, embeddings: EmbeddingModelResource | None = None
     ) -> dict:
         return {
-            "duckdb": DuckDBResource(database=str(self.database)),
+            "duckdb": DuckDBStoreResource(
+                database=str(self.database), vector_index_dir=str(self.root / "vector-index")
+            ),
             "corpora": CorporaResource(root=str(self.data)),
             "chat": chat or ChatModelResource(cache_dir=str(self.cache)),
             "embeddings": embeddings or EmbeddingModelResource(cache_dir=str(self.cache)),

@@ -37,10 +37,9 @@ import time
 from pathlib import Path
 
 import dagster as dg
-from dagster_duckdb import DuckDBResource
 
 from graphrag_assets.definitions import index_assets
-from graphrag_assets.resources import ChatModelResource, CorporaResource, EmbeddingModelResource
+from graphrag_assets.resources import ChatModelResource, CorporaResource, DuckDBStoreResource, EmbeddingModelResource
 from graphrag_assets_tests.model_server import FakeOpenAIServer
 
 REPO = Path(__file__).resolve().parents[1]
@@ -75,7 +74,7 @@ def index_once(root: Path, chat: ChatModelResource) -> dict:
         run_config=QUIET,
         selection=MODEL_SELECTION,
         resources={
-            "duckdb": DuckDBResource(database=str(root / "graphrag.duckdb")),
+            "duckdb": DuckDBStoreResource(database=str(root / "graphrag.duckdb")),
             "corpora": CorporaResource(root=str(REPO / "data")),
             "chat": chat,
             "embeddings": EmbeddingModelResource(cache_dir=str(root / "cache")),  # not used by MODEL_SELECTION
@@ -169,7 +168,7 @@ def queries_benchmark(args) -> None:
             )
             chat, embeddings = ChatModelResource(**limits), EmbeddingModelResource(**limits)
             resources = {
-                "duckdb": DuckDBResource(database=str(work / "graphrag.duckdb")),
+                "duckdb": DuckDBStoreResource(database=str(work / "graphrag.duckdb")),
                 "corpora": CorporaResource(root=str(REPO / "data")),
                 "chat": chat,
                 "embeddings": embeddings,
@@ -243,7 +242,7 @@ def incremental_benchmark(args) -> None:
                 tokens_per_minute=100_000_000,
             )
             resources = {
-                "duckdb": DuckDBResource(database=str(work / "graphrag.duckdb")),
+                "duckdb": DuckDBStoreResource(database=str(work / "graphrag.duckdb")),
                 "corpora": CorporaResource(root=str(work / "data")),
                 "chat": ChatModelResource(**limits),
                 "embeddings": EmbeddingModelResource(**limits),

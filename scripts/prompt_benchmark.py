@@ -20,11 +20,10 @@ from collections import defaultdict
 from pathlib import Path
 
 import dagster as dg
-from dagster_duckdb import DuckDBResource
 
 from graphrag_assets.definitions import index_assets, query_assets
 from graphrag_assets.method.ingest.tokens import count_tokens
-from graphrag_assets.resources import ChatModelResource, CorporaResource, EmbeddingModelResource
+from graphrag_assets.resources import ChatModelResource, CorporaResource, DuckDBStoreResource, EmbeddingModelResource
 from graphrag_assets_tests.model_server import FakeOpenAIServer
 
 REPO = Path(__file__).resolve().parents[1]
@@ -78,7 +77,7 @@ def served_calls() -> list:
     try:
         with FakeOpenAIServer() as server:
             resources = {
-                "duckdb": DuckDBResource(database=str(work / "graphrag.duckdb")),
+                "duckdb": DuckDBStoreResource(database=str(work / "graphrag.duckdb")),
                 "corpora": CorporaResource(root=str(REPO / "data")),
                 "chat": ChatModelResource(base_url=server.base_url, cache_dir=str(work / "cache")),
                 "embeddings": EmbeddingModelResource(base_url=server.base_url, cache_dir=str(work / "cache")),

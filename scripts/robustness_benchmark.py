@@ -20,13 +20,12 @@ SAMPLE = REPO / "data" / "a-christmas-carol"
 _INGEST_CHILD = """
 import json, resource, sys, time
 import dagster as dg
-from dagster_duckdb import DuckDBResource
 from graphrag_assets.definitions import index_assets
-from graphrag_assets.resources import ChatModelResource, CorporaResource, EmbeddingModelResource
+from graphrag_assets.resources import ChatModelResource, CorporaResource, DuckDBStoreResource, EmbeddingModelResource
 root, corpus = sys.argv[1], sys.argv[2]
 instance = dg.DagsterInstance.ephemeral()
 instance.add_dynamic_partitions("corpus", [corpus])
-resources = {"duckdb": DuckDBResource(database=root + "/graphrag.duckdb"),
+resources = {"duckdb": DuckDBStoreResource(database=root + "/graphrag.duckdb"),
              "corpora": CorporaResource(root=root + "/data"), "chat": ChatModelResource(cache_dir=root + "/cache"),
              "embeddings": EmbeddingModelResource(cache_dir=root + "/cache")}
 started = time.perf_counter()

@@ -2,14 +2,13 @@
 
 import dagster as dg
 import pandas as pd
-from dagster_duckdb import DuckDBResource
 from pydantic import Field
 
 from ..method import imports
 from ..method.communities.leiden import DEFAULT_SEED, build_communities
 from ..method.communities.reports import REPORT_PROMPTS, generate_reports
 from ..method.graph.aliases import resolve
-from ..resources import ChatModelResource, CorporaResource
+from ..resources import ChatModelResource, CorporaResource, DuckDBStoreResource
 from ..store.tables import read_table
 from .common import (
     MODEL_POOL,
@@ -67,7 +66,7 @@ def per_level(df: pd.DataFrame, **aggregations) -> dg.MetadataValue:
     ],
 )
 def communities(
-    context: dg.AssetExecutionContext, config: CommunityConfig, corpora: CorporaResource, duckdb: DuckDBResource
+    context: dg.AssetExecutionContext, config: CommunityConfig, corpora: CorporaResource, duckdb: DuckDBStoreResource
 ):
     """Hierarchical Leiden communities; level 0 is the coarsest, unsplit communities are carried down."""
     corpus = context.partition_key
@@ -145,7 +144,7 @@ def community_reports(
     config: ReportConfig,
     chat: ChatModelResource,
     corpora: CorporaResource,
-    duckdb: DuckDBResource,
+    duckdb: DuckDBStoreResource,
 ):
     """One report per community, written bottom-up (paper section 3.1.5); extractive offline."""
     with duckdb.get_connection() as conn:

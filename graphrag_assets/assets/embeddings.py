@@ -3,7 +3,6 @@
 import dagster as dg
 import numpy as np
 import pandas as pd
-from dagster_duckdb import DuckDBResource
 from pydantic import Field
 
 from ..method.communities.leiden import networkx_graph
@@ -11,7 +10,8 @@ from ..method.embeddings.layouts import layout_nodes, plot_layout
 from ..method.embeddings.node2vec import node2vec
 from ..method.embeddings.text import LocalEmbedder, embed_with_model, embedding_inputs
 from ..method.embeddings.text import document_embeddings as mean_document_embeddings
-from ..resources import EmbeddingModelResource
+from ..resources import DuckDBStoreResource, EmbeddingModelResource
+from ..store import vector_index
 from ..store.tables import read_table, row_count, write_table
 from .common import (
     MODEL_POOL,
@@ -33,6 +33,12 @@ class TextEmbeddingConfig(dg.Config):
     seed: int = Field(42, description="Offline engine only: the SVD's random seed.")
     max_failed_fraction: float = Field(
         0.05, ge=0, le=1, description="Share of texts whose embedding may fail before the step fails."
+    )
+    approximate_search_above: int = Field(
+        100_000,
+        ge=0,
+        description="A kind of vector (entity, text_unit, community_report) with more rows than this gets an HNSW "
+        "index for nearest-neighbour search; with fewer, queries scan them exactly.",
     )
 
 
@@ -72,6 +78,41 @@ def vectors_check(
     )
 
 
+def with_vector_search(
+    result: dg.MaterializeResult, conn, folder: str, corpus: str, threshold: int
+) -> dg.MaterializeResult:
+    """Give each kind of vector with more rows than the threshold an up-to-date HNSW index; say how each is searched.
+
+    An index already built from this data version is kept, so a reused step builds nothing.
+    """
+    version = result.data_version.value
+    search = {}
+    for kind, count in conn.execute(
+        "SELECT kind, count(*) FROM text_embeddings WHERE corpus = ? GROUP BY kind ORDER BY kind", [corpus]
+    ).fetchall():
+        if count <= threshold:
+            search[kind] = f"exact scan of {count} vectors"
+            continue
+        path = vector_index.index_path(folder, corpus, kind)
+        existing = vector_index.NearestIndex.open(path, version)
+        if existing is None:
+            ids, matrix = stored_vectors(conn, corpus, kind)
+            vector_index.build(path, ids, matrix, version)
+        else:
+            existing.close()
+        search[kind] = f"HNSW index of {count} vectors ({path})"
+    return result._replace(metadata={**result.metadata, "vector_search": dg.MetadataValue.json(search)})
+
+
+def stored_vectors(conn, corpus: str, kind: str) -> tuple[list[str], np.ndarray]:
+    """One kind's ids and vectors as a matrix, through Arrow: no Python list per vector."""
+    return vector_index.ids_and_matrix(
+        conn.execute(
+            "SELECT id, embedding FROM text_embeddings WHERE corpus = ? AND kind = ? ORDER BY id", [corpus, kind]
+        ).fetch_arrow_table()
+    )
+
+
 @dg.asset(
     deps=["entities", "text_units", "community_reports"],
     partitions_def=corpus_partitions,
@@ -85,7 +126,7 @@ def text_embeddings(
     context: dg.AssetExecutionContext,
     config: TextEmbeddingConfig,
     embeddings: EmbeddingModelResource,
-    duckdb: DuckDBResource,
+    duckdb: DuckDBStoreResource,
 ):
     """Entity descriptions, text units and community reports as vectors (kind tells which)."""
     corpus = context.partition_key
@@ -93,7 +134,7 @@ def text_embeddings(
     with duckdb.get_connection() as conn:
         reused = reuse_previous(context, conn, "text_embeddings", engine=engine, settings=config)
         if reused:
-            yield reused
+            yield with_vector_search(reused, conn, duckdb.vector_index_dir, corpus, config.approximate_search_above)
             yield vectors_check(
                 "text_embeddings_complete", "text_embeddings", read_table(conn, "text_embeddings", corpus), None
             )
@@ -136,7 +177,7 @@ def text_embeddings(
             models,
             lineage_for(context, conn, "embedding_models", engine=engine, upstream=[]),
         )
-        yield publish(
+        published = publish(
             context,
             conn,
             "text_embeddings",
@@ -154,9 +195,9 @@ def text_embeddings(
                     else "none"
                 ),
                 "vectors_by_kind": dg.MetadataValue.json(table["kind"].value_counts().to_dict()),
-                "vector_search": "exact cosine similarity over these vectors at query time",
             },
         )
+        yield with_vector_search(published, conn, duckdb.vector_index_dir, corpus, config.approximate_search_above)
     yield vectors_check("text_embeddings_complete", "text_embeddings", table, dimensions, set(inputs["id"]))
 
 
@@ -168,7 +209,7 @@ def text_embeddings(
     kinds={"duckdb"},
     check_specs=[dg.AssetCheckSpec("document_embeddings_valid", asset="document_embeddings")],
 )
-def document_embeddings(context: dg.AssetExecutionContext, duckdb: DuckDBResource):
+def document_embeddings(context: dg.AssetExecutionContext, duckdb: DuckDBStoreResource):
     """Each document as the token-weighted mean of its text units' embeddings."""
     corpus = context.partition_key
     with duckdb.get_connection() as conn:
@@ -187,7 +228,7 @@ def document_embeddings(context: dg.AssetExecutionContext, duckdb: DuckDBResourc
     kinds={"duckdb", "gensim"},
     check_specs=[dg.AssetCheckSpec("graph_embeddings_valid", asset="graph_embeddings")],
 )
-def graph_embeddings(context: dg.AssetExecutionContext, config: Node2VecConfig, duckdb: DuckDBResource):
+def graph_embeddings(context: dg.AssetExecutionContext, config: Node2VecConfig, duckdb: DuckDBStoreResource):
     """node2vec vectors of the entities that have relationships."""
     corpus = context.partition_key
     with duckdb.get_connection() as conn:
@@ -228,7 +269,7 @@ def graph_embeddings(context: dg.AssetExecutionContext, config: Node2VecConfig, 
     kinds={"duckdb", "umap"},
     check_specs=[dg.AssetCheckSpec("one_row_per_node", asset="layouts")],
 )
-def layouts(context: dg.AssetExecutionContext, config: LayoutConfig, duckdb: DuckDBResource):
+def layouts(context: dg.AssetExecutionContext, config: LayoutConfig, duckdb: DuckDBStoreResource):
     """UMAP 2-D positions of entities (node2vec) and documents (embeddings), one nodes table."""
     corpus = context.partition_key
     with duckdb.get_connection() as conn:

@@ -13,13 +13,12 @@ import re
 
 import dagster as dg
 import pandas as pd
-from dagster_duckdb import DuckDBResource
 from pydantic import Field
 
 from ..failures import step_failure
 from ..method import evaluation as ev
 from ..models import usage_scope
-from ..resources import ChatModelResource, EmbeddingModelResource, run_with_models
+from ..resources import ChatModelResource, DuckDBStoreResource, EmbeddingModelResource, run_with_models
 from ..store.tables import read_table
 from .common import (
     MODEL_POOL,
@@ -107,7 +106,7 @@ def evaluation_questions(
     context: dg.AssetExecutionContext,
     config: EvaluationQuestionsConfig,
     chat: ChatModelResource,
-    duckdb: DuckDBResource,
+    duckdb: DuckDBStoreResource,
 ) -> dg.MaterializeResult:
     """Questions that need the whole corpus, from K personas x N tasks x M questions (paper section 3.2)."""
     require_model(chat)
@@ -166,7 +165,7 @@ def evaluation_answers(
     config: EvaluationAnswersConfig,
     chat: ChatModelResource,
     embeddings: EmbeddingModelResource,
-    duckdb: DuckDBResource,
+    duckdb: DuckDBStoreResource,
 ) -> dg.MaterializeResult:
     """Every question answered under every condition: C0-C3 (global search), TS and SS (paper section 3.3)."""
     require_model(chat)
@@ -176,7 +175,7 @@ def evaluation_answers(
         raise step_failure(f"unknown conditions {unknown}: use C<level>, TS or SS", retryable=False)
     with duckdb.get_connection() as conn:
         questions = read_table(conn, "evaluation_questions", corpus)
-        index = load_index(conn, corpus)
+        index = load_index(conn, corpus, duckdb.vector_index_dir)
     validate(None, None, index, embeddings)
     skipped = [c for c in config.conditions if c.startswith("C") and int(c[1:]) not in index.levels]
     conditions = [c for c in dict.fromkeys(config.conditions) if c not in skipped]
@@ -246,7 +245,7 @@ def pairwise_judgements(
     config: PairwiseJudgementsConfig,
     chat: ChatModelResource,
     judge: ChatModelResource,
-    duckdb: DuckDBResource,
+    duckdb: DuckDBStoreResource,
 ) -> dg.MaterializeResult:
     """An LLM judge compares two answers to one question on one criterion, in both orders, `repeats` times."""
     model = judge if judge.configured else chat
@@ -312,7 +311,7 @@ def pairwise_judgements(
     code_version=code_version(),
     kinds={"duckdb"},
 )
-def win_rates(context: dg.AssetExecutionContext, duckdb: DuckDBResource) -> dg.MaterializeResult:
+def win_rates(context: dg.AssetExecutionContext, duckdb: DuckDBStoreResource) -> dg.MaterializeResult:
     """Per criterion, how often the row condition beats the column condition (paper figure 4), with sign tests."""
     with duckdb.get_connection() as conn:
         judgements = read_table(conn, "pairwise_judgements", context.partition_key)
@@ -342,7 +341,7 @@ def win_rates(context: dg.AssetExecutionContext, duckdb: DuckDBResource) -> dg.M
     pool=MODEL_POOL,
 )
 def claim_metrics(
-    context: dg.AssetExecutionContext, config: ClaimMetricsConfig, chat: ChatModelResource, duckdb: DuckDBResource
+    context: dg.AssetExecutionContext, config: ClaimMetricsConfig, chat: ChatModelResource, duckdb: DuckDBStoreResource
 ) -> dg.MaterializeResult:
     """The paper's claim-based metrics: claims per answer (comprehensiveness) and clusters of them (diversity)."""
     require_model(chat)

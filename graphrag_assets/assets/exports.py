@@ -4,10 +4,10 @@ import json
 from pathlib import Path
 
 import dagster as dg
-from dagster_duckdb import DuckDBResource
 from pydantic import Field
 
 from ..method import exports
+from ..resources import DuckDBStoreResource
 from ..store.tables import record_lineage
 from .common import code_version, corpus_partitions, lineage_for, read_inputs
 
@@ -33,7 +33,7 @@ class ExportConfig(dg.Config):
     code_version=code_version(),
     kinds={"graphml"},
 )
-def graphml_export(context: dg.AssetExecutionContext, config: ExportConfig, duckdb: DuckDBResource):
+def graphml_export(context: dg.AssetExecutionContext, config: ExportConfig, duckdb: DuckDBStoreResource):
     """The entity graph as GraphML, with community ids per level and layout positions as node attributes."""
     corpus = context.partition_key
     with duckdb.get_connection() as conn:
@@ -64,7 +64,7 @@ def graphml_export(context: dg.AssetExecutionContext, config: ExportConfig, duck
     code_version=code_version(),
     kinds={"parquet"},
 )
-def parquet_export(context: dg.AssetExecutionContext, config: ExportConfig, duckdb: DuckDBResource):
+def parquet_export(context: dg.AssetExecutionContext, config: ExportConfig, duckdb: DuckDBStoreResource):
     """Every index table as a parquet file in Microsoft GraphRAG 3.x's output schema: `graphrag query --data <folder>`
     answers from it. The text embeddings go to `text_embeddings.parquet` and, with the `lancedb` extra installed,
     to the LanceDB tables its local, DRIFT and basic search read (`<folder>/lancedb`)."""

@@ -2,7 +2,6 @@
 
 import dagster as dg
 import pandas as pd
-from dagster_duckdb import DuckDBResource
 from pydantic import Field
 
 from ..failures import step_failure
@@ -13,7 +12,7 @@ from ..method.graph.extraction import DEFAULT_ENTITY_TYPES, EXTRACTION_PROMPTS
 from ..method.graph.tables import build_entity_graph, link_text_units
 from ..method.ingest.documents import TabularColumns, read_corpus
 from ..method.ingest.text_units import chunk_documents
-from ..resources import ChatModelResource, CorporaResource
+from ..resources import ChatModelResource, CorporaResource, DuckDBStoreResource
 from ..store.tables import read_table
 from .common import (
     MODEL_POOL,
@@ -94,7 +93,7 @@ class ClaimsConfig(dg.Config):
     group_name="ingest",
 )
 def corpus_documents(
-    context: dg.AssetExecutionContext, config: IngestConfig, corpora: CorporaResource, duckdb: DuckDBResource
+    context: dg.AssetExecutionContext, config: IngestConfig, corpora: CorporaResource, duckdb: DuckDBStoreResource
 ):
     imported = corpora.graphrag_output(context.partition_key)
     if imported:
@@ -183,7 +182,7 @@ def entity_graph(
     config: GraphConfig,
     chat: ChatModelResource,
     corpora: CorporaResource,
-    duckdb: DuckDBResource,
+    duckdb: DuckDBStoreResource,
 ):
     corpus = context.partition_key
     imported = corpora.graphrag_output(corpus)
@@ -307,7 +306,7 @@ def entity_aliases(
     config: AliasConfig,
     chat: ChatModelResource,
     corpora: CorporaResource,
-    duckdb: DuckDBResource,
+    duckdb: DuckDBStoreResource,
 ) -> dg.MaterializeResult:
     """Names of one entity, linked to a canonical entity instead of merged: undo one by rejecting it in the
     corpus folder's aliases.csv (entity,canonical,action with action add or reject)."""
@@ -373,7 +372,7 @@ def covariates(
     config: ClaimsConfig,
     chat: ChatModelResource,
     corpora: CorporaResource,
-    duckdb: DuckDBResource,
+    duckdb: DuckDBStoreResource,
 ) -> dg.MaterializeResult:
     """Claims about entities (subject, object, type, status, dates, quote), one LLM pass per text unit."""
     corpus = context.partition_key
@@ -432,7 +431,7 @@ def covariates(
     code_version=code_version(),
     kinds={"duckdb"},
 )
-def text_units(context: dg.AssetExecutionContext, duckdb: DuckDBResource) -> dg.MaterializeResult:
+def text_units(context: dg.AssetExecutionContext, duckdb: DuckDBStoreResource) -> dg.MaterializeResult:
     """Text units with the ids of the entities, relationships and claims extracted from each."""
     with duckdb.get_connection() as conn:
         tables = read_inputs(context, conn, "text_units")

@@ -13,7 +13,6 @@ from datetime import UTC, datetime
 
 import dagster as dg
 import pandas as pd
-from dagster_duckdb import DuckDBResource
 from pydantic import Field
 
 from ..failures import step_failure
@@ -26,9 +25,10 @@ from ..method.search.global_search import text_summary_search as run_text_summar
 from ..method.search.local_search import basic_search as run_basic
 from ..method.search.local_search import local_search as run_local
 from ..method.search.questions import generate_questions
-from ..resources import ChatModelResource, EmbeddingModelResource, run_with_models
+from ..resources import ChatModelResource, DuckDBStoreResource, EmbeddingModelResource, run_with_models
+from ..store import vector_index
 from ..store.schema import ANSWER_SOURCES_VIEW
-from ..store.tables import append_rows, read_table, read_tables, row_count
+from ..store.tables import append_rows, latest_versions, read_table, read_tables, row_count
 from .common import MODEL_POOL, code_version, corpus_partitions, usage_metadata
 
 INDEX_TABLES = (
@@ -123,7 +123,8 @@ class QuestionGenerationConfig(LocalContextOptions):
     community_level: int = Field(0, ge=0, description="Level of the community reports in the context.")
 
 
-def load_index(conn, corpus: str) -> Index:
+def load_index(conn, corpus: str, vector_index_dir: str | None = None) -> Index:
+    """The corpus's tables for the query methods; vectors that have an up-to-date HNSW index stay on disk."""
     missing = [t for t in INDEX_TABLES if t != "covariates" and not row_count(conn, t, corpus)]
     if missing:
         raise step_failure(
@@ -131,7 +132,12 @@ def load_index(conn, corpus: str) -> Index:
             "job for it first.",
             retryable=False,
         )
-    tables = read_tables(conn, INDEX_TABLES, corpus)
+    version = latest_versions(conn, corpus, ["text_embeddings"]).get("text_embeddings")
+    approximate = vector_index.open_all(vector_index_dir, corpus, version) if vector_index_dir else {}
+    tables = read_tables(conn, [t for t in INDEX_TABLES if t != "text_embeddings"], corpus)
+    embeddings = read_table(
+        conn, "text_embeddings", corpus, where="NOT list_contains(?, kind)", params=[list(approximate)]
+    )
     models = read_table(conn, "embedding_models", corpus) if row_count(conn, "embedding_models", corpus) else None
     links = read_table(conn, "entity_aliases", corpus) if row_count(conn, "entity_aliases", corpus) else None
     entities, relationships = (
@@ -147,9 +153,10 @@ def load_index(conn, corpus: str) -> Index:
         reports=tables["community_reports"],
         text_units=tables["text_units"],
         documents=tables["documents"],
-        embeddings=tables["text_embeddings"],
+        embeddings=embeddings,
         local_embedder=_offline_embedder(models),
         aliases=canonical_of(links) if links is not None else {},
+        approximate=approximate,
     )
 
 
@@ -230,13 +237,13 @@ def answer_query(
     search: Callable,
     chat: ChatModelResource,
     embeddings: EmbeddingModelResource,
-    duckdb: DuckDBResource,
+    duckdb: DuckDBStoreResource,
 ) -> dg.MaterializeResult:
     """Answer with `search`, a method function whose keyword options are exactly the config's fields."""
     corpus = context.partition_key
     level, question = getattr(config, "community_level", None), getattr(config, "question", None)
     with duckdb.get_connection() as conn:
-        index = load_index(conn, corpus)
+        index = load_index(conn, corpus, duckdb.vector_index_dir)
     conversation = getattr(config, "conversation", [])
     validate(question, level, index, embeddings, conversation)
     started = time.perf_counter()
@@ -245,6 +252,8 @@ def answer_query(
         lambda chat_client, embed_client: search(chat_client, embed_client, index, **config.model_dump()),
     )
     latency = time.perf_counter() - started
+    for searcher in index.approximate.values():
+        searcher.close()
     usage = {k: (getattr(chat_usage, k, 0) or 0) + (getattr(embed_usage, k, 0) or 0) for k in ("calls", "cache_hits")}
     usage["prompt_tokens"] = chat_usage.prompt_tokens if chat_usage else 0  # chat and embedding tokens apart:
     usage["completion_tokens"] = chat_usage.completion_tokens if chat_usage else 0  # their prices differ
@@ -290,6 +299,7 @@ def answer_query(
             "latency_seconds": round(latency, 3),
             "details": dg.MetadataValue.json(result.details),
             "trace_sql": f"SELECT * FROM answer_sources WHERE answer_id = '{answer_id}'",
+            "hnsw_searched": ", ".join(sorted(index.approximate)) or "none (exact scan)",
             **usage_metadata(chat, chat_usage),
             "model_calls": usage["calls"],
             "cache_hits": usage["cache_hits"],
@@ -321,7 +331,7 @@ def global_search(
     config: GlobalSearchConfig,
     chat: ChatModelResource,
     embeddings: EmbeddingModelResource,
-    duckdb: DuckDBResource,
+    duckdb: DuckDBStoreResource,
 ):
     return answer_query(context, "global", config, run_global, chat, embeddings, duckdb)
 
@@ -332,7 +342,7 @@ def local_search(
     config: LocalSearchConfig,
     chat: ChatModelResource,
     embeddings: EmbeddingModelResource,
-    duckdb: DuckDBResource,
+    duckdb: DuckDBStoreResource,
 ):
     return answer_query(context, "local", config, run_local, chat, embeddings, duckdb)
 
@@ -347,7 +357,7 @@ def drift_search(
     config: DriftSearchConfig,
     chat: ChatModelResource,
     embeddings: EmbeddingModelResource,
-    duckdb: DuckDBResource,
+    duckdb: DuckDBStoreResource,
 ):
     return answer_query(context, "drift", config, run_drift, chat, embeddings, duckdb)
 
@@ -358,7 +368,7 @@ def basic_search(
     config: BasicSearchConfig,
     chat: ChatModelResource,
     embeddings: EmbeddingModelResource,
-    duckdb: DuckDBResource,
+    duckdb: DuckDBStoreResource,
 ):
     return answer_query(context, "basic", config, run_basic, chat, embeddings, duckdb)
 
@@ -373,7 +383,7 @@ def text_summary_search(
     config: TextSummaryConfig,
     chat: ChatModelResource,
     embeddings: EmbeddingModelResource,
-    duckdb: DuckDBResource,
+    duckdb: DuckDBStoreResource,
 ):
     return answer_query(context, "text_summary", config, run_text_summary, chat, embeddings, duckdb)
 
@@ -384,7 +394,7 @@ def question_generation(
     config: QuestionGenerationConfig,
     chat: ChatModelResource,
     embeddings: EmbeddingModelResource,
-    duckdb: DuckDBResource,
+    duckdb: DuckDBStoreResource,
 ):
     if not [q for q in config.previous_questions if q.strip()]:
         raise step_failure("previous_questions is empty: give at least one question", retryable=False)

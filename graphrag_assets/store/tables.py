@@ -176,11 +176,17 @@ def row_count(conn: duckdb.DuckDBPyConnection, table: str, corpus: str) -> int:
     return conn.execute(f'SELECT count(*) FROM "{table}" WHERE corpus = ?', [corpus]).fetchone()[0]
 
 
-def read_table(conn: duckdb.DuckDBPyConnection, table: str, corpus: str) -> pd.DataFrame:
-    """The corpus's rows of a table (without the corpus column); a clear error if never materialized."""
+def read_table(
+    conn: duckdb.DuckDBPyConnection, table: str, corpus: str, where: str = "TRUE", params: list | None = None
+) -> pd.DataFrame:
+    """The corpus's rows of a table (without the corpus column), those matching `where` if given; a clear error
+    if the table was never materialized."""
     if not table_exists(conn, table):
         raise LookupError(f"table {table} does not exist yet: materialize it for corpus {corpus!r} first")
-    df = conn.execute(f'SELECT * EXCLUDE (corpus) FROM "{table}" WHERE corpus = ? ORDER BY id', [corpus]).df()
+    df = conn.execute(
+        f'SELECT * EXCLUDE (corpus) FROM "{table}" WHERE corpus = ? AND ({where}) ORDER BY id',
+        [corpus, *(params or [])],
+    ).df()
     for column, kind in TABLES[table].items():
         if kind.endswith("[]") and column in df:  # DuckDB returns numpy arrays; the method expects lists
             df[column] = df[column].map(lambda v: list(v) if hasattr(v, "__len__") else [])

@@ -32,6 +32,9 @@ class Index:
     # Accepted aliases, variant id -> canonical id: `entities` and `relationships` are the resolved graph, where an
     # alias group is one entity, and a variant found by vector search stands for its canonical entity.
     aliases: dict[str, str] = field(default_factory=dict)
+    # Kinds of vectors searched through an HNSW index instead of `embeddings` (large corpora): kind -> index,
+    # any object with nearest(query, k) and all() (store/vector_index.py's NearestIndex).
+    approximate: dict = field(default_factory=dict)
 
     def cite(self, kind: str, ids: list[str]) -> str:
         """Record ids as the context tables show them: report community numbers, text unit positions."""
@@ -53,10 +56,19 @@ class Index:
         return sorted(int(level) for level in self.communities["level"].unique())
 
     def vectors(self, kind: str) -> tuple[list[str], np.ndarray]:
+        if kind in self.approximate:
+            return self.approximate[kind].all()
         rows = self.embeddings[self.embeddings["kind"] == kind]
         if rows.empty:
             return [], np.zeros((0, 1), dtype=np.float32)
         return rows["id"].tolist(), np.stack(rows["embedding"].map(lambda v: np.asarray(v, dtype=np.float32)))
+
+    def nearest(self, kind: str, query: np.ndarray, k: int) -> list[tuple[str, float]]:
+        """The k vectors of a kind most similar to the query, best first: by the HNSW index where the kind has
+        one, else by the exact scan."""
+        if kind in self.approximate:
+            return self.approximate[kind].nearest(query, k)
+        return nearest(query, *self.vectors(kind), k)
 
 
 @dataclass

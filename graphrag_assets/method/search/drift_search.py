@@ -14,7 +14,6 @@ from .context import (
     conversation_block,
     csv_line,
     embed_query,
-    nearest,
     pack,
     with_recent_turns,
 )
@@ -56,8 +55,7 @@ async def drift_search(
     conversation: list[dict] | None = None,
 ) -> SearchResult:
     query = await embed_query(embedder, index, with_recent_turns(question, conversation))
-    ids, matrix = index.vectors("community_report")
-    nearest_reports = [i for i, _ in nearest(query, ids, matrix, primer_reports)]
+    nearest_reports = [i for i, _ in index.nearest("community_report", query, primer_reports)]
     reports = index.reports.set_index("id").loc[nearest_reports]
     primer_text, primer_ids, primer_tokens = pack(
         [(i, csv_line(r.community, r.title, r.full_content)) for i, r in reports.iterrows()],

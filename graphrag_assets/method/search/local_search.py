@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from ..graph.records import ChatModel, Embedder
 from ..offline.answers import cited_sentences
 from ..prompts import load_prompt
-from .context import Index, SearchResult, conversation_block, csv_line, embed_query, nearest, pack, with_recent_turns
+from .context import Index, SearchResult, conversation_block, csv_line, embed_query, pack, with_recent_turns
 
 
 @dataclass
@@ -134,8 +134,7 @@ async def local_context_for(
     text_unit_prop: float,
 ) -> LocalContext:
     query = await embed_query(embedder, index, question)
-    ids, matrix = index.vectors("entity")
-    chosen = list(dict.fromkeys(index.aliases.get(i, i) for i, _ in nearest(query, ids, matrix, top_k_entities)))
+    chosen = list(dict.fromkeys(index.aliases.get(i, i) for i, _ in index.nearest("entity", query, top_k_entities)))
     return build_local_context(index, chosen, level, budget, community_prop, text_unit_prop)
 
 
@@ -202,10 +201,9 @@ async def basic_search(
 ) -> SearchResult:
     """The paper's SS baseline: vector search over text units, packed into the budget."""
     query = await embed_query(embedder, index, with_recent_turns(question, conversation))
-    ids, matrix = index.vectors("text_unit")
     units = index.text_units.set_index("id")["text"]
     number = {u: i for i, u in enumerate(index.text_units["id"])}
-    hits = nearest(query, ids, matrix, top_k)
+    hits = index.nearest("text_unit", query, top_k)
     text, packed, tokens = pack(
         [(u, csv_line(number[u], units[u])) for u, _ in hits], "-----Sources-----\nid|text", max_context_tokens
     )
