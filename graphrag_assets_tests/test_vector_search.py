@@ -18,7 +18,8 @@ def test_an_index_scans_hnsw_and_finds_what_the_exact_scan_finds(tmp_path):
     matrix = rng.standard_normal((3000, 48)).astype(np.float32)
     ids = [f"v{i:04d}" for i in range(len(matrix))]
     path = vector_index.index_path(tmp_path, "corpus", "entity")
-    vector_index.build(path, ids, matrix, version="one")
+    batches = [(ids[start : start + 1000], matrix[start : start + 1000]) for start in range(0, len(ids), 1000)]
+    assert vector_index.build(path, batches, version="one") == len(ids)
 
     assert vector_index.NearestIndex.open(path, version="two") is None  # built from other data: not used
     index = vector_index.NearestIndex.open(path, version="one")

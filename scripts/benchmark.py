@@ -311,6 +311,17 @@ def main() -> None:
     graph = commands.add_parser("graph", help="time and memory of the non-model steps")
     graph.add_argument("--nodes", type=int, default=8500)
     graph.add_argument("--edges", type=int, default=20000)
+    vectors = commands.add_parser("vectors", help="recall and latency of HNSW against the exact scan")
+    vectors.add_argument("--count", type=int, default=1_000_000)
+    vectors.add_argument("--dimensions", type=int, default=1536)
+    vectors.add_argument("--queries", type=int, default=100)
+    vectors.add_argument("--exact-queries", type=int, default=5, help="the exact scan is slow: time fewer")
+    vectors.add_argument("--k", type=int, default=10)
+    vectors.add_argument("--ef-search", type=int, nargs="+", default=[64, 128, 256, 512, 1024])
+    vectors.add_argument("--work", default=None, help="folder for the index file (default: the system's temp)")
+    scale = commands.add_parser("scale", help="wall time and peak RSS per step as the corpus grows")
+    scale.add_argument("--sizes", type=int, nargs="+", default=[250, 500, 1000], help="documents of ~5,000 tokens")
+    scale.add_argument("--work", default=None, help="folder for the corpora and the store (default: temp)")
     args = parser.parse_args()
     if args.command == "models":
         models_benchmark(args)
@@ -326,6 +337,14 @@ def main() -> None:
         import comparison_benchmark
 
         getattr(comparison_benchmark, f"{args.command}_benchmark")(args)
+    elif args.command == "scale":
+        from scale_benchmark import scale_benchmark
+
+        scale_benchmark(args)
+    elif args.command == "vectors":
+        from vector_benchmark import vectors_benchmark
+
+        vectors_benchmark(args)
     elif args.command == "prompts":
         from prompt_benchmark import prompts_benchmark
 

@@ -3,6 +3,7 @@
 import dagster as dg
 import numpy as np
 import pandas as pd
+import pyarrow as pa
 from pydantic import Field
 
 from ..method.communities.leiden import networkx_graph
@@ -96,21 +97,20 @@ def with_vector_search(
         path = vector_index.index_path(folder, corpus, kind)
         existing = vector_index.NearestIndex.open(path, version)
         if existing is None:
-            ids, matrix = stored_vectors(conn, corpus, kind)
-            vector_index.build(path, ids, matrix, version)
+            vector_index.build(path, stored_vectors(conn, corpus, kind), version)
         else:
             existing.close()
         search[kind] = f"HNSW index of {count} vectors ({path})"
     return result._replace(metadata={**result.metadata, "vector_search": dg.MetadataValue.json(search)})
 
 
-def stored_vectors(conn, corpus: str, kind: str) -> tuple[list[str], np.ndarray]:
-    """One kind's ids and vectors as a matrix, through Arrow: no Python list per vector."""
-    return vector_index.ids_and_matrix(
-        conn.execute(
-            "SELECT id, embedding FROM text_embeddings WHERE corpus = ? AND kind = ? ORDER BY id", [corpus, kind]
-        ).fetch_arrow_table()
-    )
+def stored_vectors(conn, corpus: str, kind: str, batch_rows: int = 50_000):
+    """One kind's ids and vectors in batches of (ids, matrix), through Arrow: no Python list per vector."""
+    reader = conn.execute(
+        "SELECT id, embedding FROM text_embeddings WHERE corpus = ? AND kind = ? ORDER BY id", [corpus, kind]
+    ).fetch_record_batch(batch_rows)
+    for batch in reader:
+        yield vector_index.ids_and_matrix(pa.Table.from_batches([batch]))
 
 
 @dg.asset(

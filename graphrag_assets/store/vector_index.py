@@ -10,6 +10,7 @@ whenever it is missing or older than them. So the experimental setting never tou
 from __future__ import annotations
 
 import os
+from collections.abc import Iterable
 from pathlib import Path
 
 import duckdb
@@ -22,6 +23,7 @@ from .connection import load_extension
 # Measured with `scripts/benchmark.py vectors` (recall@10 against the exact scan).
 HNSW_OPTIONS = {"metric": "'cosine'", "M": 12, "ef_construction": 32}
 EF_SEARCH = 128
+BUILD_MEMORY = "2GB"  # DuckDB's buffers while building; the HNSW graph is held outside them
 
 
 def index_path(folder: str | Path, corpus: str, kind: str) -> Path:
@@ -35,24 +37,34 @@ def _connect(path: Path | str, read_only: bool) -> duckdb.DuckDBPyConnection:
     return conn
 
 
-def build(path: Path, ids: list[str], matrix: np.ndarray, version: str) -> None:
-    """Write the vectors and their HNSW index to `path`, replacing any older file only once complete."""
-    dimensions = matrix.shape[1]
+def build(path: Path, batches: Iterable[tuple[list[str], np.ndarray]], version: str) -> int:
+    """Write vectors, given in batches of (ids, matrix), and their HNSW index to `path`; returns how many.
+
+    Batches keep a large corpus's vectors out of memory until the index itself is built. An older file at `path`
+    is replaced only once the new one is complete.
+    """
     path.parent.mkdir(parents=True, exist_ok=True)
     staging = path.with_name(f".{path.name}.{os.getpid()}")
     staging.unlink(missing_ok=True)
-    vectors = pa.table(
-        {
-            "id": pa.array(ids, pa.string()),
-            "embedding": pa.FixedSizeListArray.from_arrays(pa.array(matrix.astype(np.float32).ravel()), dimensions),
-        }
-    )
+    count, dimensions = 0, None
     try:
         with _connect(staging, read_only=False) as conn:
-            conn.register("incoming", vectors)
-            conn.execute(
-                f"CREATE TABLE vectors AS SELECT id, embedding::FLOAT[{dimensions}] AS embedding FROM incoming"
-            )
+            # The vectors go to the file and stay out of memory; only the index graph itself must fit in it.
+            conn.execute(f"SET memory_limit = '{BUILD_MEMORY}'")
+            for ids, matrix in batches:
+                if dimensions is None:
+                    dimensions = matrix.shape[1]
+                    conn.execute(f"CREATE TABLE vectors (id VARCHAR, embedding FLOAT[{dimensions}])")
+                flat = pa.array(np.ascontiguousarray(matrix, dtype=np.float32).ravel())
+                batch = pa.table(
+                    {"id": pa.array(ids, pa.string()), "embedding": pa.FixedSizeListArray.from_arrays(flat, dimensions)}
+                )
+                conn.register("incoming", batch)
+                conn.execute(f"INSERT INTO vectors SELECT id, embedding::FLOAT[{dimensions}] FROM incoming")
+                conn.unregister("incoming")
+                count += len(ids)
+            if dimensions is None:
+                raise ValueError("no vectors to index")
             options = ", ".join(f"{name} = {value}" for name, value in HNSW_OPTIONS.items())
             conn.execute(f"CREATE INDEX nearest ON vectors USING HNSW (embedding) WITH ({options})")
             conn.execute("CREATE TABLE built_from AS SELECT ? AS data_version, ? AS dimensions", [version, dimensions])
@@ -60,6 +72,7 @@ def build(path: Path, ids: list[str], matrix: np.ndarray, version: str) -> None:
         os.replace(staging, path)
     finally:
         staging.unlink(missing_ok=True)
+    return count
 
 
 def ids_and_matrix(table: pa.Table) -> tuple[list[str], np.ndarray]:
