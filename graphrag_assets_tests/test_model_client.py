@@ -179,6 +179,33 @@ def test_concurrency_rises_while_the_endpoint_keeps_up_and_halves_on_429():
     assert fixed.limit == 12
 
 
+def test_a_reply_wakes_only_as_many_queued_requests_as_there_are_free_slots():
+    """Thousands of requests queue for a few slots; each reply must not wake them all (that was quadratic)."""
+    concurrency = AdaptiveConcurrency(start=4, ceiling=4, adaptive=False)
+    wake_ups = 0
+
+    class CountingCondition(asyncio.Condition):
+        async def wait(self):
+            nonlocal wake_ups
+            await super().wait()
+            wake_ups += 1
+
+    async def request(peak: list[int]) -> None:
+        async with concurrency:
+            peak.append(concurrency.in_flight)
+            await asyncio.sleep(0)
+
+    async def main() -> list[int]:
+        concurrency._changed = CountingCondition()
+        peak: list[int] = []
+        await asyncio.gather(*(request(peak) for _ in range(2000)))
+        return peak
+
+    peak = asyncio.run(main())
+    assert len(peak) == 2000 and max(peak) == 4
+    assert wake_ups < 3 * 2000  # waking every waiter on every reply: about 2000 * 2000 / 2
+
+
 def test_concurrency_eases_off_when_the_endpoint_queues(tmp_path):
     """A server that works on 6 requests at a time makes the rest wait: latency climbs, and concurrency
     stops near where the wait doubles it (12); against a server that keeps up it climbs on."""

@@ -108,7 +108,9 @@ class AdaptiveConcurrency:
     async def __aexit__(self, *exc) -> None:
         async with self._changed:
             self.in_flight -= 1
-            self._changed.notify_all()
+            # Wake only as many waiters as there are free slots: waking all of thousands of queued requests on
+            # every reply made a large corpus's extraction quadratic (444 s instead of about 120 s at 500 documents).
+            self._changed.notify(max(0, int(self.limit) - self.in_flight))
 
     def succeeded(self, seconds: float, completion_tokens: int) -> None:
         if not self.adaptive:
