@@ -5,14 +5,12 @@ import shutil
 import subprocess
 import sys
 import textwrap
-import time
 from pathlib import Path
 
 import dagster as dg
 import duckdb
 import pandas as pd
 import pytest
-from dagster_graphql import DagsterGraphQLClient
 
 from graphrag_assets.store.connection import DUCKLAKE_PREFIX, connect
 from graphrag_assets.store.schema import TABLES
@@ -21,7 +19,7 @@ from graphrag_assets_tests.corpora import split_sample
 from graphrag_assets_tests.model_server import FakeOpenAIServer
 
 from .conftest import INDEX_ASSETS, REPO, SAMPLE_CORPUS, Workspace, open_instance
-from .test_webserver import BACKFILL, BACKFILL_STATUS, free_port
+from .test_webserver import BACKFILL, backfill_status, dagster_services
 
 WRITER = textwrap.dedent(
     """
@@ -300,53 +298,15 @@ def test_a_backfill_over_run_workers_sharing_postgres_and_the_lake(postgres, tmp
     }
     with open_instance(home) as instance:
         instance.add_dynamic_partitions("corpus", corpora)
-    port = free_port()
-    workspace_yaml = str(REPO / "workspace.yaml")
-    bin_dir = Path(sys.executable).parent
-    server = subprocess.Popen(
-        [str(bin_dir / "dagster-webserver"), "-h", "127.0.0.1", "-p", str(port), "-w", workspace_yaml],
-        cwd=REPO,
-        env=env,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-    )
-    daemon = subprocess.Popen(
-        [str(bin_dir / "dagster-daemon"), "run", "-w", workspace_yaml],
-        cwd=REPO,
-        env=env,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-    )
-    try:
-        client = DagsterGraphQLClient("127.0.0.1", port_number=port, timeout=60)
-        deadline = time.monotonic() + 180
-        while True:
-            assert server.poll() is None, "the webserver exited"
-            try:
-                client._execute("{ version }")
-                break
-            except Exception:
-                assert time.monotonic() < deadline, "the webserver did not start in time"
-                time.sleep(1)
+    with dagster_services(env) as (client, _):
         index_assets = INDEX_ASSETS[: INDEX_ASSETS.index("communities") + 1]
         launched = client._execute(
             BACKFILL,
             {"params": {"assetSelection": [{"path": [a]} for a in index_assets], "partitionNames": corpora}},
         )["launchPartitionBackfill"]
         assert launched["__typename"] == "LaunchBackfillSuccess", launched
-        deadline = time.monotonic() + 600
-        while (
-            status := client._execute(BACKFILL_STATUS, {"id": launched["backfillId"]})["partitionBackfillOrError"][
-                "status"
-            ]
-        ) not in ("COMPLETED", "COMPLETED_SUCCESS", "FAILED", "COMPLETED_FAILED", "CANCELED"):
-            assert time.monotonic() < deadline, f"backfill still {status}"
-            time.sleep(2)
+        status = backfill_status(client, launched["backfillId"], timeout=600)
         assert status in ("COMPLETED", "COMPLETED_SUCCESS"), failures(home)
-    finally:
-        for process in (daemon, server):
-            process.terminate()
-            process.wait(timeout=30)
 
     with open_instance(home) as instance:
         runs = instance.get_run_records()

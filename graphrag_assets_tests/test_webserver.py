@@ -11,6 +11,8 @@ import socket
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import dagster as dg
@@ -43,6 +45,50 @@ def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
+
+
+def backfill_status(client: DagsterGraphQLClient, backfill_id: str, timeout: float) -> str:
+    """The backfill's status once it has ended."""
+    deadline = time.monotonic() + timeout
+    while True:
+        status = client._execute(BACKFILL_STATUS, {"id": backfill_id})["partitionBackfillOrError"]["status"]
+        if status in ("COMPLETED", "COMPLETED_SUCCESS", "FAILED", "COMPLETED_FAILED", "CANCELED"):
+            return status
+        assert time.monotonic() < deadline, f"backfill still {status}"
+        time.sleep(2)
+
+
+@contextmanager
+def dagster_services(env: dict) -> Iterator[tuple[DagsterGraphQLClient, str]]:
+    """The webserver and the daemon (backfills, sensors, queued runs, monitoring, as under `dagster dev`) in
+    their own processes; yields a GraphQL client and the UI's address once the webserver answers, and stops
+    both afterwards."""
+    port = free_port()
+    workspace = str(REPO / "workspace.yaml")
+    bin_dir = Path(sys.executable).parent
+    commands = [
+        [str(bin_dir / "dagster-webserver"), "-h", "127.0.0.1", "-p", str(port), "-w", workspace],
+        [str(bin_dir / "dagster-daemon"), "run", "-w", workspace],
+    ]
+    processes = [
+        subprocess.Popen(c, cwd=REPO, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL) for c in commands
+    ]
+    try:
+        client = DagsterGraphQLClient("127.0.0.1", port_number=port, timeout=60)
+        deadline = time.monotonic() + 180
+        while True:
+            assert processes[0].poll() is None, "the webserver exited"
+            try:
+                client._execute("{ version }")
+                break
+            except Exception:
+                assert time.monotonic() < deadline, "the webserver did not start in time"
+                time.sleep(1)
+        yield client, f"http://127.0.0.1:{port}"
+    finally:
+        for process in reversed(processes):
+            process.terminate()
+            process.wait(timeout=30)
 
 
 class UI:
@@ -85,7 +131,6 @@ def ui(tmp_path_factory):
     (home / "dagster.yaml").write_text(INSTANCE_YAML)
     with open_instance(home) as instance:
         instance.add_dynamic_partitions("corpus", [SAMPLE_CORPUS])
-    port = free_port()
     env = {
         **os.environ,
         "DAGSTER_HOME": str(home),
@@ -96,47 +141,10 @@ def ui(tmp_path_factory):
     }
     for variable in ("GRAPHRAG_API_BASE", "GRAPHRAG_API_KEY"):
         env.pop(variable, None)
-    server = subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "dagster_webserver",
-            "-h",
-            "127.0.0.1",
-            "-p",
-            str(port),
-            "-w",
-            str(REPO / "workspace.yaml"),
-        ],
-        cwd=REPO,
-        env=env,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-    )
-    # The daemon runs backfills, sensors and run monitoring, as under `dagster dev`.
-    daemon = subprocess.Popen(
-        [str(Path(sys.executable).parent / "dagster-daemon"), "run", "-w", str(REPO / "workspace.yaml")],
-        cwd=REPO,
-        env=env,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-    )
-    client = DagsterGraphQLClient("127.0.0.1", port_number=port, timeout=60)
-    deadline = time.monotonic() + 180
-    while True:
-        assert server.poll() is None, "the webserver exited"
-        try:
-            client._execute("{ version }")
-            break
-        except Exception:
-            assert time.monotonic() < deadline, "the webserver did not start in time"
-            time.sleep(1)
-    ui = UI(client, f"http://127.0.0.1:{port}", workspace, prompts, home)
-    ui.run("index_corpus", timeout=600)  # the whole index of the sample corpus, launched like the UI does
-    yield ui
-    for process in (daemon, server):
-        process.terminate()
-        process.wait(timeout=30)
+    with dagster_services(env) as (client, url):
+        ui = UI(client, url, workspace, prompts, home)
+        ui.run("index_corpus", timeout=600)  # the whole index of the sample corpus, launched like the UI does
+        yield ui
 
 
 def test_a_question_launched_through_graphql_is_answered_and_recorded(ui):
@@ -183,15 +191,7 @@ def test_a_backfill_of_two_new_corpora_from_the_ui(ui):
     )
     backfill = launched["launchPartitionBackfill"]
     assert backfill["__typename"] == "LaunchBackfillSuccess", backfill
-    deadline = time.monotonic() + 400
-    while (
-        status := ui.client._execute(BACKFILL_STATUS, {"id": backfill["backfillId"]})["partitionBackfillOrError"][
-            "status"
-        ]
-    ) not in ("COMPLETED", "COMPLETED_SUCCESS", "FAILED", "COMPLETED_FAILED", "CANCELED"):
-        assert time.monotonic() < deadline, f"backfill still {status}"
-        time.sleep(2)
-    assert status in ("COMPLETED", "COMPLETED_SUCCESS")
+    assert backfill_status(ui.client, backfill["backfillId"], timeout=400) in ("COMPLETED", "COMPLETED_SUCCESS")
     reports = ui.workspace.sql("SELECT corpus, count(*) AS n FROM community_reports GROUP BY corpus")
     assert {"north", "south"} <= set(reports["corpus"])
 

@@ -51,6 +51,7 @@ def peak_rss_mib() -> float:
 
 def vectors_benchmark(args) -> None:
     count, dimensions, k = args.count, args.dimensions, args.k
+    vector_index.HNSW_OPTIONS.update(M=args.m, ef_construction=args.ef_construction)
     queries = next(synthetic_batches(args.queries, dimensions, seed=99))[1]
     with tempfile.TemporaryDirectory(dir=args.work) as work:
         path = Path(work) / "corpus" / "text_unit.duckdb"

@@ -109,7 +109,7 @@ class AdaptiveConcurrency:
         async with self._changed:
             self.in_flight -= 1
             # Wake only as many waiters as there are free slots: waking all of thousands of queued requests on
-            # every reply made a large corpus's extraction quadratic (444 s instead of about 120 s at 500 documents).
+            # every reply made a large corpus's extraction quadratic in its chunks (benchmark.py scale).
             self._changed.notify(max(0, int(self.limit) - self.in_flight))
 
     def succeeded(self, seconds: float, completion_tokens: int) -> None:

