@@ -69,7 +69,7 @@ def test_a_lake_store_names_no_password_when_it_cannot_open(tmp_path):
 def test_a_lake_keeps_its_files_in_s3(postgres, monkeypatch):
     """The production layout: the catalog in PostgreSQL, the data files in an S3 bucket (moto's S3 server here,
     reached as any S3-compatible endpoint is, through AWS_ENDPOINT_URL)."""
-    boto3 = pytest.importorskip("boto3")
+    import boto3
     from moto.server import ThreadedMotoServer
 
     server = ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
