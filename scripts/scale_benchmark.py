@@ -8,6 +8,7 @@ printed against n log n.
 
 import json
 import math
+import os
 import random
 import subprocess
 import sys
@@ -89,8 +90,6 @@ def run_step(op: str, corpus: str, env: dict) -> dict:
 
 
 def scale_benchmark(args) -> None:
-    import os
-
     from graphrag_assets_tests.model_server import FakeOpenAIServer
 
     sizes = sorted(args.sizes)

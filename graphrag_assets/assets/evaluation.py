@@ -212,6 +212,7 @@ def evaluation_answers(
         return await asyncio.gather(*(one(q, c) for q in questions.itertuples() for c in conditions))
 
     rows, (chat_usage, _) = run_with_models([chat, embeddings], work)
+    index.close()
     answers = pd.DataFrame(rows)
     summary = answers.groupby("condition")[["context_tokens", "model_calls", "prompt_tokens"]].mean().round(0)
     with duckdb.get_connection() as conn:

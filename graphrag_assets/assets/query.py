@@ -252,8 +252,7 @@ def answer_query(
         lambda chat_client, embed_client: search(chat_client, embed_client, index, **config.model_dump()),
     )
     latency = time.perf_counter() - started
-    for searcher in index.approximate.values():
-        searcher.close()
+    index.close()
     usage = {k: (getattr(chat_usage, k, 0) or 0) + (getattr(embed_usage, k, 0) or 0) for k in ("calls", "cache_hits")}
     usage["prompt_tokens"] = chat_usage.prompt_tokens if chat_usage else 0  # chat and embedding tokens apart:
     usage["completion_tokens"] = chat_usage.completion_tokens if chat_usage else 0  # their prices differ

@@ -63,6 +63,11 @@ class Index:
             return [], np.zeros((0, 1), dtype=np.float32)
         return rows["id"].tolist(), np.stack(rows["embedding"].map(lambda v: np.asarray(v, dtype=np.float32)))
 
+    def close(self) -> None:
+        """Release the HNSW indexes' files."""
+        for searcher in self.approximate.values():
+            searcher.close()
+
     def nearest(self, kind: str, query: np.ndarray, k: int) -> list[tuple[str, float]]:
         """The k vectors of a kind most similar to the query, best first: by the HNSW index where the kind has
         one, else by the exact scan."""
