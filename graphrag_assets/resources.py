@@ -201,4 +201,7 @@ class ChatModelResource(ModelEndpointResource):
 
 class EmbeddingModelResource(ModelEndpointResource):
     model: str = "text-embedding-3-small"
-    batch_size: int = Field(64, description="Texts per embedding request (OpenAI accepts up to 2048).")
+    batch_size: int = Field(256, description="Texts per embedding request at most (OpenAI accepts up to 2048).")
+    batch_tokens: int = Field(
+        50_000, description="Tokens per embedding request at most (OpenAI accepts up to 300,000 in one request)."
+    )

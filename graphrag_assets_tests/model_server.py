@@ -658,7 +658,7 @@ class FakeOpenAIServer:
                         vectors = [base64.b64encode(struct.pack(f"<{len(v)}f", *v)).decode() for v in vectors]
                     data = [{"object": "embedding", "index": i, "embedding": v} for i, v in enumerate(vectors)]
                     tokens = sum(len(t) // 4 + 1 for t in inputs)
-                    server._record("embed", key, 200, tokens=(tokens, 0, 0))
+                    server._record("probe" if inputs == ["ping"] else "embed", key, 200, tokens=(tokens, 0, 0))
                     return self._send(
                         200,
                         {

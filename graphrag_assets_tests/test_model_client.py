@@ -7,10 +7,12 @@ import time
 import diskcache
 import pytest
 
+from graphrag_assets.method.embeddings.text import embed_with_model
 from graphrag_assets.method.graph.claims import check_claims_reply, claims_prompt
 from graphrag_assets.method.graph.extraction import check_graph_reply, extraction_prompt
 from graphrag_assets.method.graph.records import check_free_text
 from graphrag_assets.method.graph.summaries import summary_prompt
+from graphrag_assets.method.ingest.tokens import count_tokens
 from graphrag_assets.models import EndpointError, ModelClient, ModelSettings
 from graphrag_assets.models.pacing import AdaptiveConcurrency
 from graphrag_assets_tests.model_server import REFUSAL, FakeOpenAIServer, Faults, claims_reply, tagged
@@ -394,3 +396,17 @@ def test_the_circuit_breaker_stops_a_step_when_the_endpoint_starts_hanging(tmp_p
         elapsed = time.monotonic() - started
         hung = server.count("hang")
     assert elapsed < 2 * 1 + 1 and hung < 8 + 5  # about one timeout per slot, not 23 prompts x 7 attempts x 1 s
+
+
+@pytest.mark.parametrize(("batch_size", "batch_tokens", "requests"), [(8, 10_000, 4), (100, 450, 8), (100, 10_000, 1)])
+def test_embedding_batches_hold_at_most_their_texts_and_tokens(tmp_path, batch_size, batch_tokens, requests):
+    texts = [f"text {i} " + "word " * 96 for i in range(30)]  # 100 tokens each
+    assert {count_tokens(t) for t in texts} == {100}
+    with FakeOpenAIServer(embedding_dimensions=8) as server:
+        (vectors, failed), _ = run(
+            settings(server, tmp_path), lambda c: embed_with_model(c, texts, batch_size, batch_tokens)
+        )
+        assert server.count("embed") == requests
+        run(settings(server, tmp_path), lambda c: embed_with_model(c, texts, batch_size, batch_tokens))
+        assert server.count("embed") == requests  # the second run is answered from the cache
+    assert failed == 0 and all(len(v) == 8 for v in vectors)

@@ -14,6 +14,8 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
+from ..ingest.tokens import count_tokens
+
 EMBEDDING_COLUMNS = ["id", "kind", "embedding"]
 DEFAULT_SEED = 42
 
@@ -129,14 +131,27 @@ class LocalEmbedder:
         )
 
 
-async def embed_with_model(client, texts: list[str], batch_size: int = 64) -> tuple[list[list[float] | None], int]:
+async def embed_with_model(
+    client, texts: list[str], batch_size: int = 256, batch_tokens: int = 50_000
+) -> tuple[list[list[float] | None], int]:
     """Embeddings of the texts not in the cache, in batches sent concurrently; (vectors, texts that failed).
 
-    A batch that fails leaves None in its texts' rows.
+    A batch holds at most `batch_size` texts and `batch_tokens` tokens (a text longer than that goes
+    alone): few requests, each well inside what providers accept. A batch that fails leaves None in its
+    texts' rows.
     """
     vectors = client.cached_embeddings(texts)
-    missing = [i for i, vector in enumerate(vectors) if vector is None]
-    batches = [missing[i : i + batch_size] for i in range(0, len(missing), batch_size)]
+    batches: list[list[int]] = []
+    tokens = 0
+    for i, vector in enumerate(vectors):
+        if vector is not None:
+            continue
+        n = count_tokens(texts[i])
+        if not batches or tokens + n > batch_tokens or len(batches[-1]) >= batch_size:
+            batches.append([])
+            tokens = 0
+        batches[-1].append(i)
+        tokens += n
     results = await asyncio.gather(*(client.embed([texts[i] for i in batch]) for batch in batches))
     for batch, result in zip(batches, results):
         for i, vector in zip(batch, result or [None] * len(batch)):
