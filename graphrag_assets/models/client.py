@@ -12,7 +12,8 @@
 - a persistent response cache keyed by the full request (diskcache, safe across
   processes): a re-run or a crashed run never pays twice for a call that succeeded;
 - fail fast: the first request that misses the cache is preceded by a one-token probe that
-  names the endpoint and the problem (refused, hanging, bad key, unknown model), and a run
+  names the endpoint and the problem (refused, hanging, bad key, unknown model), unless the endpoint
+  answered one in this process in the last ten minutes; and a run
   of consecutive connection failures or timeouts stops every call of the client;
 - usage counters for the asset's metadata. The API key never leaves the openai client:
   error messages are redacted before they are logged or stored.
@@ -46,6 +47,10 @@ log = logging.getLogger(__name__)
 T = TypeVar("T")
 _MAX_RETRY_AFTER_SECONDS = 120.0
 _PROBE_ATTEMPTS = 3
+# Endpoints (URL, API version, model, key digest, chat or embed) that answered in this process, and when:
+# each step of an in-process run makes its own client, and an endpoint that answered lately needs no probe.
+_ANSWERED: dict[tuple[str, str, str, str, str], float] = {}
+_ANSWER_FRESH_SECONDS = 600.0
 _CORRECTION = (
     "Your previous reply could not be used: {problem}. Answer the original request again, "
     "completely and exactly in the format it asks for."
@@ -215,6 +220,8 @@ class ModelClient:
         self._tokens = budget(endpoint, settings.model, "tokens", settings.tokens_per_minute, window)
         self._probe_lock = asyncio.Lock()
         self._probed = False
+        key_digest = hashlib.sha256((settings.api_key or "").encode()).hexdigest()[:16]
+        self._answer_key = (settings.base_url or "", settings.api_version or "", settings.model, key_digest)
         self._consecutive_unreachable = 0
         self._broken: EndpointError | None = None
         common = dict(api_key=settings.api_key or "not-needed", timeout=settings.timeout_seconds, max_retries=0)
@@ -271,7 +278,9 @@ class ModelClient:
         with 0.9 of the request timeout, so a hanging endpoint fails in under twice the request timeout.
         """
         async with self._probe_lock:
-            if self._probed:
+            answered = _ANSWERED.get((*self._answer_key, kind))
+            if self._probed or (answered and time.monotonic() - answered < _ANSWER_FRESH_SECONDS):
+                self._probed = True
                 return
             probe = self._openai.with_options(timeout=0.9 * self.settings.timeout_seconds)
             for attempt in range(_PROBE_ATTEMPTS):
@@ -281,6 +290,7 @@ class ModelClient:
                     self.usage.calls += 1
                     self.usage.retries += attempt > 0
                     await _unless_garbled(self._ping(probe, kind))
+                    _ANSWERED[(*self._answer_key, kind)] = time.monotonic()
                     break
                 except openai.BadRequestError:
                     break  # the endpoint and model answered; they only disliked the probe's parameters
