@@ -51,6 +51,7 @@ class Faults:
     broken_every: int = 0  # always 500, with the caller's Authorization header echoed (a leaky proxy); not the probe
     heeds_corrections: bool = True  # a request that says what was wrong with the last reply gets no content fault
     hang: bool = False  # accept every request and never answer (until the server stops)
+    mixed_up_batches: bool = False  # several community reports asked at once come back each on the wrong community
     status: int = 0  # answer every request with this HTTP status (401 bad key, 404 unknown model), echoing the key
 
 
@@ -148,7 +149,16 @@ def summary_reply(prompt: str) -> str:
 
 
 def report_reply(prompt: str) -> str:
-    data = tagged(prompt, "community")
+    return community_report(tagged(prompt, "community"))
+
+
+def report_batch_reply(prompt: str) -> str:
+    """One report on each community of the request, in order."""
+    blocks = re.findall(r'<community id="(\d+)">\n(.*?)\n</community>', prompt, re.DOTALL)
+    return json.dumps({"reports": [{"community": int(n), **json.loads(community_report(data))} for n, data in blocks]})
+
+
+def community_report(data: str) -> str:
     entities = _between(data, "-----Entities-----\nid,entity,description,degree\n", "\n\n").splitlines()
     names = [line.split(",")[1] for line in entities if line.count(",") >= 3]
     reports = (
@@ -162,7 +172,10 @@ def report_reply(prompt: str) -> str:
         else []
     )
     findings = [
-        {"summary": f"{r.split(',')[1]} and {r.split(',')[2]}", "explanation": r.split(",")[3]}
+        {
+            "summary": f"{r.split(',')[1]} and {r.split(',')[2]}",
+            "explanation": f"{r.split(',')[3]} [Data: Relationships ({r.split(',')[0]})]",
+        }
         for r in relationships[:5]
         if r.count(",") >= 4
     ]
@@ -349,6 +362,8 @@ def chat_reply(messages: list[dict], more_gleaning: bool = False) -> tuple[str, 
     evaluated = structured_reply(first)
     if evaluated:
         return evaluated
+    if '<community id="' in first:
+        return ("report_batch_repair" if len(messages) > 1 else "report_batch"), report_batch_reply(first)
     if "<community>" in first:
         return ("report_repair" if len(messages) > 1 else "report"), report_reply(first)
     if "# Real Data" in first and "report" in first:  # another GraphRAG's report prompt (the comparison benchmark)
@@ -673,6 +688,12 @@ class FakeOpenAIServer:
                 finish_reason = "stop"
                 if kind == "probe" or (faults.heeds_corrections and kind.endswith("_corrected")):
                     pass
+                elif faults.mixed_up_batches and kind.startswith("report_batch"):
+                    reports = json.loads(reply)["reports"]
+                    labels = [r["community"] for r in reports]
+                    for report, label in zip(reports, labels[1:] + labels[:1]):
+                        report["community"] = label
+                    reply = json.dumps({"reports": reports})
                 elif _picked(key, faults.malformed_every) and kind not in PROSE_KINDS:
                     reply = "Here is some prose instead of what you asked for. (unbalanced <|> nonsense"
                 elif _picked(key, faults.truncated_every):

@@ -1,6 +1,7 @@
 """The second half of the index: communities, reports, embeddings, layouts, exports and their checks."""
 
 import json
+import shutil
 
 import dagster as dg
 import networkx as nx
@@ -12,15 +13,16 @@ import pytest
 from graphrag_assets.assets.communities import every_community_reported, one_community_per_level
 from graphrag_assets.assets.embeddings import vectors_check
 from graphrag_assets.assets.index import entities_found, relationship_endpoints_are_entities
-from graphrag_assets.method.communities.context import Element, SubReport, build_context
+from graphrag_assets.method.communities.context import CommunityContext, Element, SubReport, build_context
 from graphrag_assets.method.communities.leiden import cluster_graph
-from graphrag_assets.method.communities.reports import parse_report
+from graphrag_assets.method.communities.reports import parse_report, parse_report_batch
 from graphrag_assets.method.embeddings.text import document_embeddings
 from graphrag_assets.method.graph.aliases import canonical_of
 from graphrag_assets.method.graph.records import InvalidReply
 from graphrag_assets.method.search.context import nearest
 
-from .conftest import INDEX_ASSETS, SAMPLE_CORPUS, Workspace, table
+from .conftest import INDEX_ASSETS, SAMPLE_CORPUS, Workspace, chat_resource, materialization_metadata, table
+from .model_server import FakeOpenAIServer, Faults
 
 
 @pytest.mark.parametrize("engine", ["llm_index", "offline_index"])
@@ -71,7 +73,7 @@ def test_communities_form_a_hierarchy_with_provenance(engine, request):
 def test_llm_reports_are_built_from_their_community(llm_index):
     workspace, _, server = llm_index
     reports = table(workspace, "community_reports")
-    assert {"report"} <= {s.kind for s in server.served}
+    assert {"report", "report_batch"} <= {s.kind for s in server.served}  # large communities alone, small batched
     findings = [f for fs in reports["findings"] for f in json.loads(fs)]
     assert findings and all(set(f) == {"summary", "explanation"} for f in findings)
     assert reports["context_tokens"].between(1, 8000).all()
@@ -159,6 +161,42 @@ def test_a_complete_report_is_accepted_and_repairs_are_counted(reply, repaired):
 def test_a_report_missing_what_the_prompt_asked_for_is_invalid(reply, problem):
     with pytest.raises(InvalidReply, match=problem):
         parse_report(reply)
+
+
+def batch_reply(*reports: dict) -> str:
+    return json.dumps({"reports": [{"title": "T", "summary": "S", "rating": 3, **r} for r in reports]})
+
+
+CITES = lambda rows: [{"summary": "a", "explanation": f"b [Data: Relationships ({rows})]"}]  # noqa: E731
+
+
+@pytest.mark.parametrize(
+    "reply,problem",
+    [
+        ('{"report": []}', 'no "reports" list'),
+        (batch_reply({"community": 1, "findings": CITES("aaaaaaaa")}), r"no report on communities \[2\]"),
+        (batch_reply({"findings": CITES("aaaaaaaa")}), "names no community"),
+        (batch_reply({"community": 3, "findings": CITES("aaaaaaaa")}), "3, which was not asked for"),
+        (
+            batch_reply({"community": 1, "findings": CITES("aaaaaaaa")}, {"community": 1, "findings": CITES("a")}),
+            "community 1 has two reports",
+        ),
+        (batch_reply({"community": 1, "findings": []}), "no findings"),
+        (
+            batch_reply({"community": 1, "findings": CITES("bbbbbbbb")}, {"community": 2, "findings": CITES("x")}),
+            "the report on community 1 cites rows of community 2",
+        ),
+    ],
+)
+def test_a_batch_reply_needs_one_report_on_each_community_from_its_own_rows(reply, problem):
+    contexts = {
+        1: CommunityContext("-----Entities-----\nid,entity,description,degree\naaaaaaaa,A,one,1", 10),
+        2: CommunityContext("-----Entities-----\nid,entity,description,degree\nbbbbbbbb,B,two,1", 10),
+    }
+    with pytest.raises(InvalidReply, match=problem):
+        parse_report_batch(reply, contexts)
+    good = batch_reply({"community": 2, "findings": CITES("bbbbbbbb")}, {"community": 1, "findings": CITES("a")})
+    assert set(parse_report_batch(good, contexts)) == {1, 2}
 
 
 def test_document_embedding_is_the_token_weighted_mean():
@@ -305,3 +343,51 @@ def test_the_layout_plot_names_the_largest_communities_by_their_best_connected_e
     )
     assert community_labels(nodes) == {4: "4: Scrooge, Marley, Fred", 9: "9: Bob"}
     assert plot_layout(nodes, "entity", "test").startswith(b"\x89PNG")
+
+
+def reports_again(llm_index, root, faults: Faults | None = None, keep_cache: bool = True, **config):
+    """community_reports materialized again on a copy of the LLM index: (reports, metadata, server)."""
+    original, _, _ = llm_index
+    workspace = Workspace(root)
+    workspace.add_sample_corpus()
+    shutil.copy(original.database, workspace.database)
+    if keep_cache:
+        shutil.copytree(original.cache, workspace.cache)
+    with FakeOpenAIServer(faults) as server:
+        result = workspace.materialize(
+            SAMPLE_CORPUS,
+            chat=chat_resource(server.base_url, workspace.cache),
+            selection=["community_reports"],
+            run_config={"ops": {"community_reports": {"config": config}}},
+        )
+    return table(workspace, "community_reports"), materialization_metadata(result, "community_reports"), server
+
+
+def test_small_communities_share_a_request_and_each_report_is_cached_as_its_own(llm_index, tmp_path):
+    workspace, result, server = llm_index
+    metadata = materialization_metadata(result, "community_reports")
+    batched, requests = metadata["written_in_batches"], metadata["batch_requests"]
+    assert batched > 2 * requests and requests == server.count("report_batch")
+    small = table(workspace, "community_reports").query("context_tokens <= 500")
+    assert len(small) >= batched  # carried-down copies share their report
+
+    # Each batched report was kept as the answer to its community's own request: reporting every community
+    # alone now costs no model call.
+    reports, _, again = reports_again(llm_index, tmp_path, batch_size=1)
+    assert again.count() == 0 and (reports["status"] == "ok").all()
+    assert reports.set_index("community")["title"].equals(
+        table(workspace, "community_reports").set_index("community")["title"]
+    )
+
+
+def test_batched_reports_put_on_the_wrong_communities_are_rejected_and_asked_alone(llm_index, tmp_path):
+    faults = Faults(mixed_up_batches=True, heeds_corrections=False)
+    reports, metadata, server = reports_again(llm_index, tmp_path, faults, keep_cache=False)
+    # Each mixed-up reply cites another community's rows: asked again twice, then each community alone.
+    asked = server.count("report_batch", "report_batch_corrected")
+    assert asked == 3 * metadata["batch_requests"] > 0
+    assert metadata["written_in_batches"] == 0 and (reports["status"] == "ok").all()
+    original, _, _ = llm_index
+    assert reports.set_index("community")["title"].equals(
+        table(original, "community_reports").set_index("community")["title"]
+    )

@@ -42,6 +42,13 @@ class ReportConfig(dg.Config):
         8000, ge=500, description="Tokens of entities, relationships, claims and sub-reports a report is written from."
     )
     max_report_length: int = Field(1500, ge=100, description="Words a report may have.")
+    batch_below_tokens: int = Field(
+        500,
+        ge=0,
+        description="Communities whose context has at most this many tokens (two or three entities) are reported "
+        "several to a request, each report short; each is still cached as its own, so an edit re-asks only its own.",
+    )
+    batch_size: int = Field(5, ge=1, description="Small communities reported in one request at most (1: each alone).")
     max_failed_fraction: float = Field(
         0.05, ge=0, le=1, description="Share of reports that may fail (and stay unwritten) before the step fails."
     )
@@ -167,6 +174,8 @@ def community_reports(
             **inputs,
             max_context_tokens=config.max_context_tokens,
             max_report_length=config.max_report_length,
+            batch_below_tokens=config.batch_below_tokens,
+            batch_size=config.batch_size,
             progress=step_progress(context, "community reports written", len(inputs["communities"]), client),
         )
 
@@ -176,6 +185,8 @@ def community_reports(
     quality = {
         "generated": stats.generated,
         "reused_for_carried_down": stats.reused,
+        "written_in_batches": stats.batched,
+        "batch_requests": stats.batch_requests,
         "repaired_json": stats.repaired_json,
         "failed": stats.failed,
     }

@@ -384,6 +384,41 @@ class ModelClient:
                 for name, amount in amounts.items():
                     setattr(usage, name, getattr(usage, name) + amount)
 
+    def _chat_request(self, messages: list[dict], params: dict) -> tuple[dict, str]:
+        """The request body and its cache key."""
+        request = {
+            "model": self.settings.model,
+            "messages": messages,
+            "temperature": self.settings.temperature,
+            "max_tokens": self.settings.max_tokens,
+            **params,
+        }
+        return request, hashlib.sha256(json.dumps(["chat", request], sort_keys=True).encode()).hexdigest()
+
+    def cached(
+        self, messages: list[dict], *, parse: Callable[[str], T] | None = None, **params: object
+    ) -> T | str | None:
+        """The cached reply to this request, checked and parsed as `complete` would; None without one."""
+        if self._cache is None:
+            return None
+        text = self._cache.get(self._chat_request(messages, params)[1])
+        if text is None:
+            return None
+        try:
+            value = parse(check_reply(_Reply(text))) if parse else check_reply(_Reply(text))
+        except InvalidReply:
+            return None  # cached before replies were checked: it is asked again
+        self._count(cache_hits=1)
+        return value
+
+    def remember(self, messages: list[dict], text: str, **params: object) -> None:
+        """Cache `text` as the reply to this request, which was answered another way (several in one request).
+
+        The caller has checked the text against what this request asks; it is checked again when read.
+        """
+        if self._cache is not None:
+            self._cache.set(self._chat_request(messages, params)[1], text)
+
     async def complete(
         self,
         messages: list[dict],
@@ -397,14 +432,7 @@ class ModelClient:
         A reply that is cut off, refused, empty, or that `parse` rejects with InvalidReply is asked for
         again, and is never cached; the first valid reply is cached under the original request.
         """
-        request = {
-            "model": self.settings.model,
-            "messages": messages,
-            "temperature": self.settings.temperature,
-            "max_tokens": self.settings.max_tokens,
-            **params,
-        }
-        key = hashlib.sha256(json.dumps(["chat", request], sort_keys=True).encode()).hexdigest()
+        request, key = self._chat_request(messages, params)
 
         def accept(reply: _Reply):
             text = check_reply(reply, allow_truncated)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import json
+import re
 from dataclasses import dataclass, field
 
 import pandas as pd
@@ -35,7 +36,12 @@ REPORT_COLUMNS = [
     "context_tokens",
     "substituted_communities",
 ]
-REPORT_PROMPTS = ("community_report",)
+REPORT_PROMPTS = ("community_report", "community_report_batch")
+REPORT_PARAMS = {"response_format": {"type": "json_object"}}
+# A report written with others in one request is kept short, so that a batch fits one reply.
+BATCH_REPORT_WORDS = 200
+_ROW_ID = re.compile(r"^([0-9a-f]{8}),", re.MULTILINE)
+_CITED_ID = re.compile(r"\b[0-9a-f]{8}\b")
 
 
 @dataclass
@@ -43,6 +49,8 @@ class ReportStats:
     generated: int = 0
     repaired_json: int = 0  # complete replies whose JSON needed repair (a trailing comma, a code fence)
     reused: int = 0  # carried-down communities share their report
+    batched: int = 0  # small communities reported several to a request
+    batch_requests: int = 0
     failed: int = 0  # rows with status "failed"
     substitutions: list[dict] = field(default_factory=list)
 
@@ -54,9 +62,8 @@ def _text(data: dict, name: str) -> str:
     return value.strip()
 
 
-def parse_report(reply: str) -> tuple[dict, bool]:
-    """(the report, whether its JSON needed repair); InvalidReply unless it has every field the prompt asks for."""
-    data, repaired = parse_json_reply(reply)
+def _report_fields(data: object) -> dict:
+    """The report in `data`, or InvalidReply unless it has every field the prompt asks for."""
     if not isinstance(data, dict):
         raise InvalidReply("the report is not a JSON object")
     try:
@@ -70,14 +77,51 @@ def parse_report(reply: str) -> tuple[dict, bool]:
         raise InvalidReply("the report has no findings")
     if not all(isinstance(f, dict) for f in findings):
         raise InvalidReply("a finding is not an object with summary and explanation")
-    report = {
+    return {
         "title": _text(data, "title"),
         "summary": _text(data, "summary"),
         "rating": rating,
         "rating_explanation": str(data.get("rating_explanation") or ""),
         "findings": [{"summary": _text(f, "summary"), "explanation": _text(f, "explanation")} for f in findings],
     }
-    return report, repaired
+
+
+def parse_report(reply: str) -> tuple[dict, bool]:
+    """(the report, whether its JSON needed repair); InvalidReply unless it has every field the prompt asks for."""
+    data, repaired = parse_json_reply(reply)
+    return _report_fields(data), repaired
+
+
+def parse_report_batch(reply: str, contexts: dict[int, CommunityContext]) -> dict[int, dict]:
+    """The report on each community asked for, by number; InvalidReply unless there is exactly one on each,
+    complete, and none cites rows that only another community of the request has (the reports got mixed up).
+    """
+    data, _ = parse_json_reply(reply)
+    items = data.get("reports") if isinstance(data, dict) else None
+    if not isinstance(items, list):
+        raise InvalidReply('the reply has no "reports" list')
+    rows = {number: set(_ROW_ID.findall(context.text)) for number, context in contexts.items()}
+    reports: dict[int, dict] = {}
+    for item in items:
+        number = item.get("community") if isinstance(item, dict) else None
+        try:
+            number = int(number)
+        except (TypeError, ValueError):
+            raise InvalidReply(f"a report names no community it is on ({number!r})") from None
+        if number not in contexts:
+            raise InvalidReply(f"a report is on community {number}, which was not asked for")
+        if number in reports:
+            raise InvalidReply(f"community {number} has two reports")
+        report = _report_fields(item)
+        cited = set(_CITED_ID.findall(json.dumps(report["findings"]))) - rows[number]
+        for other, other_rows in rows.items():
+            if cited & other_rows:
+                raise InvalidReply(f"the report on community {number} cites rows of community {other}")
+        reports[number] = report
+    missing = sorted(set(contexts) - set(reports))
+    if missing:
+        raise InvalidReply(f"the reply has no report on communities {missing}")
+    return reports
 
 
 def markdown(report: dict) -> str:
@@ -86,17 +130,45 @@ def markdown(report: dict) -> str:
     return "\n\n".join(parts)
 
 
+def report_messages(context: CommunityContext, max_report_length: int) -> list[dict]:
+    prompt = load_prompt("community_report")
+    return [{"role": "user", "content": prompt.format(input_text=context.text, max_report_length=max_report_length)}]
+
+
 async def llm_report(chat: ChatModel, context: CommunityContext, max_report_length: int) -> tuple[dict, bool] | None:
     """(report, whether its JSON needed repair), or None when no valid report came after the re-asks."""
-    messages = [
-        {
-            "role": "user",
-            "content": load_prompt("community_report").format(
-                input_text=context.text, max_report_length=max_report_length
-            ),
-        }
-    ]
-    return await chat.complete(messages, parse=parse_report, response_format={"type": "json_object"})
+    return await chat.complete(report_messages(context, max_report_length), parse=parse_report, **REPORT_PARAMS)
+
+
+async def llm_reports_batch(
+    chat: ChatModel, contexts: dict[int, CommunityContext], max_report_length: int, stats: ReportStats
+) -> dict[int, tuple[dict, bool] | None]:
+    """Reports on several small communities from one request, each then cached as the answer to its own
+    request: a later run whose contexts changed for some of them asks only for those. A reply that stays
+    invalid after the re-asks gives way to one request per community.
+    """
+    if len(contexts) > 1:
+        blocks = "\n\n".join(f'<community id="{n}">\n{c.text}\n</community>' for n, c in contexts.items())
+        words = min(max_report_length, BATCH_REPORT_WORDS)
+        prompt = load_prompt("community_report_batch").format(communities=blocks, max_report_length=words)
+        stats.batch_requests += 1
+        together = await chat.complete(
+            [{"role": "user", "content": prompt}],
+            parse=lambda reply: parse_report_batch(reply, contexts),
+            **REPORT_PARAMS,
+        )
+        if together is not None:
+            stats.batched += len(together)
+            for number, report in together.items():
+                chat.remember(report_messages(contexts[number], max_report_length), json.dumps(report), **REPORT_PARAMS)
+            return {number: (report, False) for number, report in together.items()}
+    reports = await asyncio.gather(*(llm_report(chat, c, max_report_length) for c in contexts.values()))
+    return dict(zip(contexts, reports))
+
+
+def _groups(contexts: dict[int, CommunityContext], size: int) -> list[dict[int, CommunityContext]]:
+    numbers = sorted(contexts)
+    return [{n: contexts[n] for n in numbers[i : i + size]} for i in range(0, len(numbers), size)]
 
 
 async def generate_reports(
@@ -108,9 +180,15 @@ async def generate_reports(
     text_units: pd.DataFrame,
     max_context_tokens: int = 8000,
     max_report_length: int = 1500,
+    batch_below_tokens: int = 500,
+    batch_size: int = 5,
     progress: Progress | None = None,
 ) -> tuple[pd.DataFrame, ReportStats]:
-    """One report per community; with no chat model, extractive reports from the community's text."""
+    """One report per community; with no chat model, extractive reports from the community's text.
+
+    Communities whose context has at most `batch_below_tokens` tokens are reported `batch_size`
+    to a request: a community of two or three entities needs a short report, not a request of its own.
+    """
     graph = GraphIndex(entities, relationships, covariates)
     stats = ReportStats()
     reports: dict[int, dict] = {}
@@ -118,18 +196,10 @@ async def generate_reports(
     titles_of = {n: {graph.entity[e].title for e in row.entity_ids} for n, row in by_number.items()}
     units = text_units.set_index("id")["text"].to_dict() if chat is None else {}
 
-    async def one(row) -> dict:
-        children = list(row.children)
-        if len(children) == 1 and by_number[children[0]].carried_from == row.community:
-            stats.reused += 1
-            return {**reports[children[0]], "substituted_communities": []}
-        if chat is None:
-            report = extractive_report(row, graph, titles_of[row.community], units)
-            stats.generated += 1
-            return {**report, "status": "ok", "error": None, "context_tokens": 0, "substituted_communities": []}
+    def context_of(row) -> CommunityContext:
         subs = [
             SubReport(c, by_number[c].id, frozenset(titles_of[c]), reports[c]["title"], reports[c]["summary"])
-            for c in children
+            for c in row.children
             if reports.get(c, {}).get("status") == "ok"
         ]
         context = build_context(
@@ -137,11 +207,13 @@ async def generate_reports(
         )
         if context.substituted:
             stats.substitutions.append({"community": row.community, "replaced_by_reports": context.replaced_elements})
-        parsed = await llm_report(chat, context, max_report_length)
+        return context
+
+    def written(number: int, context: CommunityContext, parsed: tuple[dict, bool] | None) -> dict:
         common = {"context_tokens": context.tokens, "substituted_communities": context.substituted}
         if parsed is None:
             return {
-                "title": f"Community {row.community}",
+                "title": f"Community {number}",
                 "summary": "",
                 "rating": 0.0,
                 "rating_explanation": "",
@@ -155,12 +227,55 @@ async def generate_reports(
         stats.generated += 1
         return {**report, "status": "ok", "error": None, **common}
 
+    async def write_level(rows: list) -> dict[int, dict]:
+        done: dict[int, dict] = {}
+        contexts: dict[int, CommunityContext] = {}
+        for row in rows:
+            children = list(row.children)
+            if len(children) == 1 and by_number[children[0]].carried_from == row.community:
+                stats.reused += 1
+                done[row.community] = {**reports[children[0]], "substituted_communities": []}
+            elif chat is None:
+                stats.generated += 1
+                report = extractive_report(row, graph, titles_of[row.community], units)
+                done[row.community] = {
+                    **report,
+                    "status": "ok",
+                    "error": None,
+                    "context_tokens": 0,
+                    "substituted_communities": [],
+                }
+            else:
+                contexts[row.community] = context_of(row)
+        small: dict[int, CommunityContext] = {}
+        alone: list[int] = []
+        for number, context in contexts.items():
+            if batch_size < 2 or context.tokens > batch_below_tokens:
+                alone.append(number)
+                continue
+            cached = chat.cached(report_messages(context, max_report_length), parse=parse_report, **REPORT_PARAMS)
+            if cached is not None:
+                done[number] = written(number, context, cached)
+            else:
+                small[number] = context
+        answers = await asyncio.gather(
+            *(llm_report(chat, contexts[n], max_report_length) for n in alone),
+            *(llm_reports_batch(chat, group, max_report_length, stats) for group in _groups(small, batch_size)),
+        )
+        parsed = dict(zip(alone, answers[: len(alone)]))
+        for group in answers[len(alone) :]:
+            parsed.update(group)
+        for number, answer in parsed.items():
+            done[number] = written(number, contexts[number], answer)
+        return done
+
     for level in sorted(communities["level"].unique(), reverse=True):
         rows = [r for r in communities.itertuples(index=False) if r.level == level]
-        for row, report in zip(rows, await asyncio.gather(*(one(r) for r in rows))):
-            reports[row.community] = report
+        written_now = await write_level(rows)
+        for row in rows:
+            reports[row.community] = written_now[row.community]
             if progress:
-                progress.advance(failed=report["status"] != "ok")
+                progress.advance(failed=written_now[row.community]["status"] != "ok")
 
     table = []
     for number, report in sorted(reports.items()):

@@ -47,6 +47,14 @@ class ChatModel(Protocol):
         **params: object,
     ) -> T | str | None: ...
 
+    def cached(
+        self, messages: list[dict], *, parse: Callable[[str], T] | None = None, **params: object
+    ) -> T | str | None:
+        """The valid cached reply to this request, or None: what `complete` would answer without a call."""
+
+    def remember(self, messages: list[dict], text: str, **params: object) -> None:
+        """Keep a checked reply to this request that came another way (several requests answered in one)."""
+
 
 class Embedder(Protocol):
     """What the method needs of an embedding model: one vector per text, None when the batch failed for good."""
