@@ -24,6 +24,7 @@ def test_an_index_scans_hnsw_and_finds_what_the_exact_scan_finds(tmp_path):
     assert vector_index.NearestIndex.open(path, version="two") is None  # built from other data: not used
     index = vector_index.NearestIndex.open(path, version="one")
     assert "HNSW_INDEX_SCAN" in index.plan(10)
+    assert index.conn.execute("SELECT current_setting('hnsw_ef_search')").fetchone()[0] == 512
     queries = rng.standard_normal((40, 48)).astype(np.float32)
     recall = np.mean(
         [len({i for i, _ in index.nearest(q, 10)} & {i for i, _ in nearest(q, ids, matrix, 10)}) / 10 for q in queries]
@@ -34,6 +35,11 @@ def test_an_index_scans_hnsw_and_finds_what_the_exact_scan_finds(tmp_path):
     stored_ids, stored = index.all()
     assert stored_ids == ids and np.array_equal(stored, matrix)
     index.close()
+
+
+def test_the_search_widens_as_the_index_grows():
+    widths = [vector_index.ef_search_for(n) for n in (100, 125_000, 200_000, 500_000, 1_000_000)]
+    assert widths == [512, 512, 1024, 2048, 4096]
 
 
 def test_queries_use_the_hnsw_index_of_a_corpus_above_the_threshold(offline_index, tmp_path):

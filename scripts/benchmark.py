@@ -317,7 +317,9 @@ def main() -> None:
     vectors.add_argument("--queries", type=int, default=100)
     vectors.add_argument("--exact-queries", type=int, default=5, help="the exact scan is slow: time fewer")
     vectors.add_argument("--k", type=int, default=10)
-    vectors.add_argument("--ef-search", type=int, nargs="+", default=[64, 128, 256, 512, 1024])
+    vectors.add_argument(
+        "--ef-search", type=int, nargs="+", default=None, help="search widths (default: the project's for the size)"
+    )
     vectors.add_argument("--m", type=int, default=16, help="HNSW's M (the project's default)")
     vectors.add_argument("--ef-construction", type=int, default=64, help="HNSW's ef_construction (the default)")
     vectors.add_argument("--work", default=None, help="folder for the index file (default: the system's temp)")

@@ -67,9 +67,8 @@ def vectors_benchmark(args) -> None:
 
         # Recall for several ef_search values: the query-time knob that trades latency for recall.
         hnsw = {}
-        for ef_search in args.ef_search:
-            vector_index.EF_SEARCH = ef_search
-            index = vector_index.NearestIndex.open(path, "benchmark")
+        for ef_search in args.ef_search or [vector_index.ef_search_for(count)]:
+            index = vector_index.NearestIndex.open(path, "benchmark", ef_search)
             assert "HNSW_INDEX_SCAN" in index.plan(k), "the nearest-neighbour query does not use the index"
             latency, found = [], []
             for query in queries:
