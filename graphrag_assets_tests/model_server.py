@@ -421,6 +421,7 @@ class FakeOpenAIServer:
         self.latency_per_token_seconds = latency_per_token_seconds
         self._capacity = threading.Semaphore(capacity) if capacity else None
         self._token_log: deque[tuple[float, int]] = deque()
+        self._tokens_in_window = 0
         self._seen_prefixes: set[str] = set()
         self.embedding_dimensions = embedding_dimensions
         self.served: list[Served] = []
@@ -488,43 +489,52 @@ class FakeOpenAIServer:
             now = time.monotonic()
             self._expire(now)
             over_requests = self.requests_per_minute and len(self._recent) >= self.requests_per_minute
-            spent = sum(n for _, n in self._token_log)
-            over_tokens = self.tokens_per_minute and spent + tokens > self.tokens_per_minute
+            over_tokens = self.tokens_per_minute and self._tokens_in_window + tokens > self.tokens_per_minute
             if over_requests or over_tokens:
                 return True
             self._recent.append(now)
-            self._token_log.append((now, tokens))
+            self._log_tokens(now, tokens)
             return False
 
     def _count_completion(self, tokens: int) -> None:
         """A reply's tokens count against the token limit too, as a provider counts them."""
         if self.tokens_per_minute:
             with self._lock:
-                self._token_log.append((time.monotonic(), tokens))
+                self._log_tokens(time.monotonic(), tokens)
+
+    def _log_tokens(self, now: float, tokens: int) -> None:
+        # A running total: summing the window on every request made a long run quadratic in its requests.
+        self._token_log.append((now, tokens))
+        self._tokens_in_window += tokens
 
     def _expire(self, now: float) -> None:
         while self._recent and now - self._recent[0] > self.rate_window_seconds:
             self._recent.popleft()
         while self._token_log and now - self._token_log[0][0] > self.rate_window_seconds:
-            self._token_log.popleft()
+            self._tokens_in_window -= self._token_log.popleft()[1]
 
     def _rate_headers(self) -> dict:
         """OpenAI's x-ratelimit-* headers: each limit, what is left of it, and when it is whole again."""
-        if not self.rate_limit_headers:
+        if not self.rate_limit_headers or not (self.requests_per_minute or self.tokens_per_minute):
             return {}
         headers = {}
         with self._lock:
             now = time.monotonic()
             self._expire(now)
-            for unit, limit, log in (
-                ("requests", self.requests_per_minute, [(t, 1) for t in self._recent]),
-                ("tokens", self.tokens_per_minute, list(self._token_log)),
+            for unit, limit, used, last in (
+                ("requests", self.requests_per_minute, len(self._recent), self._recent[-1] if self._recent else None),
+                (
+                    "tokens",
+                    self.tokens_per_minute,
+                    self._tokens_in_window,
+                    self._token_log[-1][0] if self._token_log else None,
+                ),
             ):
                 if not limit:
                     continue
-                whole_again = log[-1][0] + self.rate_window_seconds - now if log else 0.0
+                whole_again = last + self.rate_window_seconds - now if last is not None else 0.0
                 headers[f"x-ratelimit-limit-{unit}"] = str(limit)
-                headers[f"x-ratelimit-remaining-{unit}"] = str(max(0, limit - sum(n for _, n in log)))
+                headers[f"x-ratelimit-remaining-{unit}"] = str(max(0, limit - used))
                 headers[f"x-ratelimit-reset-{unit}"] = duration(whole_again)
         return headers
 
