@@ -93,7 +93,7 @@ def test_reindexing_pays_only_for_what_changed(workspace):
                 chat=chat_resource(server.base_url, workspace.cache),
                 embeddings=embedding_resource(server.base_url, workspace.cache),
             )
-            return result, server.successes("extract"), server.successes("report")
+            return result, server.successes("extract"), server.successes("report") + server.successes("report_batch")
 
     first, first_extracts, first_reports = reindex()
     assert first.success and len(first_extracts) > 0
@@ -114,7 +114,8 @@ def test_reindexing_pays_only_for_what_changed(workspace):
     # asked for (an unchanged context is answered by the cache), and fewer than the first run's report calls.
     assert reports and not set(reports) & set(first_reports)
     assert len(reports) < len(first_reports)
-    assert materialization_metadata(added, "community_reports")["model_calls"] == len(reports) + 1  # + the probe
+    # Plus the probe, when this step is the first of the run to call the endpoint.
+    assert materialization_metadata(added, "community_reports")["model_calls"] - sum(reports.values()) in (0, 1)
 
     gone = workspace.data / "parts" / names[0]
     gone_id = workspace.sql("SELECT id FROM documents WHERE title = ?", names[0])["id"][0]
