@@ -154,6 +154,12 @@ def check_reply(reply: _Reply, allow_truncated: bool = False) -> str:
     return reply.text
 
 
+def _accepted(reply: _Reply, parse: Callable[[str], T] | None, allow_truncated: bool = False) -> T | str:
+    """The reply checked, then parsed by the caller's `parse`; InvalidReply when either refuses it."""
+    text = check_reply(reply, allow_truncated)
+    return parse(text) if parse else text
+
+
 class GarbledResponse(openai.OpenAIError):
     """An HTTP 200 whose body is not the JSON the API promises (cut off by a proxy, say): worth a retry."""
 
@@ -395,20 +401,24 @@ class ModelClient:
         }
         return request, hashlib.sha256(json.dumps(["chat", request], sort_keys=True).encode()).hexdigest()
 
+    def _from_cache(self, key: str, accept: Callable[[_Reply], T]) -> tuple[bool, T | None]:
+        """(found, value) of the reply cached under `key`, checked by `accept`. An entry that fails the check
+        was cached before replies were checked: it counts as not found, and the valid reply replaces it."""
+        text = self._cache.get(key) if self._cache is not None else None
+        if text is None:
+            return False, None
+        try:
+            value = accept(_Reply(text))
+        except InvalidReply:
+            return False, None
+        self._count(cache_hits=1)
+        return True, value
+
     def cached(
         self, messages: list[dict], *, parse: Callable[[str], T] | None = None, **params: object
     ) -> T | str | None:
         """The cached reply to this request, checked and parsed as `complete` would; None without one."""
-        if self._cache is None:
-            return None
-        text = self._cache.get(self._chat_request(messages, params)[1])
-        if text is None:
-            return None
-        try:
-            value = parse(check_reply(_Reply(text))) if parse else check_reply(_Reply(text))
-        except InvalidReply:
-            return None  # cached before replies were checked: it is asked again
-        self._count(cache_hits=1)
+        _, value = self._from_cache(self._chat_request(messages, params)[1], lambda reply: _accepted(reply, parse))
         return value
 
     def remember(self, messages: list[dict], text: str, **params: object) -> None:
@@ -435,17 +445,11 @@ class ModelClient:
         request, key = self._chat_request(messages, params)
 
         def accept(reply: _Reply):
-            text = check_reply(reply, allow_truncated)
-            return parse(text) if parse else text
+            return _accepted(reply, parse, allow_truncated)
 
-        cached = self._cache.get(key) if self._cache is not None else None
-        if cached is not None:
-            try:
-                value = accept(_Reply(cached))
-                self._count(cache_hits=1)
-                return value
-            except InvalidReply:
-                pass  # cached before replies were checked: ask again, and the valid reply replaces it
+        found, value = self._from_cache(key, accept)
+        if found:
+            return value
 
         async def send_request(body: dict):
             raw = await self._openai.chat.completions.with_raw_response.create(**body)
