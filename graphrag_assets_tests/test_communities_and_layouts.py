@@ -2,6 +2,7 @@
 
 import json
 import shutil
+from collections import Counter, defaultdict
 
 import dagster as dg
 import networkx as nx
@@ -317,17 +318,81 @@ def test_failing_checks_say_what_is_wrong():
     assert unreported.metadata["examples"].value == "[1, 2]"
 
 
-def test_leiden_through_the_rust_core_gives_graspologics_communities():
-    """cluster_graph calls graspologic_native as graspologic does, without importing graspologic."""
-    from graspologic.partition import hierarchical_leiden
-
+def _weighted_test_graph() -> nx.Graph:
     graph = nx.powerlaw_cluster_graph(300, 3, 0.3, seed=7)
     graph = nx.relabel_nodes(graph, {n: f"ENTITY {n}" for n in graph})
     nx.set_edge_attributes(graph, {e: 1.0 + i % 5 for i, e in enumerate(graph.edges)}, "weight")
-    ours = cluster_graph(graph, max_cluster_size=10, seed=42)
-    edges = [(a, b, d["weight"]) for a, b, d in sorted(graph.edges(data=True), key=lambda e: (e[0], e[1]))]
-    theirs = hierarchical_leiden(edges, max_cluster_size=10, random_seed=42)
-    assert len(ours) > 1 and all(ours[c.level][c.node] == (c.level, c.cluster) for c in theirs)
+    return graph
+
+
+def _communities(levels: dict) -> set:
+    members = defaultdict(set)
+    for level, partition in levels.items():
+        for node, key in partition.items():
+            members[(level, key)].add(node)
+    return {(level, frozenset(nodes)) for (level, _), nodes in members.items()}
+
+
+@pytest.mark.parametrize("seed", [1, 2, 3])
+def test_leiden_converges_to_communities_at_least_as_modular_as_graspologics_single_pass(seed):
+    import graspologic_native
+    from graspologic.partition import hierarchical_leiden
+
+    graph = _weighted_test_graph()
+    ours = cluster_graph(graph, max_cluster_size=10, seed=seed)
+    edges = [(a, b, d["weight"]) for a, b, d in sorted(graph.edges(data=True))]
+    theirs = {
+        c.node: c.cluster for c in hierarchical_leiden(edges, max_cluster_size=10, random_seed=seed) if c.level == 0
+    }
+    modularity = {
+        name: graspologic_native.modularity(edges, partition, 1.0)
+        for name, partition in (("ours", {node: key[1] for node, key in ours[0].items()}), ("theirs", theirs))
+    }
+    assert modularity["ours"] >= modularity["theirs"]
+    assert len(ours) > 1
+    assert all(set(partition) == set(graph.nodes) for partition in ours.values())  # every level, every entity
+    sizes = Counter(ours[max(ours)].values())
+    assert max(sizes.values()) <= 10
+
+
+def test_clustering_started_from_its_own_communities_keeps_them_and_an_edit_moves_only_what_it_touches():
+    graph = _weighted_test_graph()
+    seed = 6  # a seed under which the edit below, clustered from scratch, moves a third of the communities
+    first = cluster_graph(graph, max_cluster_size=10, seed=seed)
+    as_stored = {level: {node: level * 1000 + key[1] for node, key in p.items()} for level, p in first.items()}
+    assert _communities(cluster_graph(graph, 10, seed, previous=as_stored)) == _communities(first)
+
+    edited = graph.copy()
+    edited.add_edge("ENTITY 5", "ENTITY 250", weight=2.0)
+    edited.add_edge("ENTITY 17", "ENTITY 180", weight=1.0)
+    edited.add_edge("ENTITY 300", "ENTITY 17", weight=1.0)  # a new entity
+    from_scratch = _communities(cluster_graph(edited, 10, seed)) - _communities(first)
+    from_previous = _communities(cluster_graph(edited, 10, seed, previous=as_stored)) - _communities(first)
+    assert len(from_scratch) > 30
+    # The new entity joins a community (which is therefore new at every level it reaches), nothing else moves.
+    assert from_previous and all("ENTITY 300" in members for _, members in from_previous)
+
+
+def test_communities_start_from_the_last_run_only_when_its_settings_were_the_same(tmp_path):
+    workspace = Workspace(tmp_path)
+    workspace.add_sample_corpus()
+
+    def cluster(selection, **config) -> tuple[str, pd.DataFrame]:
+        result = workspace.materialize(
+            SAMPLE_CORPUS, selection=selection, run_config={"ops": {"communities": {"config": config}}}
+        )
+        return materialization_metadata(result, "communities")["started_from"], table(workspace, "communities")
+
+    started, first = cluster(dg.AssetSelection.assets("communities").upstream())
+    assert started == "scratch"
+    started, again = cluster(["communities"], start_from_previous=False)
+    assert started == "scratch"
+    pd.testing.assert_frame_equal(again, first)
+    started, warm = cluster(["communities"])  # the same settings as the run before
+    assert started == "the last run's communities"
+    pd.testing.assert_frame_equal(warm, first)  # a converged partition started from is kept
+    started, _ = cluster(["communities"], seed=7)
+    assert started == "scratch"
 
 
 def test_the_layout_plot_names_the_largest_communities_by_their_best_connected_entities():

@@ -114,6 +114,7 @@ def test_reindexing_pays_only_for_what_changed(workspace):
     # asked for (an unchanged context is answered by the cache), and fewer than the first run's report calls.
     assert reports and not set(reports) & set(first_reports)
     assert len(reports) < len(first_reports)
+    assert materialization_metadata(added, "communities")["started_from"] == "the last run's communities"
     # Plus the probe, when this step is the first of the run to call the endpoint.
     assert materialization_metadata(added, "community_reports")["model_calls"] - sum(reports.values()) in (0, 1)
 

@@ -21,7 +21,17 @@ from ..method.progress import PROGRESS_TO_TERMINAL, Progress
 from ..method.prompts import prompts_version
 from ..models import Usage
 from ..resources import EmbeddingModelResource, ModelEndpointResource
-from ..store.tables import Lineage, last_output, latest_versions, read_tables, record_lineage, row_count, write_table
+from ..store.tables import (
+    Lineage,
+    last_output,
+    last_settings,
+    latest_versions,
+    read_table,
+    read_tables,
+    record_lineage,
+    row_count,
+    write_table,
+)
 
 T = TypeVar("T")
 
@@ -117,6 +127,7 @@ def lineage_for(
         upstream_versions=upstream_versions,
         model_usage={**model_usage, **(quality or {})} if model_usage else None,
         inputs=_fingerprint(code, engine, upstream_versions, settings),
+        settings=settings.model_dump() if settings is not None else None,
     )
 
 
@@ -161,6 +172,22 @@ def reuse_previous(
             ),
         },
     )
+
+
+def previous_output(
+    conn: duckdb.DuckDBPyConnection, asset: str, corpus: str, settings: dg.Config, *, ignoring: set[str] = frozenset()
+) -> pd.DataFrame | None:
+    """The asset's stored rows for the corpus, if the same settings (but those `ignoring`) made them.
+
+    For a step that refines its last result rather than starting over; other settings would make other rows.
+    """
+    made_with = last_settings(conn, asset, corpus)
+    if made_with is None:
+        return None
+    now = settings.model_dump(exclude=ignoring)
+    if {name: made_with.get(name) for name in now} != now:
+        return None
+    return read_table(conn, asset, corpus)
 
 
 def fail_if_too_many_failed(

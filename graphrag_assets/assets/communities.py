@@ -17,6 +17,7 @@ from .common import (
     fail_if_too_many_failed,
     from_graphrag,
     markdown_table,
+    previous_output,
     publish,
     publish_imported,
     read_inputs,
@@ -34,6 +35,12 @@ class CommunityConfig(dg.Config):
         False,
         description="Cluster only the largest connected component, as GraphRAG does by default; off here so that "
         "no entity is left out of the communities.",
+    )
+    start_from_previous: bool = Field(
+        True,
+        description="Start Leiden from the communities stored by the last run with the same settings, so that an "
+        "edit moves only the communities it touches and the rest keep their reports. Off: cluster from scratch, "
+        "as a new index of the same entities would.",
     )
 
 
@@ -95,7 +102,14 @@ def communities(
             read_table(conn, "relationships", corpus),
             read_table(conn, "entity_aliases", corpus),
         )
-    table = build_communities(entities, relationships, config.max_cluster_size, config.seed, config.use_lcc)
+        previous = (
+            previous_output(conn, "communities", corpus, config, ignoring={"start_from_previous"})
+            if config.start_from_previous
+            else None
+        )
+    table = build_communities(
+        entities, relationships, config.max_cluster_size, config.seed, config.use_lcc, previous=previous
+    )
     with duckdb.get_connection() as conn:
         yield publish(
             context,
@@ -109,6 +123,7 @@ def communities(
                 "communities_per_level": per_level(
                     table, communities=("community", "count"), entities=("size", "sum"), largest=("size", "max")
                 ),
+                "started_from": "the last run's communities" if previous is not None else "scratch",
             },
         )
     yield one_community_per_level(table)

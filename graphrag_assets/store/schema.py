@@ -246,4 +246,5 @@ LINEAGE: dict[str, str] = {
     "model_usage": "JSON",
     "materialized_at": "TIMESTAMP",
     "inputs": "VARCHAR",
+    "settings": "JSON",  # the asset's launch-time config, as the run had it
 }

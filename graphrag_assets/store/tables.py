@@ -27,6 +27,7 @@ class Lineage:
     upstream_versions: dict[str, str] = field(default_factory=dict)
     model_usage: dict | None = None
     inputs: str = ""  # a fingerprint of code version, engine, upstream versions and settings: see assets/common.py
+    settings: dict | None = None
 
 
 def data_version(df: pd.DataFrame) -> str:
@@ -75,7 +76,7 @@ def record_lineage(conn: duckdb.DuckDBPyConnection, lineage: Lineage, corpus: st
     ensure_table(conn, "lineage")
     conn.execute(
         """INSERT INTO lineage (asset, corpus, run_id, code_version, data_version, upstream_versions, row_count,
-           engine, model_usage, materialized_at, inputs) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)""",
+           engine, model_usage, materialized_at, inputs, settings) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)""",
         [
             lineage.asset,
             corpus,
@@ -88,6 +89,7 @@ def record_lineage(conn: duckdb.DuckDBPyConnection, lineage: Lineage, corpus: st
             json.dumps(lineage.model_usage) if lineage.model_usage is not None else None,
             dt.datetime.now(dt.UTC).replace(tzinfo=None),
             lineage.inputs,
+            json.dumps(lineage.settings, sort_keys=True) if lineage.settings is not None else None,
         ],
     )
 
@@ -219,3 +221,14 @@ def last_output(conn: duckdb.DuckDBPyConnection, asset: str, corpus: str) -> tup
            ORDER BY materialized_at DESC LIMIT 1""",
         [asset, corpus],
     ).fetchone()
+
+
+def last_settings(conn: duckdb.DuckDBPyConnection, asset: str, corpus: str) -> dict | None:
+    """The settings the asset's latest output for the corpus was made with (None if unknown)."""
+    if not table_exists(conn, "lineage"):
+        return None
+    row = conn.execute(
+        "SELECT settings FROM lineage WHERE asset = ? AND corpus = ? ORDER BY materialized_at DESC LIMIT 1",
+        [asset, corpus],
+    ).fetchone()
+    return json.loads(row[0]) if row and row[0] is not None else None

@@ -1,7 +1,7 @@
-"""Hierarchical Leiden communities on the entity graph (graspologic).
+"""Hierarchical Leiden communities on the entity graph (graspologic's Leiden).
 
-Level 0 is the coarsest. graspologic only re-clusters communities larger than
-max_cluster_size at the next level; as the paper does for C1-C3, a community that is not
+Level 0 is the coarsest. Only communities larger than max_cluster_size are clustered
+again at the next level; as the paper does for C1-C3, a community that is not
 split is carried down, so that every level is a partition of all clustered entities.
 A carried-down community is a new row one level deeper whose parent is the community it
 copies; `carried_from` names that parent (-1 for communities Leiden made).
@@ -10,7 +10,7 @@ copies; `carried_from` names that parent (-1 for communities Leiden made).
 from __future__ import annotations
 
 import hashlib
-from collections import defaultdict
+from collections import Counter, defaultdict, deque
 
 import networkx as nx
 import pandas as pd
@@ -49,42 +49,116 @@ def networkx_graph(entities: pd.DataFrame, relationships: pd.DataFrame) -> nx.Gr
     return graph
 
 
+# Leiden is re-run from its own result until the partition stops changing (at most this often). A converged
+# partition is a fixed point: started from it, the same graph gives it back, so a re-run or an edit elsewhere
+# leaves a community as it was. One pass, as graspologic runs it, moves a third of the communities when a
+# document adds two relationships to a 300-edge graph, and many more under another seed.
+MAX_LEIDEN_ROUNDS = 32
+
+Partition = dict[str, tuple[int, int]]
+
+
 def cluster_graph(
-    graph: nx.Graph, max_cluster_size: int = 10, seed: int = DEFAULT_SEED, use_lcc: bool = False
-) -> dict[int, dict[str, tuple[int, int]]]:
+    graph: nx.Graph,
+    max_cluster_size: int = 10,
+    seed: int = DEFAULT_SEED,
+    use_lcc: bool = False,
+    previous: dict[int, dict[str, int]] | None = None,
+) -> dict[int, Partition]:
     """{level: {node: (level Leiden made its cluster at, cluster)}}, every clustered node at every level.
 
-    A cluster Leiden did not split is carried down unchanged, keeping its key; a key made at a
-    shallower level therefore marks a carried copy, however many levels it is carried.
+    Level 0 clusters the whole graph; a cluster larger than max_cluster_size is clustered again, alone,
+    one level down, with a seed drawn from its members (so an unchanged cluster splits the same way
+    whatever happened elsewhere). `previous` ({level: {node: community}}, an earlier run's partition)
+    is where Leiden starts from, nodes it does not know each alone: an edit then moves only the
+    communities it touches. A cluster not split is carried down unchanged, keeping its key; a key made
+    at a shallower level therefore marks a carried copy, however many levels it is carried.
     """
-    # graspologic's Leiden is this Rust module; calling it directly, as graspologic does, saves importing
-    # graspologic itself (about 390 MB and seconds: umap-learn, numba, scikit-learn, seaborn ...).
-    import graspologic_native
-
     if use_lcc and graph.number_of_nodes():
         graph = graph.subgraph(max(nx.connected_components(graph), key=len)).copy()
-    edges = [(a, b, d["weight"]) for a, b, d in sorted(graph.edges(data=True), key=lambda e: (e[0], e[1]))]
+    edges = sorted((a, b, float(d["weight"])) for a, b, d in graph.edges(data=True) if a != b)
     if not edges:
         # Nothing related to anything (a tiny corpus): one community of all entities, so it still gets a report.
         return {0: {node: (0, 0) for node in graph.nodes}} if graph.number_of_nodes() else {}
-    clusters = graspologic_native.hierarchical_leiden(
-        edges=[(a, b, float(w)) for a, b, w in edges if a != b],
-        starting_communities=None,
-        resolution=1.0,
-        randomness=0.001,
-        iterations=1,
-        use_modularity=True,
-        max_cluster_size=max_cluster_size,
-        seed=seed,
-    )
-    by_level: dict[int, dict[str, tuple[int, int]]] = defaultdict(dict)
-    for c in clusters:
-        by_level[c.level][c.node] = (c.level, c.cluster)
+    previous = previous or {}
+    by_level: dict[int, Partition] = defaultdict(dict)
+    made_at: Counter = Counter()  # clusters made at each level so far, to number the next ones
+    to_split = deque([(0, edges)])
+    while to_split:
+        level, cluster_edges = to_split.popleft()
+        nodes = sorted({node for edge in cluster_edges for node in edge[:2]})
+        cluster_seed = seed if level == 0 else _seed_for(seed, nodes)
+        clusters = _converged_leiden(cluster_edges, _start_from(previous.get(level), nodes), cluster_seed)
+        if level > 0 and len(set(clusters.values())) == 1:
+            continue  # Leiden keeps it whole: it stays as its parent, carried down
+        for node, cluster in clusters.items():
+            by_level[level][node] = (level, made_at[level] + cluster)
+        made_at[level] += len(set(clusters.values()))
+        inside: dict[int, list] = defaultdict(list)
+        for a, b, weight in cluster_edges:
+            if clusters[a] == clusters[b]:
+                inside[clusters[a]].append((a, b, weight))
+        sizes = Counter(clusters.values())
+        to_split += [(level + 1, inside[c]) for c in sorted(sizes) if sizes[c] > max_cluster_size and inside[c]]
     levels = sorted(by_level)
     for upper, lower in zip(levels, levels[1:]):
         for node, key in by_level[upper].items():
             by_level[lower].setdefault(node, key)
     return dict(by_level)
+
+
+def _converged_leiden(edges: list[tuple[str, str, float]], start: dict[str, int] | None, seed: int) -> dict[str, int]:
+    # graspologic's Leiden is this Rust module; calling it directly saves importing graspologic itself
+    # (about 390 MB and seconds: umap-learn, numba, scikit-learn, seaborn ...).
+    import graspologic_native
+
+    clusters = start
+    for _ in range(MAX_LEIDEN_ROUNDS):
+        _, found = graspologic_native.leiden(
+            edges=edges,
+            starting_communities=clusters,
+            resolution=1.0,
+            randomness=0.001,
+            iterations=1,
+            use_modularity=True,
+            seed=seed,
+        )
+        # Numbered the one way before it is compared or started from: Leiden's moves depend on the labels.
+        found = _numbered(found)
+        if found == clusters:
+            break
+        clusters = found
+    return clusters
+
+
+def _start_from(previous: dict[str, int] | None, nodes: list[str]) -> dict[str, int] | None:
+    """The earlier partition restricted to these nodes; a node it did not have starts alone."""
+    if not previous:
+        return None
+    return _numbered({node: previous.get(node, f"new:{node}") for node in nodes})
+
+
+def _numbered(clusters: dict) -> dict[str, int]:
+    """Clusters numbered 0, 1, ... in order of their smallest member, so equal partitions compare equal."""
+    first: dict = {}
+    for node in sorted(clusters):
+        first.setdefault(clusters[node], len(first))
+    return {node: first[cluster] for node, cluster in clusters.items()}
+
+
+def _seed_for(seed: int, members: list[str]) -> int:
+    return int(hashlib.sha256(f"{seed}:{','.join(members)}".encode()).hexdigest()[:8], 16)
+
+
+def previous_partition(communities: pd.DataFrame, entities: pd.DataFrame) -> dict[int, dict[str, int]]:
+    """{level: {entity title: community}} of a stored communities table, for the entities that still exist."""
+    title_of = dict(zip(entities["id"], entities["title"]))
+    partition: dict[int, dict[str, int]] = defaultdict(dict)
+    for row in communities.itertuples(index=False):
+        for entity in row.entity_ids:
+            if entity in title_of:
+                partition[int(row.level)][title_of[entity]] = int(row.community)
+    return dict(partition)
 
 
 def build_communities(
@@ -93,10 +167,15 @@ def build_communities(
     max_cluster_size: int = 10,
     seed: int = DEFAULT_SEED,
     use_lcc: bool = False,
+    previous: pd.DataFrame | None = None,
 ) -> pd.DataFrame:
-    """One row per community per level, with ids unique across levels and full provenance."""
+    """One row per community per level, with ids unique across levels and full provenance.
+
+    `previous`, an earlier communities table of the same corpus and settings, is where clustering starts.
+    """
     graph = networkx_graph(entities, relationships)
-    levels = cluster_graph(graph, max_cluster_size, seed, use_lcc)
+    start = previous_partition(previous, entities) if previous is not None and len(previous) else None
+    levels = cluster_graph(graph, max_cluster_size, seed, use_lcc, start)
     entity_by_title = entities.set_index("title")
     rows, number = [], {}
     for level in sorted(levels):
