@@ -65,7 +65,7 @@ def test_queries_use_the_hnsw_index_of_a_corpus_above_the_threshold(offline_inde
     built = workspace.materialize(
         SAMPLE_CORPUS,
         selection=["text_embeddings"],
-        run_config={"ops": {"text_embeddings": {"config": {"approximate_search_above": 20}}}},
+        run_config={"ops": {"text_embeddings": {"config": {"approximate_search_above": 10}}}},
     )
     search = json.loads(json.dumps(materialization_metadata(built, "text_embeddings")["vector_search"]))
     assert all(how.startswith("HNSW index") for how in search.values()), search
