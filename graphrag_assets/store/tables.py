@@ -89,7 +89,7 @@ def record_lineage(conn: duckdb.DuckDBPyConnection, lineage: Lineage, corpus: st
             json.dumps(lineage.model_usage) if lineage.model_usage is not None else None,
             dt.datetime.now(dt.UTC).replace(tzinfo=None),
             lineage.inputs,
-            json.dumps(lineage.settings, sort_keys=True) if lineage.settings is not None else None,
+            json.dumps(lineage.settings, sort_keys=True, default=str) if lineage.settings is not None else None,
         ],
     )
 

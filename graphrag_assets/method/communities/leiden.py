@@ -89,16 +89,16 @@ def cluster_graph(
         nodes = sorted({node for edge in cluster_edges for node in edge[:2]})
         cluster_seed = seed if level == 0 else _seed_for(seed, nodes)
         clusters = _converged_leiden(cluster_edges, _start_from(previous.get(level), nodes), cluster_seed)
-        if level > 0 and len(set(clusters.values())) == 1:
+        sizes = Counter(clusters.values())
+        if level > 0 and len(sizes) == 1:
             continue  # Leiden keeps it whole: it stays as its parent, carried down
         for node, cluster in clusters.items():
             by_level[level][node] = (level, made_at[level] + cluster)
-        made_at[level] += len(set(clusters.values()))
+        made_at[level] += len(sizes)
         inside: dict[int, list] = defaultdict(list)
         for a, b, weight in cluster_edges:
             if clusters[a] == clusters[b]:
                 inside[clusters[a]].append((a, b, weight))
-        sizes = Counter(clusters.values())
         to_split += [(level + 1, inside[c]) for c in sorted(sizes) if sizes[c] > max_cluster_size and inside[c]]
     levels = sorted(by_level)
     for upper, lower in zip(levels, levels[1:]):
@@ -174,7 +174,7 @@ def build_communities(
     `previous`, an earlier communities table of the same corpus and settings, is where clustering starts.
     """
     graph = networkx_graph(entities, relationships)
-    start = previous_partition(previous, entities) if previous is not None and len(previous) else None
+    start = previous_partition(previous, entities) if previous is not None else None
     levels = cluster_graph(graph, max_cluster_size, seed, use_lcc, start)
     entity_by_title = entities.set_index("title")
     rows, number = [], {}
