@@ -124,7 +124,9 @@ def test_a_step_failed_by_a_broken_endpoint_is_cheap_to_retry(tmp_path):
 def test_a_dead_endpoint_fails_the_step_fast_and_retries_only_what_time_can_fix(tmp_path, faults, words, retried):
     workspace = Workspace(tmp_path)
     workspace.add_sample_corpus()
+    started = time.monotonic()
     workspace.materialize(SAMPLE_CORPUS, selection=["documents", "base_text_units"])
+    run_start = time.monotonic() - started  # a run's own start and a little work, on this machine at this moment
     with FakeOpenAIServer(faults) as server:
         started = time.monotonic()
         result = workspace.materialize(
@@ -138,7 +140,7 @@ def test_a_dead_endpoint_fails_the_step_fast_and_retries_only_what_time_can_fix(
     failure = result.get_step_failure_events()[0]
     assert words in failure.step_failure_data.user_failure_data.description
     assert server.base_url in failure.step_failure_data.user_failure_data.description
-    assert elapsed < 2 * 2 + 3  # under twice the request timeout, plus the run's own start (the client test is exact)
+    assert elapsed < 2 * 2 + 2 * run_start  # under twice the request timeout, plus a run's start as measured here
     assert requests <= 2  # the probe, not one request per text unit
     tags = result.dagster_run.tags
     assert (NO_RUN_RETRY_TAG not in tags) == retried

@@ -89,7 +89,8 @@ def _number(value: str | None) -> int | None:
 class AdaptiveConcurrency:
     """A semaphore whose size moves between 1 and `ceiling` with what the endpoint's replies show."""
 
-    def __init__(self, start: int, ceiling: int, adaptive: bool = True):
+    def __init__(self, start: int, ceiling: int, adaptive: bool = True, clock=time.monotonic):
+        self._clock = clock  # a test drives a simulated endpoint with a clock of its own
         self.ceiling = max(1, ceiling)
         self.limit = float(min(max(1, start), self.ceiling)) if adaptive else float(self.ceiling)
         self.adaptive = adaptive
@@ -134,7 +135,7 @@ class AdaptiveConcurrency:
 
     def _decrease(self, factor: float) -> None:
         # One cut per round trip: the replies of requests sent before a cut tell of the old limit.
-        now = time.monotonic()
+        now = self._clock()
         if now - self._last_decrease >= max(self._last_seconds, 0.05):
             self.limit = max(1.0, self.limit * factor)
             self._last_decrease = now
