@@ -46,9 +46,27 @@ class UserError(Exception):
     """Something the user can fix; printed as one paragraph, without a traceback."""
 
 
+def project_root(start: Path) -> Path | None:
+    """The nearest folder at or above `start` that holds a Dagster workspace.yaml: the project a command is run in."""
+    return next((folder for folder in (start, *start.parents) if (folder / "workspace.yaml").is_file()), None)
+
+
+def enter_project() -> None:
+    """Run from the project's root, wherever inside it the command was typed.
+
+    The store, the cache, the corpora and the instance's storage are paths relative to the project
+    (.graphrag/, data/, dagster.yaml's .dagster/): run from a sub-folder they would name other, empty places.
+    """
+    here = Path.cwd()
+    root = project_root(here)
+    if root is not None and root != here:
+        print(f"note: using the project at {root}", file=sys.stderr)
+        os.chdir(root)
+
+
 def _instance() -> dg.DagsterInstance:
-    # The repo's dagster.yaml is the instance config unless the user points DAGSTER_HOME elsewhere.
-    os.environ.setdefault("DAGSTER_HOME", str(REPO))
+    # The project's dagster.yaml is the instance config unless the user points DAGSTER_HOME elsewhere.
+    os.environ.setdefault("DAGSTER_HOME", str(Path.cwd() if (Path.cwd() / "dagster.yaml").is_file() else REPO))
     instance = dg.DagsterInstance.get()
     for run_id, pid in fail_runs_of_dead_processes(instance):
         print(f"note: run {run_id} was left STARTED by process {pid}, which is gone; marked failed", file=sys.stderr)
@@ -94,6 +112,7 @@ def step_settings(config_file: str | None, settings: list[str]) -> dict:
 
 _OUR_PROCESSES = re.compile(r"graphrag[_-]assets|dagster")
 _STORE_WAIT_SECONDS = 120
+_LOCK_HOLDER = re.compile(r"Conflicting lock is held in (.*?) \(PID (\d+)\)")
 
 
 def _command_line(pid: int) -> str:
@@ -104,37 +123,46 @@ def _command_line(pid: int) -> str:
 
 
 def open_store(read_only: bool = True):
-    """The configured store; a local DuckDB file is first checked for other holders."""
+    """The configured store; a local DuckDB file is opened once no run of ours holds it."""
     from .definitions import DATABASE, DUCKLAKE_DATA_PATH
 
     if is_local_file(DATABASE):
-        check_store_is_free(Path(DATABASE).resolve())
-        return duckdb.connect(str(Path(DATABASE).resolve()), read_only=read_only)
+        database = Path(DATABASE).resolve()
+        if not database.exists():
+            raise UserError(f"there is no store at {database} yet: run `graphrag-assets index` first")
+        return connect_when_free(database, read_only=read_only)
     return connect(DATABASE, data_path=DUCKLAKE_DATA_PATH, read_only=read_only)
 
 
-def check_store_is_free(database: Path) -> None:
-    """Fail at once, naming the other process, when a DuckDB file is held by something that is not one of our runs.
+def connect_when_free(database: Path, read_only: bool = False) -> duckdb.DuckDBPyConnection:
+    """Connect to a DuckDB file, waiting while one of our runs holds it; one clear message when anything else does.
 
     Runs of this project hold the file only while they read or write, so one of them is waited for; any other
     holder (a notebook's connection, even read-only) would make the run wait ~100 s and fail, so it is named now.
+    The connection itself is the check: a separate check before connecting leaves a gap another process can
+    take the lock in.
     """
     deadline = time.monotonic() + _STORE_WAIT_SECONDS
-    while database.exists():
+    while True:
         try:
-            duckdb.connect(str(database)).close()
-            return
+            return duckdb.connect(str(database), read_only=read_only)
         except duckdb.IOException as problem:
-            holder = re.search(r"Conflicting lock is held in (.*?) \(PID (\d+)\)", str(problem))
+            holder = _LOCK_HOLDER.search(str(problem))
             if holder and _OUR_PROCESSES.search(_command_line(int(holder.group(2)))) and time.monotonic() < deadline:
                 time.sleep(0.5)
                 continue
-            who = f"process {holder.group(2)} ({holder.group(1)})" if holder else "another process"
-            raise UserError(
-                f"the DuckDB file {database} is locked by {who}. DuckDB allows one writer, and an open "
-                "connection (a notebook's, even read-only) blocks it: close that connection, or read a copy "
-                "of the file (see the README, 'Reading the store while runs write it')"
-            ) from None
+            raise UserError(store_locked(database, problem)) from None
+
+
+def store_locked(database: Path | str, problem: Exception) -> str:
+    """DuckDB's lock error as one paragraph a user can act on."""
+    holder = _LOCK_HOLDER.search(str(problem))
+    who = f"process {holder.group(2)} ({holder.group(1)})" if holder else "another process"
+    return (
+        f"the DuckDB file {database} is locked by {who}. DuckDB allows one writer, and an open "
+        "connection (a notebook's, even read-only) blocks it: close that connection, or read a copy "
+        "of the file (see the README, 'Reading the store while runs write it')"
+    )
 
 
 def failure_message(result: dg.ExecuteInProcessResult) -> str:
@@ -154,8 +182,8 @@ def failure_message(result: dg.ExecuteInProcessResult) -> str:
 def execute(job_name: str, corpus: str, run_config: dict, verbose: bool) -> dg.ExecuteInProcessResult:
     from .definitions import DATABASE, defs
 
-    if is_local_file(DATABASE):
-        check_store_is_free(Path(DATABASE).resolve())
+    if is_local_file(DATABASE) and Path(DATABASE).exists():
+        connect_when_free(Path(DATABASE).resolve()).close()
     job = defs.resolve_job_def(job_name)
     try:
         return job.execute_in_process(
@@ -260,6 +288,10 @@ def ask(
     verbose: bool,
     follow_up: str | None = None,
 ) -> int:
+    if not question.strip():
+        raise UserError('the question is empty: ask something, for example `graphrag-assets ask "Who is Scrooge?"`')
+    if level is not None and level < 0:
+        raise UserError(f"--level {level} is not a community level: levels count from 0 (the root) down")
     conversation: list[dict] = []
     if follow_up:
         stored_corpus, stored_method, stored_level, conversation = earlier_turns(follow_up)
@@ -271,6 +303,8 @@ def ask(
         raise UserError(
             f"corpus {corpus!r} was never indexed here: run `graphrag-assets index --corpus {corpus}` first"
         )
+    if level is not None:
+        check_level(corpus, level)
     asset = METHODS[method]
     config: dict = {"previous_questions": [question]} if method == "questions" else {"question": question}
     if level is not None and method in ("global", "local", "drift", "questions"):
@@ -291,13 +325,39 @@ def ask(
     print(
         f"\n{method} search, context {metadata['context_tokens']} tokens, "
         f"{metadata.get('model_calls', 0)} model calls, "
-        f"run {result.run_id}\ntrace it: {metadata['trace_sql']}\n"
-        f'continue the conversation: graphrag-assets ask --follow-up {metadata["answer_id"]} "..."'
+        f"run {result.run_id}\ntrace it: {metadata['trace_sql']}"
     )
+    if method in METHOD_OF_STORED.values():  # question generation keeps no conversation to continue
+        print(f'continue the conversation: graphrag-assets ask --follow-up {metadata["answer_id"]} "..."')
     return 0
 
 
+def check_level(corpus: str, level: int) -> None:
+    """Refuse a community level the corpus's index does not have, before a run is launched for it."""
+    with open_store() as conn:
+        try:
+            levels = [
+                row[0]
+                for row in conn.execute(
+                    "SELECT DISTINCT level FROM communities WHERE corpus = ? ORDER BY level", [corpus]
+                ).fetchall()
+            ]
+        except duckdb.CatalogException:
+            levels = []
+    if not levels:
+        raise UserError(f"corpus {corpus!r} has no communities yet: run `graphrag-assets index --corpus {corpus}`")
+    if level not in levels:
+        raise UserError(f"--level {level} does not exist in corpus {corpus!r}: its levels are {levels[0]}-{levels[-1]}")
+
+
 def evaluate(corpus: str, run_config: dict, verbose: bool) -> int:
+    from .definitions import defs
+
+    if not defs.resources["chat"].configured:
+        raise UserError(
+            "the evaluation needs a chat model to write questions, answer them and judge the answers, and none is "
+            "set: export GRAPHRAG_API_BASE (and GRAPHRAG_API_KEY) and run it again"
+        )
     if not _instance().has_dynamic_partition("corpus", corpus):
         raise UserError(
             f"corpus {corpus!r} was never indexed here: run `graphrag-assets index --corpus {corpus}` first"
@@ -345,6 +405,7 @@ def main(argv: list[str] | None = None) -> int:
         )
         sub.add_argument("--verbose", action="store_true", default=argparse.SUPPRESS, help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
+    enter_project()
     if not args.verbose:  # verbose shows Dagster's log, progress included
         os.environ[PROGRESS_TO_TERMINAL] = "1"
     try:
@@ -367,6 +428,14 @@ def main(argv: list[str] | None = None) -> int:
         if args.verbose:
             traceback.print_exc()
         print(f"error: {problem}", file=sys.stderr)
+        return 2
+    except duckdb.IOException as problem:  # a lock taken by another process at any point of the command
+        if args.verbose:
+            traceback.print_exc()
+        from .definitions import DATABASE
+
+        locked = _LOCK_HOLDER.search(str(problem)) or "lock" in str(problem).lower()
+        print(f"error: {store_locked(redacted(DATABASE), problem) if locked else problem}", file=sys.stderr)
         return 2
 
 

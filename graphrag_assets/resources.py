@@ -1,6 +1,7 @@
 """Dagster resources: the corpora folder and the model endpoints."""
 
 import asyncio
+import os
 import re
 from collections.abc import Awaitable, Callable
 from contextlib import contextmanager
@@ -19,7 +20,9 @@ from .models import EndpointError, ModelClient, ModelSettings, Usage
 from .store.connection import connect, is_local_file
 
 T = TypeVar("T")
-_SAFE_CORPUS_NAME = re.compile(r"^[a-z0-9][a-z0-9_\-]{0,63}$")
+# Where the project keeps what it makes (store, response cache, vector indexes, exports), unless each is set apart.
+STATE_DIR = os.getenv("GRAPHRAG_HOME", ".graphrag")
+_SAFE_CORPUS_NAME = re.compile(r"[a-z0-9][a-z0-9_\-]{0,63}")  # fullmatch: "$" would let a trailing newline in
 
 
 class CorporaResource(dg.ConfigurableResource):
@@ -28,7 +31,7 @@ class CorporaResource(dg.ConfigurableResource):
     root: str = "data"
 
     def folder(self, corpus: str) -> Path:
-        if not _SAFE_CORPUS_NAME.match(corpus):
+        if not _SAFE_CORPUS_NAME.fullmatch(corpus):
             raise ValueError(
                 f"corpus name {corpus!r} is not a safe identifier: use lowercase letters, digits, '-' and '_' "
                 "(at most 64, starting with a letter or digit)"
@@ -73,7 +76,7 @@ class DuckDBStoreResource(DuckDBResource):
         None, description="Where a DuckLake store (database 'ducklake:...') keeps its data files."
     )
     vector_index_dir: str = Field(
-        ".graphrag/vector-index",
+        f"{STATE_DIR}/vector-index",
         description="Where HNSW indexes of large corpora are kept (derived files, rebuilt when missing or stale).",
     )
 

@@ -53,6 +53,10 @@ class Cli:
             **(env or {}),
         }
 
+    def runs(self) -> int:
+        with open_instance(self.home) as instance:
+            return len(instance.get_runs())
+
     def start(self, *args: str) -> subprocess.Popen:
         return subprocess.Popen(
             [sys.executable, "-m", "graphrag_assets.cli", *args],
@@ -63,14 +67,52 @@ class Cli:
             start_new_session=True,
         )
 
-    def run(self, *args: str) -> subprocess.CompletedProcess:
+    def run(self, *args: str, cwd=None) -> subprocess.CompletedProcess:
         return subprocess.run(
             [sys.executable, "-m", "graphrag_assets.cli", *args],
             env=self.env,
+            cwd=cwd,
             text=True,
             capture_output=True,
             timeout=300,
         )
+
+
+def test_arguments_are_refused_in_one_line_before_any_run_starts(tmp_path):
+    write_corpus(tmp_path / "data" / "tiny", "three files")
+    cli = Cli(tmp_path)
+    for args, words in (
+        (("ask", "--level", "-1", "Who?"), "--level -1 is not a community level"),
+        (("ask", "   "), "the question is empty"),
+        (("evaluate", "--corpus", "tiny"), "the evaluation needs a chat model"),  # offline: nothing to judge with
+        (("ask", "--corpus", "tiny", "Who?"), "corpus 'tiny' was never indexed here"),
+    ):
+        refused = cli.run(*args)
+        assert refused.returncode == 2, refused.stderr
+        assert refused.stderr.strip().splitlines() == [f"error: {refused.stderr.split('error: ')[1].strip()}"]
+        assert words in refused.stderr
+    assert cli.runs() == 0
+
+
+def test_the_cli_uses_the_project_it_is_run_inside(tmp_path):
+    """From a sub-folder, the store, corpora and Dagster storage are the project's, and the CLI says so."""
+    project = tmp_path / "project"
+    (project / "data" / "notes").mkdir(parents=True)
+    (project / "workspace.yaml").write_text("load_from: []\n")
+    (project / "dagster.yaml").write_text("telemetry:\n  enabled: false\nstorage:\n  sqlite:\n    base_dir: .dagster\n")
+    cli = Cli(tmp_path)
+    env = {k: v for k, v in cli.env.items() if k not in ("DAGSTER_HOME", "GRAPHRAG_DATA_DIR", "GRAPHRAG_DUCKDB")}
+    refused = subprocess.run(
+        [sys.executable, "-m", "graphrag_assets.cli", "ask", "--corpus", "notes", "Who?"],
+        env=env,
+        cwd=project / "data" / "notes",
+        text=True,
+        capture_output=True,
+        timeout=300,
+    )
+    assert f"note: using the project at {project}" in refused.stderr
+    assert "corpus 'notes' was never indexed here" in refused.stderr and refused.returncode == 2
+    assert (project / ".dagster").is_dir() and not (project / "data" / "notes" / ".dagster").exists()
 
 
 @pytest.mark.slow
@@ -108,14 +150,14 @@ def test_the_cli_takes_settings_and_says_what_is_wrong_in_one_line(tmp_path):
     unknown = cli.run("ask", "--follow-up", "no-such-answer", "And then?")
     assert unknown.returncode == 2 and "no answer 'no-such-answer' to follow up" in unknown.stderr
 
+    runs = cli.runs()
     bad_level = cli.run("ask", "--corpus", "tiny", "--level", "7", "Who wrote letters?")
-    assert bad_level.returncode == 1 and "Traceback" not in bad_level.stderr
+    assert bad_level.returncode == 2 and cli.runs() == runs  # refused before a run was launched
     assert bad_level.stderr.strip().splitlines() == [
-        "failed: global_search: community level 7 does not exist: this corpus has levels 0..0"
+        "error: --level 7 does not exist in corpus 'tiny': its levels are 0-0"
     ]
-    offline = cli.run("evaluate", "--corpus", "tiny")  # no endpoint: one line that says what the evaluation needs
-    assert offline.returncode == 1 and len(offline.stderr.strip().splitlines()) == 1
-    assert offline.stderr.startswith("failed: evaluation_questions: the evaluation needs a chat model")
+    questions = cli.run("ask", "--corpus", "tiny", "--method", "questions", "Who wrote letters?")
+    assert questions.returncode == 0 and "--follow-up" not in questions.stdout  # nothing there to follow up
     bad_setting = cli.run("index", "--corpus", "tiny", "--set", "entities.no_such_setting=1")
     assert bad_setting.returncode == 2 and len(bad_setting.stderr.strip().splitlines()) == 1
     assert 'unexpected config entry "no_such_setting"' in bad_setting.stderr
