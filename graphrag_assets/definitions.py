@@ -19,11 +19,11 @@ from .automation.jobs import (
     query_jobs,
 )
 from .automation.runs import abandoned_runs_sensor
-from .resources import ChatModelResource, CorporaResource, DuckDBStoreResource, EmbeddingModelResource
+from .resources import STATE_DIR, ChatModelResource, CorporaResource, DuckDBStoreResource, EmbeddingModelResource
 
-DATABASE = os.getenv("GRAPHRAG_DUCKDB", ".graphrag/graphrag.duckdb")  # or ducklake:<catalog>: store/connection.py
+DATABASE = os.getenv("GRAPHRAG_DUCKDB", f"{STATE_DIR}/graphrag.duckdb")  # or ducklake:<catalog>: store/connection.py
 DUCKLAKE_DATA_PATH = os.getenv("GRAPHRAG_DUCKLAKE_DATA_PATH")
-CACHE_DIR = os.getenv("GRAPHRAG_CACHE_DIR", ".graphrag/cache")
+CACHE_DIR = os.getenv("GRAPHRAG_CACHE_DIR", f"{STATE_DIR}/cache")
 
 
 # Optional settings from the environment; what is unset keeps the resource's default.
@@ -60,7 +60,7 @@ defs = dg.Definitions(
         "duckdb": DuckDBStoreResource(
             database=DATABASE,
             ducklake_data_path=DUCKLAKE_DATA_PATH,
-            vector_index_dir=os.getenv("GRAPHRAG_VECTOR_INDEX_DIR", ".graphrag/vector-index"),
+            vector_index_dir=os.getenv("GRAPHRAG_VECTOR_INDEX_DIR", f"{STATE_DIR}/vector-index"),
         ),
         "corpora": CorporaResource(root=os.getenv("GRAPHRAG_DATA_DIR", "data")),
         "chat": ChatModelResource(**_endpoint_settings("GRAPHRAG_CHAT_MODEL", "gpt-4o-mini")),

@@ -15,6 +15,7 @@ from graphrag_assets.resources import (
     DuckDBStoreResource,
     EmbeddingModelResource,
 )
+from graphrag_assets_tests import TEST_STATE
 from graphrag_assets_tests.model_server import FakeOpenAIServer, Faults
 from graphrag_assets_tests.postgres import PostgresServer, binaries
 
@@ -198,6 +199,10 @@ def materialization_metadata(result: dg.ExecuteInProcessResult, asset: str) -> d
         if event.materialization.asset_key == dg.AssetKey(asset):
             return {k: v.value for k, v in event.materialization.metadata.items()}
     raise KeyError(asset)
+
+
+def pytest_sessionfinish(session):
+    shutil.rmtree(TEST_STATE, ignore_errors=True)
 
 
 def pytest_terminal_summary(terminalreporter):

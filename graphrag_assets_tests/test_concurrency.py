@@ -12,7 +12,7 @@ import pytest
 from graphrag_assets_tests.corpora import split_sample
 from graphrag_assets_tests.model_server import FakeOpenAIServer
 
-from .conftest import REPO, SAMPLE_CORPUS, Workspace, open_instance
+from .conftest import SAMPLE_CORPUS, Workspace, open_instance
 
 MODEL_STEPS = {"entity_graph", "covariates", "community_reports", "text_embeddings"}
 INSTANCE_YAML = """
@@ -78,7 +78,7 @@ def test_two_corpora_and_a_query_in_separate_processes(offline_index, tmp_path):
             processes.append(
                 subprocess.Popen(
                     [sys.executable, "-m", "graphrag_assets.cli", *args],
-                    cwd=REPO,
+                    cwd=tmp_path,
                     env=env,
                     stdout=subprocess.PIPE,
                     stderr=subprocess.STDOUT,

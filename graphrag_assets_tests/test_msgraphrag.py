@@ -1,8 +1,9 @@
 """The parquet export read by Microsoft GraphRAG 3.x's own query engine, in a virtual environment of its own.
 
 graphrag 3.x brings dependencies this project does not share (litellm, lancedb, ...), so the test installs it
-once into .graphrag/msgraphrag-venv (about a minute) and runs its `graphrag query` command against the export,
-with the test model server as its endpoint.
+once (about a minute, 1.3 GB) into a virtual environment in the user's cache folder, never into the checkout:
+$GRAPHRAG_ASSETS_TEST_CACHE, else $XDG_CACHE_HOME/graphrag-assets, else ~/.cache/graphrag-assets. It then runs
+its `graphrag query` command against the export, with the test model server as its endpoint.
 """
 
 import os
@@ -16,16 +17,21 @@ import pytest
 from graphrag_assets.method.exports import GRAPHRAG_SCHEMAS
 from graphrag_assets_tests.model_server import _REPORT_ROW, FakeOpenAIServer
 
-from .conftest import REPO, SAMPLE_CORPUS, table
+from .conftest import SAMPLE_CORPUS, table
 
 MSGRAPHRAG_VERSION = "3.3.0"
-VENV = REPO / ".graphrag" / "msgraphrag-venv"
+CACHE = Path(
+    os.environ.get("GRAPHRAG_ASSETS_TEST_CACHE")
+    or Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "graphrag-assets"
+)
+VENV = CACHE / f"msgraphrag-{MSGRAPHRAG_VERSION}-venv"
 QUESTION = "What are the main themes of the story?"
 
 
 def msgraphrag() -> Path:
     command = VENV / "bin" / "graphrag"
     if not command.exists():
+        VENV.parent.mkdir(parents=True, exist_ok=True)
         subprocess.run([sys.executable, "-m", "venv", str(VENV)], check=True)
         subprocess.run(
             [str(VENV / "bin" / "python"), "-m", "pip", "install", "-q", f"graphrag=={MSGRAPHRAG_VERSION}"], check=True
@@ -59,7 +65,7 @@ def query(graphrag: Path, root: Path, export: Path, *arguments: str) -> subproce
         [str(graphrag), "query", "--root", str(root), "--data", str(export), *arguments, QUESTION],
         capture_output=True,
         text=True,
-        timeout=300,
+        timeout=900,
         env={**os.environ, "LITELLM_LOCAL_MODEL_COST_MAP": "True"},  # litellm would fetch its price list
     )
 
@@ -83,6 +89,7 @@ def test_the_export_has_microsoft_graphrags_columns_and_types_first(llm_index):
 
 
 @pytest.mark.slow
+@pytest.mark.timeout(1800)  # the install, then a `graphrag query` per level, each minutes on a loaded machine
 def test_microsoft_graphrag_answers_global_questions_from_the_export(llm_index, tmp_path):
     workspace = llm_index[0]
     graphrag = msgraphrag()
@@ -105,6 +112,7 @@ def test_microsoft_graphrag_answers_global_questions_from_the_export(llm_index, 
 
 
 @pytest.mark.slow
+@pytest.mark.timeout(1800)
 def test_microsoft_graphrag_answers_local_questions_from_the_exported_vectors(llm_index, tmp_path):
     workspace = llm_index[0]
     export = export_folder(workspace)

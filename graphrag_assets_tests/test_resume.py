@@ -12,7 +12,7 @@ import pytest
 from graphrag_assets.failures import NO_RUN_RETRY_TAG
 from graphrag_assets_tests.model_server import FakeOpenAIServer, Faults
 
-from .conftest import REPO, SAMPLE_CORPUS, Workspace, chat_resource, materialization_metadata, open_instance
+from .conftest import SAMPLE_CORPUS, Workspace, chat_resource, materialization_metadata, open_instance
 
 
 @pytest.mark.slow
@@ -51,7 +51,7 @@ def test_a_killed_run_resumes_from_the_response_cache(tmp_path):
                 "--partition",
                 SAMPLE_CORPUS,
             ],
-            cwd=REPO,
+            cwd=tmp_path,
             env=env,
             stdout=subprocess.DEVNULL,
             stderr=subprocess.DEVNULL,

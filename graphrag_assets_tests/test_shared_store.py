@@ -18,7 +18,7 @@ from graphrag_assets.store.tables import Lineage, ensure_table, read_table, tabl
 from graphrag_assets_tests.corpora import split_sample
 from graphrag_assets_tests.model_server import FakeOpenAIServer
 
-from .conftest import INDEX_ASSETS, REPO, SAMPLE_CORPUS, Workspace, open_instance
+from .conftest import INDEX_ASSETS, SAMPLE_CORPUS, Workspace, open_instance
 from .test_webserver import BACKFILL, backfill_status, dagster_services
 
 WRITER = textwrap.dedent(
@@ -197,7 +197,7 @@ def test_index_and_query_runs_share_a_ducklake_store(postgres, offline_index, tm
         runs = [
             subprocess.Popen(
                 [sys.executable, "-m", "graphrag_assets.cli", *args],
-                cwd=REPO,
+                cwd=tmp_path,
                 env={**base, **on_lake, **extra},
                 stdout=subprocess.PIPE,
                 stderr=subprocess.STDOUT,
@@ -218,7 +218,7 @@ def test_index_and_query_runs_share_a_ducklake_store(postgres, offline_index, tm
         for extra, args in commands:
             done = subprocess.run(
                 [sys.executable, "-m", "graphrag_assets.cli", *args],
-                cwd=REPO,
+                cwd=tmp_path,
                 env={**base, **on_file, **extra},
                 capture_output=True,
                 text=True,

@@ -7,7 +7,7 @@ import dagster as dg
 from pydantic import Field
 
 from ..method import exports
-from ..resources import DuckDBStoreResource
+from ..resources import STATE_DIR, DuckDBStoreResource
 from ..store.tables import record_lineage
 from .common import code_version, corpus_partitions, lineage_for, read_inputs
 
@@ -23,7 +23,7 @@ PARQUET_TABLES = (
 
 
 class ExportConfig(dg.Config):
-    folder: str = Field(".graphrag/exports", description="Where the files go: <folder>/<corpus>/...")
+    folder: str = Field(f"{STATE_DIR}/exports", description="Where the files go: <folder>/<corpus>/...")
 
 
 @dg.asset(
