@@ -12,14 +12,17 @@ import dagster as dg
 import duckdb
 from dagster._utils.backoff import backoff
 from dagster_duckdb import DuckDBResource
-from pydantic import Field
+from pydantic import Field, PrivateAttr
 
 from .failures import step_failure
 from .method import imports
 from .models import EndpointError, ModelClient, ModelSettings, Usage
 from .store.connection import connect, is_local_file
+from .store.tables import stage_name, use_stage
 
 T = TypeVar("T")
+PUBLISHED_INDEX = "published_index"  # the index job's last step: see assets/publication.py
+PARTITION_TAG = "dagster/partition"
 # Where the project keeps what it makes (store, response cache, vector indexes, exports), unless each is set apart.
 STATE_DIR = os.getenv("GRAPHRAG_HOME", ".graphrag")
 _SAFE_CORPUS_NAME = re.compile(r"[a-z0-9][a-z0-9_\-]{0,63}")  # fullmatch: "$" would let a trailing newline in
@@ -80,9 +83,22 @@ class DuckDBStoreResource(DuckDBResource):
         description="Where HNSW indexes of large corpora are kept (derived files, rebuilt when missing or stale).",
     )
 
+    _stage: str | None = PrivateAttr(default=None)
+
     def setup_for_execution(self, context: dg.InitResourceContext) -> None:
         if is_local_file(self.database):
             Path(self.database).parent.mkdir(parents=True, exist_ok=True)
+        run = context.dagster_run
+        if run is not None and context.instance is not None and run.execution_plan_snapshot_id:
+            plan = context.instance.get_execution_plan_snapshot(run.execution_plan_snapshot_id)
+            # A run that will publish the index stages every table it writes until then (store/tables.py).
+            if any(step.key == PUBLISHED_INDEX for step in plan.steps):
+                self._stage = stage_name(run.tags[PARTITION_TAG], run.root_run_id or run.run_id)
+
+    @property
+    def stage(self) -> str | None:
+        """The schema this run stages the index in, or None when it writes the published tables directly."""
+        return self._stage
 
     @contextmanager
     def get_connection(self):
@@ -95,6 +111,8 @@ class DuckDBStoreResource(DuckDBResource):
             max_retries=10,
         )
         try:
+            if self._stage:
+                use_stage(conn, self._stage)
             yield conn
         finally:
             conn.close()

@@ -38,6 +38,7 @@ INDEX_ASSETS = (
     "layouts",
     "graphml_export",
     "parquet_export",
+    "published_index",
 )
 
 

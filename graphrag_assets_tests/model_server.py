@@ -53,6 +53,7 @@ class Faults:
     hang: bool = False  # accept every request and never answer (until the server stops)
     mixed_up_batches: bool = False  # several community reports asked at once come back each on the wrong community
     status: int = 0  # answer every request with this HTTP status (401 bad key, 404 unknown model), echoing the key
+    refused_kinds: frozenset[str] = frozenset()  # prompt kinds (extract, claims, report, embed, ...) always refused
 
 
 @dataclass
@@ -678,6 +679,9 @@ class FakeOpenAIServer:
                     time.sleep(server.latency_seconds)
                 if "/embeddings" in self.path:
                     inputs = request["input"] if isinstance(request["input"], list) else [request["input"]]
+                    if "embed" in faults.refused_kinds and inputs != ["ping"]:
+                        server._record("refused", key, 400)
+                        return self._send(400, {"error": {"message": "injected: this input is refused"}})
                     vectors = [embedding(t, server.embedding_dimensions) for t in inputs]
                     if request.get("encoding_format") == "base64":
                         vectors = [base64.b64encode(struct.pack(f"<{len(v)}f", *v)).decode() for v in vectors]
@@ -696,7 +700,9 @@ class FakeOpenAIServer:
                     )
                 kind, reply = chat_reply(request["messages"], server.more_gleaning)
                 finish_reason = "stop"
-                if kind == "probe" or (faults.heeds_corrections and kind.endswith("_corrected")):
+                if kind != "probe" and any(kind.startswith(refused) for refused in faults.refused_kinds):
+                    reply = REFUSAL
+                elif kind == "probe" or (faults.heeds_corrections and kind.endswith("_corrected")):
                     pass
                 elif faults.mixed_up_batches and kind.startswith("report_batch"):
                     reports = json.loads(reply)["reports"]

@@ -2,10 +2,10 @@
 
 import dagster as dg
 
-from ..assets import communities, embeddings, evaluation, exports, index, query
+from ..assets import communities, embeddings, evaluation, exports, index, publication, query
 from ..assets.common import corpus_partitions
 
-index_assets = dg.load_assets_from_modules([index, communities, embeddings, exports])
+index_assets = dg.load_assets_from_modules([index, communities, embeddings, exports, publication])
 query_assets = dg.load_assets_from_modules([query])
 evaluation_assets = dg.load_assets_from_modules([evaluation])
 
@@ -14,7 +14,7 @@ index_corpus_job = dg.define_asset_job(
     selection=dg.AssetSelection.assets(*index_assets),
     partitions_def=corpus_partitions,
     description="Index one corpus: documents, entity graph, claims, communities, reports, embeddings, layouts, "
-    "exports.",
+    "exports. Its tables are staged and published together at the end: a failed run leaves the last index.",
     # Run monitoring (dagster.yaml) fails a run that hangs past this many seconds.
     tags={"dagster/max_runtime": str(6 * 3600)},
 )

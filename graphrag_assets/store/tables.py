@@ -45,26 +45,112 @@ def data_version(df: pd.DataFrame) -> str:
     return digest.hexdigest()[:16]
 
 
-def ensure_table(conn: duckdb.DuckDBPyConnection, table: str) -> None:
-    """Create the table, or add the columns a newer version of the project declares."""
+def ensure_table(conn: duckdb.DuckDBPyConnection, table: str, schema: str | None = None) -> None:
+    """Create the table in `schema` (the connection's current one: a run's stage while it stages), or add the
+    columns a newer version of the project declares."""
+    schema = schema or _current_schema(conn)
     columns = LINEAGE if table == "lineage" else {**TABLES[table], "corpus": "VARCHAR"}
-    if table_exists(conn, table):
-        existing = {
-            row[0]
-            for row in conn.execute(
-                f"SELECT column_name FROM information_schema.columns WHERE table_name = ? AND {_IN_THIS_DATABASE}",
-                [table],
-            ).fetchall()
-        }
+    existing = {
+        row[0]
+        for row in conn.execute(
+            "SELECT column_name FROM information_schema.columns "
+            f"WHERE table_name = ? AND table_schema = ? AND {_IN_THIS_DATABASE}",
+            [table, schema],
+        ).fetchall()
+    }
+    if existing:
         for name, kind in columns.items():
             if name not in existing:
-                conn.execute(f'ALTER TABLE "{table}" ADD COLUMN "{name}" {kind}')
+                conn.execute(f'ALTER TABLE "{schema}"."{table}" ADD COLUMN "{name}" {kind}')
         return
     definition = ", ".join(f'"{name}" {kind}' for name, kind in columns.items())
-    conn.execute(f'CREATE TABLE "{table}" ({definition})')
+    conn.execute(f'CREATE TABLE "{schema}"."{table}" ({definition})')
     if _is_ducklake(conn) and table != "lineage":
         # Each corpus in its own files: replacing one corpus's rows rewrites no other corpus's data.
-        conn.execute(f'ALTER TABLE "{table}" SET PARTITIONED BY (corpus)')
+        conn.execute(f'ALTER TABLE "{schema}"."{table}" SET PARTITIONED BY (corpus)')
+
+
+def _current_schema(conn: duckdb.DuckDBPyConnection) -> str:
+    return conn.execute("SELECT current_schema()").fetchone()[0]
+
+
+# A run of the whole index stages its tables in a schema of its own and publishes them in one transaction at the
+# end (`publish_stage`): until then readers see the last complete index, and a failed or killed run leaves it as it
+# was. Unqualified names resolve through the connection's search path: the stage first, then main.
+_STAGE_PREFIX = "stage_"
+
+
+def stage_name(corpus: str, root_run_id: str) -> str:
+    """The stage of one index run (and of its retries, which share the root run's id) of one corpus."""
+    return f"{_STAGE_PREFIX}{corpus}_{root_run_id.replace('-', '')}"
+
+
+def use_stage(conn: duckdb.DuckDBPyConnection, stage: str) -> None:
+    """Write into the stage and read from it before main, on this connection."""
+    database = conn.execute("SELECT current_database()").fetchone()[0]
+    conn.execute(f'CREATE SCHEMA IF NOT EXISTS "{stage}"')
+    conn.execute(f"""SET search_path = '"{database}"."{stage}","{database}"."main"'""")
+
+
+def _stages_of(conn: duckdb.DuckDBPyConnection, corpus: str) -> list[str]:
+    prefix, run_id_length = f"{_STAGE_PREFIX}{corpus}_", 32
+    return [
+        name
+        for (name,) in conn.execute(
+            "SELECT schema_name FROM information_schema.schemata WHERE catalog_name = current_database()"
+        ).fetchall()
+        if name.startswith(prefix) and len(name) == len(prefix) + run_id_length
+    ]
+
+
+def publish_stage(conn: duckdb.DuckDBPyConnection, stage: str, corpus: str) -> dict[str, int]:
+    """Replace the corpus's rows of every table the stage holds, and add its lineage rows, in one transaction;
+    then drop the stage and any stage a failed run of the corpus left. Returns the rows published per table."""
+    staged = [
+        name
+        for (name,) in conn.execute(
+            f"SELECT table_name FROM information_schema.tables WHERE table_schema = ? AND {_IN_THIS_DATABASE} "
+            "ORDER BY table_name",
+            [stage],
+        ).fetchall()
+    ]
+    published: dict[str, int] = {}
+
+    def swap() -> None:
+        for table in staged:
+            ensure_table(conn, table, schema="main")
+            columns = ", ".join(
+                f'"{name}"'
+                for (name,) in conn.execute(
+                    "SELECT column_name FROM information_schema.columns "
+                    f"WHERE table_name = ? AND table_schema = ? AND {_IN_THIS_DATABASE} ORDER BY ordinal_position",
+                    [table, stage],
+                ).fetchall()
+            )
+            if table != "lineage":  # lineage is a log: the stage's rows are added to it
+                conn.execute(f'DELETE FROM main."{table}" WHERE corpus = ?', [corpus])
+            conn.execute(f'INSERT INTO main."{table}" ({columns}) SELECT {columns} FROM "{stage}"."{table}"')
+            published[table] = conn.execute(f'SELECT count(*) FROM "{stage}"."{table}"').fetchone()[0]
+
+    in_transaction(conn, swap)
+    for leftover in _stages_of(conn, corpus):
+        conn.execute(f'DROP SCHEMA "{leftover}" CASCADE')
+    return published
+
+
+def _lineage(conn: duckdb.DuckDBPyConnection) -> str | None:
+    """The lineage rows a reader sees (None: none yet): the published ones and, in a staged run, its own staged ones."""
+    schemas = [
+        row[0]
+        for row in conn.execute(
+            f"SELECT table_schema FROM information_schema.tables WHERE table_name = 'lineage' AND {_IN_THIS_DATABASE}"
+        ).fetchall()
+    ]
+    current = _current_schema(conn)
+    visible = [f'"{schema}".lineage' for schema in dict.fromkeys(("main", current)) if schema in schemas]
+    if len(visible) < 2:
+        return visible[0] if visible else None
+    return f"(SELECT * FROM {visible[0]} UNION ALL BY NAME SELECT * FROM {visible[1]})"
 
 
 def _is_ducklake(conn: duckdb.DuckDBPyConnection) -> bool:
@@ -202,10 +288,11 @@ def read_tables(conn: duckdb.DuckDBPyConnection, tables, corpus: str) -> dict[st
 
 
 def latest_versions(conn: duckdb.DuckDBPyConnection, corpus: str, assets: list[str]) -> dict[str, str]:
-    if not table_exists(conn, "lineage"):
+    lineage = _lineage(conn)
+    if lineage is None:
         return {}
     rows = conn.execute(
-        """SELECT asset, arg_max(data_version, materialized_at) FROM lineage
+        f"""SELECT asset, arg_max(data_version, materialized_at) FROM {lineage}
            WHERE corpus = ? AND list_contains(?, asset) GROUP BY asset""",
         [corpus, assets],
     ).fetchall()
@@ -214,10 +301,11 @@ def latest_versions(conn: duckdb.DuckDBPyConnection, corpus: str, assets: list[s
 
 def last_output(conn: duckdb.DuckDBPyConnection, asset: str, corpus: str) -> tuple[str, str, int] | None:
     """(inputs fingerprint, data version, rows) of the asset's latest output for the corpus, if any."""
-    if not table_exists(conn, "lineage"):
+    lineage = _lineage(conn)
+    if lineage is None:
         return None
     return conn.execute(
-        """SELECT inputs, data_version, row_count FROM lineage WHERE asset = ? AND corpus = ?
+        f"""SELECT inputs, data_version, row_count FROM {lineage} WHERE asset = ? AND corpus = ?
            ORDER BY materialized_at DESC LIMIT 1""",
         [asset, corpus],
     ).fetchone()
@@ -225,10 +313,11 @@ def last_output(conn: duckdb.DuckDBPyConnection, asset: str, corpus: str) -> tup
 
 def last_settings(conn: duckdb.DuckDBPyConnection, asset: str, corpus: str) -> dict | None:
     """The settings the asset's latest output for the corpus was made with (None if unknown)."""
-    if not table_exists(conn, "lineage"):
+    lineage = _lineage(conn)
+    if lineage is None:
         return None
     row = conn.execute(
-        "SELECT settings FROM lineage WHERE asset = ? AND corpus = ? ORDER BY materialized_at DESC LIMIT 1",
+        f"SELECT settings FROM {lineage} WHERE asset = ? AND corpus = ? ORDER BY materialized_at DESC LIMIT 1",
         [asset, corpus],
     ).fetchone()
     return json.loads(row[0]) if row and row[0] is not None else None

@@ -1,0 +1,59 @@
+"""The index job's last step: what its run staged becomes the corpus's index, all at once.
+
+Until this step runs, queries, `answer_sources` and the CLI read the last complete index; a run that fails or is
+killed before it leaves that index exactly as it was, and its stage is dropped by the next run that publishes.
+Materializing single assets by hand, without this step, writes their tables directly.
+"""
+
+import hashlib
+import json
+
+import dagster as dg
+import pandas as pd
+
+from ..failures import step_failure
+from ..resources import PUBLISHED_INDEX, DuckDBStoreResource
+from ..store.tables import latest_versions, publish_stage
+from . import communities, embeddings, exports, index
+from .common import code_version, corpus_partitions, markdown_table
+
+
+def _index_keys() -> list[dg.AssetKey]:
+    """Every asset of the index: each must have succeeded in the run before its tables are published."""
+    # Keys only: a module-level list of the assets themselves would be loaded twice as this module's own.
+    return [
+        key
+        for assets_def in dg.load_assets_from_modules([index, communities, embeddings, exports])
+        for key in assets_def.keys
+    ]
+
+
+@dg.asset(
+    name=PUBLISHED_INDEX,
+    deps=_index_keys(),
+    partitions_def=corpus_partitions,
+    group_name="exports",
+    code_version=code_version(),
+    kinds={"duckdb"},
+)
+def published_index(context: dg.AssetExecutionContext, duckdb: DuckDBStoreResource) -> dg.MaterializeResult:
+    """Publish the run's staged tables as the corpus's index in one transaction, once every index step succeeded."""
+    if duckdb.stage is None:
+        raise step_failure("this run staged nothing to publish: run the index_corpus job", retryable=False)
+    corpus = context.partition_key
+    with duckdb.get_connection() as conn:
+        published = publish_stage(conn, duckdb.stage, corpus)
+        tables = {table: rows for table, rows in published.items() if table != "lineage"}
+        # The index's version: its assets' data versions as published, so an unchanged re-index keeps it.
+        versions = latest_versions(conn, corpus, [key.to_user_string() for key in _index_keys()])
+    context.log.info(f"published {len(tables)} tables of corpus {corpus}")
+    summary = pd.DataFrame({"table": list(tables), "rows": list(tables.values())})
+    return dg.MaterializeResult(
+        data_version=dg.DataVersion(hashlib.sha256(json.dumps(versions, sort_keys=True).encode()).hexdigest()[:16]),
+        metadata={
+            "corpus": corpus,
+            "tables_published": len(tables),
+            "rows_published": int(sum(tables.values())),
+            "tables": markdown_table(summary, ["table", "rows"], rows=len(summary)),
+        },
+    )

@@ -1,0 +1,83 @@
+"""An index run publishes all or nothing: until every step has succeeded, readers see the last complete index."""
+
+import duckdb
+import pandas as pd
+
+from graphrag_assets_tests.model_server import FakeOpenAIServer, Faults
+
+from .conftest import Workspace, chat_resource, embedding_resource
+from .test_small_corpora import write_corpus
+
+CORPUS = "letters"
+
+
+def published_tables(workspace: Workspace) -> dict[str, pd.DataFrame]:
+    """Every table of the corpus as a reader sees it (lineage aside: it logs failed runs' steps too)."""
+    with duckdb.connect(str(workspace.database), read_only=True) as conn:
+        names = [
+            name
+            for (name,) in conn.execute(
+                "SELECT table_name FROM information_schema.tables WHERE table_schema = 'main' AND table_type = 'BASE "
+                "TABLE' AND table_name <> 'lineage' ORDER BY 1"
+            ).fetchall()
+        ]
+        tables = {
+            name: conn.execute(f'SELECT * FROM "{name}" WHERE corpus = ? ORDER BY id', [CORPUS]).df() for name in names
+        }
+        tables["answer_sources"] = conn.execute("SELECT * FROM answer_sources ORDER BY ALL").df()
+        tables["stages"] = conn.execute(
+            "SELECT schema_name FROM information_schema.schemata WHERE schema_name LIKE 'stage%' ORDER BY 1"
+        ).df()
+    return tables
+
+
+def reindex(workspace: Workspace, faults: Faults | None = None, cache=None) -> bool:
+    """Index the corpus again; `cache` apart from the workspace's, so that every step asks the model again."""
+    cache = cache or workspace.cache
+    with FakeOpenAIServer(faults) as server:
+        result = workspace.materialize(
+            CORPUS,
+            chat=chat_resource(server.base_url, cache, max_retries=0, invalid_reply_retries=0),
+            embeddings=embedding_resource(server.base_url, cache, max_retries=0),
+            raise_on_error=False,
+        )
+    return result.success
+
+
+def test_a_reindex_that_fails_at_any_model_step_leaves_the_last_index_as_it_was(tmp_path):
+    workspace = Workspace(tmp_path)
+    write_corpus(workspace.data / CORPUS, "three files")
+    assert reindex(workspace)
+    with FakeOpenAIServer() as server:
+        asked = workspace.ask(
+            CORPUS,
+            "local_search",
+            {"question": "Who wrote letters?"},
+            chat=chat_resource(server.base_url, workspace.cache),
+            embeddings=embedding_resource(server.base_url, workspace.cache),
+        )
+    assert asked.success
+    before = published_tables(workspace)
+    assert len(before["answer_sources"]) > 0 and before["stages"].empty
+
+    edited = workspace.data / CORPUS / "a.txt"
+    edited.write_text("Ada Lovelace wrote the notes on the engine. Mary Somerville introduced her to Babbage.")
+    for step in ("extract", "claims", "report", "embed"):  # (three short files need no description summary)
+        refused = Faults(refused_kinds=frozenset({step}))
+        assert not reindex(workspace, refused, tmp_path / f"cache-{step}"), f"{step} refused, yet the run passed"
+        after = published_tables(workspace)
+        for name, table in before.items():
+            if name != "stages":
+                pd.testing.assert_frame_equal(after[name], table, obj=f"{name} after a run failed at {step}")
+
+    assert reindex(workspace)  # the next good run replaces the index whole, and drops the failed runs' stages
+    final = published_tables(workspace)
+    assert final["stages"].empty
+    assert "Mary Somerville" in " ".join(final["documents"]["text"])
+    with duckdb.connect(str(workspace.database), read_only=True) as conn:
+        dangling = conn.execute(
+            "SELECT count(*) FROM entities e, unnest(e.text_unit_ids) AS u(id) WHERE e.corpus = ? "
+            "AND u.id NOT IN (SELECT id FROM text_units WHERE corpus = ?)",
+            [CORPUS, CORPUS],
+        ).fetchone()[0]
+    assert dangling == 0
