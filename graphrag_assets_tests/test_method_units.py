@@ -12,9 +12,9 @@ import pytest
 from graphrag_assets.method.communities.leiden import build_communities
 from graphrag_assets.method.communities.reports import generate_reports
 from graphrag_assets.method.embeddings.node2vec import random_walks, walk_lengths
-from graphrag_assets.method.graph.claims import COVARIATE_COLUMNS
+from graphrag_assets.method.graph.claims import COVARIATE_COLUMNS, check_claims_reply
 from graphrag_assets.method.graph.extraction import merge_entities, merge_relationships, records_to_graph
-from graphrag_assets.method.graph.records import parse_records
+from graphrag_assets.method.graph.records import InvalidReply, parse_records
 from graphrag_assets.method.graph.tables import finalize_graph, link_text_units
 from graphrag_assets.method.ingest.text_units import chunk_documents
 from graphrag_assets.method.ingest.tokens import chunk_text, count_tokens
@@ -308,3 +308,13 @@ def test_offline_phrases_skip_headings_and_quotes_are_cleaned():
     assert not reads_as_prose("Tailpiece vi Tailpiece to List of Coloured Illustrations x Heading to Stave One")
     twice = [("a", "Scrooge was a miser, as everyone knew."), ("b", "Scrooge  was a miser, as everyone knew.")]
     assert len(best_sentences("Who was Scrooge?", twice)) == 1  # overlapping text units repeat sentences
+
+
+def test_a_claims_source_quote_must_come_from_its_text_unit():
+    unit = "Scrooge signed the register of his partner's burial.\nMarley was dead:   to begin with."
+    claim = "(MARLEY<|>NONE<|>DEATH<|>TRUE<|>NONE<|>NONE<|>Marley died<|>{quote})\n<|COMPLETE|>"
+    for quote in ("Marley was dead: to begin with.", '"marley WAS DEAD:\nto begin with."'):  # case, spaces, quotes
+        assert check_claims_reply(claim.format(quote=quote), unit)
+    for quote in ("Marley was alive", "Your last reply was cut off; answer again"):  # invented, or the re-ask's note
+        with pytest.raises(InvalidReply, match="quotes text that is not in the input"):
+            check_claims_reply(claim.format(quote=quote), unit)

@@ -15,6 +15,7 @@ from .records import (
     RECORD_DELIMITER,
     TUPLE_DELIMITER,
     ChatModel,
+    InvalidReply,
     check_records_reply,
     complete_with_gleaning,
     parse_records,
@@ -48,11 +49,26 @@ def _date(value: str) -> str | None:
 CLAIM_FIELDS = 8  # subject, object, type, status, start, end, description, source text
 
 
-def check_claims_reply(reply: str) -> str:
-    """A claims reply holds claim records only (eight fields; not an entity or relationship tuple)."""
-    return check_records_reply(
+def _normalized(text: str) -> str:
+    return " ".join(text.split()).lower()
+
+
+def check_claims_reply(reply: str, text: str | None = None) -> str:
+    """A claims reply holds claim records only (eight fields; not an entity or relationship tuple), and each
+    claim's source quote is found in `text`, the unit it was asked about (case and white space aside)."""
+    check_records_reply(
         reply, lambda r: len(r) >= CLAIM_FIELDS and r[0].lower() not in ("entity", "relationship"), "a claim"
     )
+    if text is not None:
+        unit = _normalized(text)
+        for record in parse_records(reply).records:
+            quote = _normalized(record[CLAIM_FIELDS - 1]).strip("\"'“”‘’ ")
+            if quote not in unit:
+                raise InvalidReply(
+                    f"the claim about {record[0][:40]} quotes text that is not in the input: {quote[:80]!r}; "
+                    "the source text must be copied from the input"
+                )
+    return reply
 
 
 def records_to_claims(unit_id: str, replies: list[str]) -> tuple[list[dict], int]:
@@ -114,7 +130,7 @@ async def extract_claims(
             continue_prompt,
             loop_prompt,
             max_gleanings,
-            check_claims_reply,
+            lambda reply: check_claims_reply(reply, text),
         )
         if progress:
             progress.advance(failed=replies is None)
