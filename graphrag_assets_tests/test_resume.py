@@ -144,3 +144,26 @@ def test_a_dead_endpoint_fails_the_step_fast_and_retries_only_what_time_can_fix(
     assert requests <= 2  # the probe, not one request per text unit
     tags = result.dagster_run.tags
     assert (NO_RUN_RETRY_TAG not in tags) == retried
+
+
+def test_a_hanging_endpoint_is_waited_for_once_per_run_not_once_per_step(tmp_path):
+    """Entities and claims both need the endpoint; the first step to find it hanging says so for the rest of the
+    run, which then fails in about two timeouts instead of two per step."""
+    workspace = Workspace(tmp_path)
+    workspace.add_sample_corpus()
+    started = time.monotonic()
+    workspace.materialize(SAMPLE_CORPUS, selection=["documents", "base_text_units"])
+    run_start = time.monotonic() - started
+    with FakeOpenAIServer(Faults(hang=True)) as server:
+        started = time.monotonic()
+        result = workspace.materialize(
+            SAMPLE_CORPUS,
+            chat=chat_resource(server.base_url, workspace.cache, timeout_seconds=2),
+            selection=["entities", "relationships", "covariates"],
+            raise_on_error=False,
+        )
+        elapsed = time.monotonic() - started
+        hung = server.count("hang")
+    failed = {event.step_key for event in result.get_step_failure_events()}
+    assert {"entity_graph", "covariates"} <= failed and hung <= 2
+    assert elapsed < 2 * 2 + 2 * run_start

@@ -26,6 +26,7 @@ import base64
 import hashlib
 import json
 import logging
+import math
 import time
 from collections.abc import Awaitable, Callable, Iterator, Mapping
 from contextlib import contextmanager
@@ -51,6 +52,10 @@ _PROBE_ATTEMPTS = 3
 # each step of an in-process run makes its own client, and an endpoint that answered lately needs no probe.
 _ANSWERED: dict[tuple[str, str, str, str, str], float] = {}
 _ANSWER_FRESH_SECONDS = 600.0
+# Probes that failed in this process, and how: an endpoint that did not answer at all (by URL and API version),
+# or refused one model, key and kind. Later steps fail at once with the same error instead of waiting on the
+# same timeouts again: a hanging endpoint cost a whole index run one pair of timeouts per step.
+_PROBE_FAILED: dict[tuple, tuple[float, EndpointError]] = {}
 _CORRECTION = (
     "Your previous reply could not be used: {problem}. Answer the original request again, "
     "completely and exactly in the format it asks for."
@@ -288,6 +293,11 @@ class ModelClient:
             if self._probed or (answered and time.monotonic() - answered < _ANSWER_FRESH_SECONDS):
                 self._probed = True
                 return
+            for key in (self._answer_key[:2], (*self._answer_key, kind)):
+                failed_at, error = _PROBE_FAILED.get(key, (-math.inf, None))
+                if error is not None and time.monotonic() - failed_at < _ANSWER_FRESH_SECONDS:
+                    self._broken = error
+                    raise error
             probe = self._openai.with_options(timeout=0.9 * self.settings.timeout_seconds)
             for attempt in range(_PROBE_ATTEMPTS):
                 try:
@@ -306,6 +316,8 @@ class ModelClient:
                     if not _retryable(error) or attempt == _PROBE_ATTEMPTS - 1 or (timed_out and attempt == 1):
                         message, retryable = self._describe(error)
                         self._broken = EndpointError(message, retryable)
+                        key = self._answer_key[:2] if _unreachable(error) else (*self._answer_key, kind)
+                        _PROBE_FAILED[key] = (time.monotonic(), self._broken)
                         raise self._broken from None
                     if not timed_out:
                         await asyncio.sleep(min(_retry_after_seconds(error) or 0.5 * 2**attempt, 5.0))
