@@ -5,6 +5,7 @@ import json
 import pytest
 
 from graphrag_assets.method.ingest.documents import TabularColumns, read_corpus
+from graphrag_assets.method.progress import PROGRESS_TO_TERMINAL
 from graphrag_assets.resources import CorporaResource
 
 from .conftest import materialization_metadata
@@ -26,6 +27,9 @@ def messy_corpus(workspace):
         json.dumps({"text": "Alan Turing proposed a test.", "title": "Turing"}) + "\n{not json\n[1, 2]\n"
     )
     (folder / "data.bin").write_bytes(b"\x00\x01")
+    (folder.parent / "elsewhere").mkdir()
+    (folder.parent / "elsewhere" / "kept-out.txt").write_text("A folder linked in is not walked into.")
+    (folder / "linked").symlink_to(folder.parent / "elsewhere")
     return folder
 
 
@@ -41,12 +45,17 @@ def test_each_broken_file_is_named_with_its_problem(messy_corpus):
     assert "invalid JSON" in problems["lines.jsonl:2"]
     assert "not a JSON object" in problems["lines.jsonl:3"]
     assert "unsupported file type .bin" in problems["data.bin"]
+    assert "is a link to a folder, which is not followed" in problems["linked"]
     assert sorted(result.documents["title"]) == ["First", "Turing", "good.txt", "notes.md"]
     assert json.loads(result.documents.set_index("title").loc["First", "metadata"]) == {"year": "1952"}
 
 
-def test_a_broken_file_does_not_sink_the_corpus(workspace, messy_corpus):
+def test_a_broken_file_does_not_sink_the_corpus(workspace, messy_corpus, monkeypatch, capfd):
+    monkeypatch.setenv(PROGRESS_TO_TERMINAL, "1")  # as under the CLI
     result = workspace.materialize("messy", selection=["documents", "base_text_units"])
+    terminal = [line for line in capfd.readouterr().err.splitlines() if line.startswith("  [messy] warning: ")]
+    assert len(terminal) == 6 and "and 5 more problems" in terminal[-1]  # ten problems: five named, five counted
+    assert all(": " in line.removeprefix("  [messy] warning: messy/") for line in terminal[:5])
     metadata = materialization_metadata(result, "documents")
     assert metadata["dagster/row_count"] == 4
     assert "latin1.txt" in metadata["problems"] and "table.csv" in metadata["problems"]
@@ -74,6 +83,7 @@ def test_a_corpus_with_nothing_readable_fails_with_the_reasons(workspace):
     [
         ("../outside", "not a safe identifier"),
         ("Upper Case", "not a safe identifier"),
+        ("messy\n", "not a safe identifier"),
         ("escape", "outside"),
     ],
 )

@@ -272,12 +272,13 @@ def publish_imported(
     )
 
 
+def tell(context: dg.AssetExecutionContext, line: str, warning: bool = False) -> None:
+    """A line for the run's event log and, under the CLI, for the terminal too."""
+    (context.log.warning if warning else context.log.info)(line)
+    if os.environ.get(PROGRESS_TO_TERMINAL):
+        print(f"  [{context.partition_key}] {'warning: ' if warning else ''}{line}", file=sys.stderr, flush=True)
+
+
 def step_progress(context: dg.AssetExecutionContext, what: str, total: int, client=None) -> Progress:
     """How far the step is, in the run's event log (the run page shows it) at most every 10 s and at the end."""
-
-    def report(line: str) -> None:
-        context.log.info(line)
-        if os.environ.get(PROGRESS_TO_TERMINAL):
-            print(f"  [{context.partition_key}] {line}", file=sys.stderr, flush=True)
-
-    return Progress(what, total, report, usage=client.usage if client is not None else None)
+    return Progress(what, total, lambda line: tell(context, line), usage=client.usage if client is not None else None)

@@ -25,7 +25,10 @@ from .common import (
     publish_imported,
     read_inputs,
     step_progress,
+    tell,
 )
+
+_PROBLEMS_SHOWN = 5  # problem files named one per line in the log and terminal; the metadata lists every one
 
 
 class IngestConfig(dg.Config):
@@ -108,8 +111,11 @@ def corpus_documents(
         TabularColumns(config.text_column, config.title_column or None, tuple(config.metadata_columns)),
         keep_boilerplate=config.keep_boilerplate,
     )
-    for problem in read.problems:
-        context.log.warning(f"{folder.name}/{problem}")
+    for problem in read.problems[:_PROBLEMS_SHOWN]:
+        tell(context, f"{folder.name}/{problem}", warning=True)
+    if len(read.problems) > _PROBLEMS_SHOWN:
+        more = len(read.problems) - _PROBLEMS_SHOWN
+        tell(context, f"... and {more} more problems: the documents asset's metadata lists them all", warning=True)
     problems = dg.MetadataValue.md("\n".join(f"- `{p.path}`: {p.message}" for p in read.problems) or "none")
     if read.documents.empty:
         raise step_failure(

@@ -159,9 +159,15 @@ def read_corpus(
     records: list[dict] = []
     seen: dict[str, str] = {}
     files_read = 0
-    for path in sorted(p for p in root.rglob("*") if p.is_file()):
+    for path in sorted(p for p in root.rglob("*") if p.is_file() or p.is_symlink()):
         relative = path.relative_to(root).as_posix()
         if any(part.startswith(".") for part in path.relative_to(root).parts):
+            continue
+        if path.is_dir():  # a linked folder: rglob does not walk into it, so its files would vanish unsaid
+            problems.append(Problem(relative, "is a link to a folder, which is not followed; link or copy its files"))
+            continue
+        if not path.is_file():
+            problems.append(Problem(relative, "is a broken link, skipped"))
             continue
         target = path.resolve()
         if resolved_root not in target.parents:
