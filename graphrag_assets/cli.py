@@ -6,7 +6,11 @@ A step is named by its asset (entities, covariates, text_embeddings, ...) or its
 """
 
 import argparse
+import contextlib
+import functools
+import io
 import json
+import logging
 import os
 import re
 import socket
@@ -18,6 +22,7 @@ from pathlib import Path
 import dagster as dg
 import duckdb
 import yaml
+from dagster_shared.telemetry import get_or_set_instance_id
 
 from .automation.runs import HOST_TAG, PID_TAG, fail_runs_of_dead_processes
 from .method.progress import PROGRESS_TO_TERMINAL
@@ -64,9 +69,26 @@ def enter_project() -> None:
         os.chdir(root)
 
 
+class _WithoutConfigNotice(logging.Filter):
+    def filter(self, record: logging.LogRecord) -> bool:
+        return not record.getMessage().startswith("No dagster instance configuration file")
+
+
+@functools.cache
 def _instance() -> dg.DagsterInstance:
     # The project's dagster.yaml is the instance config unless the user points DAGSTER_HOME elsewhere.
     os.environ.setdefault("DAGSTER_HOME", str(Path.cwd() if (Path.cwd() / "dagster.yaml").is_file() else REPO))
+    home = Path(os.environ["DAGSTER_HOME"])
+    if not (home / "dagster.yaml").is_file():
+        # Dagster says so in a warning per instance and, the first time, a telemetry banner: one line instead.
+        print(
+            f"note: DAGSTER_HOME {home} has no dagster.yaml, so Dagster's defaults apply; copy the project's "
+            f"{REPO / 'dagster.yaml'} there for its settings (run queue, retries, no telemetry)",
+            file=sys.stderr,
+        )
+        logging.getLogger("dagster").addFilter(_WithoutConfigNotice())
+        with contextlib.redirect_stderr(io.StringIO()):
+            get_or_set_instance_id()
     instance = dg.DagsterInstance.get()
     for run_id, pid in fail_runs_of_dead_processes(instance):
         print(f"note: run {run_id} was left STARTED by process {pid}, which is gone; marked failed", file=sys.stderr)
@@ -232,9 +254,7 @@ def index(corpora: list[str], run_config: dict, verbose: bool) -> int:
         )
     else:
         print(f"store: {redacted(DATABASE)}")
-    print(
-        f"Dagster UI:   DAGSTER_HOME={os.environ['DAGSTER_HOME']} .venv/bin/dagster dev   then open http://127.0.0.1:3000"
-    )
+    print(f"Dagster UI:   DAGSTER_HOME={os.environ['DAGSTER_HOME']} .venv/bin/dg dev   then open http://127.0.0.1:3000")
     return 0
 
 

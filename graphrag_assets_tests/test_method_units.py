@@ -271,15 +271,16 @@ def test_progress_says_what_is_done_and_left_at_intervals_and_at_the_end():
 
     now, lines = [0.0], []
     usage = SimpleNamespace(calls=0, prompt_tokens=0, completion_tokens=0)
-    progress = Progress("text units extracted", 4, lines.append, usage, every_seconds=10, clock=lambda: now[0])
-    for moment, failed in ((2.0, False), (12.0, True), (13.0, False), (20.0, False)):
+    progress = Progress("text units extracted", 6, lines.append, usage, every_seconds=10, clock=lambda: now[0])
+    for moment, failed in ((11.0, False), (12.0, True), (22.0, False), (24.0, False), (28.0, False), (30.0, False)):
         now[0] = moment
         usage.calls += 2
         usage.prompt_tokens += 1000
         progress.advance(failed)
-    assert lines == [
-        "text units extracted: 2/4, 1 failed, 4 model calls, 2,000 tokens, about 12 s left",
-        "text units extracted: 4/4, 1 failed, 8 model calls, 4,000 tokens, done in 20 s",
+    assert lines == [  # no time left is guessed from one reply that waited for the step's start
+        "text units extracted: 1/6, 0 failed, 2 model calls, 1,000 tokens",
+        "text units extracted: 3/6, 1 failed, 6 model calls, 3,000 tokens, about 22 s left",
+        "text units extracted: 6/6, 1 failed, 12 model calls, 6,000 tokens, done in 30 s",
     ]
 
 

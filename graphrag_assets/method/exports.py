@@ -223,7 +223,9 @@ LANCEDB_TABLES = {
 def lancedb_tables(text_embeddings: pd.DataFrame, folder: Path) -> dict[str, int] | None:
     """The text embeddings as the LanceDB tables Microsoft GraphRAG's local, DRIFT and basic search read (id,
     vector, create_date, update_date); {table: rows}, or None without the `lancedb` extra installed."""
-    os.environ.setdefault("LANCE_LOG", "error")  # lance's Rust core warns on stderr about every new table
+    # lance's Rust core warns on stderr about every new table; lancedb's logger reads LANCEDB_LOG, lance's LANCE_LOG
+    for variable in ("LANCEDB_LOG", "LANCE_LOG"):
+        os.environ.setdefault(variable, "error")
     try:
         import lancedb
     except ImportError:

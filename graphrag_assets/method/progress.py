@@ -43,7 +43,9 @@ class Progress:
             tokens = self.usage.prompt_tokens + self.usage.completion_tokens
             parts.append(f"{self.usage.calls} model calls, {tokens:,} tokens")
         elapsed = now - self.started
-        if self.done < self.total and elapsed > 0:
+        # The first replies include the step's start and a cold connection: a rate from one or two of them
+        # promised a first run hours it never took. Estimate once a tenth of the items (up to 20) are done.
+        if self.done < self.total and self.done >= min(20, max(3, self.total // 10)) and elapsed > 0:
             parts.append(f"about {(self.total - self.done) * elapsed / self.done:.0f} s left")
         elif self.done == self.total:
             parts.append(f"done in {elapsed:.0f} s")
