@@ -22,6 +22,8 @@ from pathlib import Path
 import dagster as dg
 import duckdb
 import yaml
+from dagster._core.definitions.repository_definition.valid_definitions import SINGLETON_REPOSITORY_NAME
+from dagster._core.storage.tags import REPOSITORY_LABEL_TAG
 from dagster_shared.telemetry import get_or_set_instance_id
 
 from .automation.runs import HOST_TAG, PID_TAG, fail_runs_of_dead_processes
@@ -95,9 +97,17 @@ def _instance() -> dg.DagsterInstance:
     return instance
 
 
+CODE_LOCATION = "graphrag_assets"  # workspace.yaml and pyproject.toml's [tool.dg.project] name it so
+
+
 def _run_tags() -> dict:
-    """Who runs this run: lets a later command fail it if this process dies without saying so."""
-    return {PID_TAG: str(os.getpid()), HOST_TAG: socket.gethostname()}
+    """Who runs this run (a later command fails it if this process dies without saying so), and where its job
+    lives: the UI lists a job's runs by this label, which runs launched from the UI get from their origin."""
+    return {
+        PID_TAG: str(os.getpid()),
+        HOST_TAG: socket.gethostname(),
+        REPOSITORY_LABEL_TAG: f"{SINGLETON_REPOSITORY_NAME}@{CODE_LOCATION}",
+    }
 
 
 def _logging(verbose: bool) -> dict:

@@ -7,15 +7,18 @@ import signal
 import subprocess
 import sys
 import time
+import tomllib
 
 import duckdb
 import pytest
+import yaml
+from dagster._core.storage.tags import REPOSITORY_LABEL_TAG
 
 from graphrag_assets.automation.runs import PID_TAG
-from graphrag_assets.cli import step_settings
+from graphrag_assets.cli import CODE_LOCATION, step_settings
 from graphrag_assets_tests.model_server import FakeOpenAIServer
 
-from .conftest import open_instance
+from .conftest import REPO, open_instance
 from .test_small_corpora import write_corpus
 
 
@@ -150,6 +153,9 @@ def test_the_cli_takes_settings_and_says_what_is_wrong_in_one_line(tmp_path):
     unknown = cli.run("ask", "--follow-up", "no-such-answer", "And then?")
     assert unknown.returncode == 2 and "no answer 'no-such-answer' to follow up" in unknown.stderr
 
+    with open_instance(cli.home) as instance:  # the UI lists a job's runs by this label, as for its own runs
+        labels = {run.tags.get(REPOSITORY_LABEL_TAG) for run in instance.get_runs()}
+    assert labels == {f"__repository__@{CODE_LOCATION}"}
     runs = cli.runs()
     bad_level = cli.run("ask", "--corpus", "tiny", "--level", "7", "Who wrote letters?")
     assert bad_level.returncode == 2 and cli.runs() == runs  # refused before a run was launched
@@ -201,3 +207,10 @@ def test_a_killed_cli_run_is_marked_failed_by_the_next_command(tmp_path):
     assert f"run {run.run_id} was left STARTED by process {process.pid}, which is gone" in swept.stderr
     with open_instance(cli.home) as instance:
         assert instance.get_run_by_id(run.run_id).status.value == "FAILURE"
+
+
+def test_the_cli_labels_its_runs_with_the_code_location_the_ui_loads():
+    workspace = yaml.safe_load((REPO / "workspace.yaml").read_text())
+    assert workspace["load_from"][0]["python_module"]["location_name"] == CODE_LOCATION
+    project = tomllib.loads((REPO / "pyproject.toml").read_text())["tool"]
+    assert project["dg"]["project"]["code_location_name"] == project["dagster"]["code_location_name"] == CODE_LOCATION
