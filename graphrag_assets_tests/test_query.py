@@ -5,6 +5,7 @@ import re
 
 import pytest
 
+from graphrag_assets.assets.query import cited
 from graphrag_assets.method.ingest.tokens import count_tokens
 from graphrag_assets.method.search.global_search import reduce_points
 from graphrag_assets_tests.model_server import FakeOpenAIServer
@@ -55,6 +56,39 @@ def test_every_method_answers_offline_with_traceable_sources(offline_index, asse
     # Every answer traces back, through its context, to the sample document.
     trace = workspace.sql(metadata["trace_sql"])
     assert set(trace["document_title"]) == {"a-christmas-carol.txt"}
+    # A person can check each citation: every number cited is a row of the printed sources, with its text.
+    for kind, header in (("Sources", "source"), ("Reports", "community")):
+        assert set(cited(row.answer, kind)) <= set(numbered_rows(metadata["sources"], header)), kind
+
+
+def numbered_rows(markdown: str, header: str) -> list[int]:
+    """The numbers in the first column of each sources table whose first column is `header`."""
+    numbers, in_table = [], False
+    for line in markdown.splitlines():
+        cells = [c.strip() for c in line.strip().strip("|").split("|")] if line.startswith("|") else []
+        if cells and cells[0] == header:
+            in_table = True
+        elif not cells:
+            in_table = False
+        elif in_table and cells[0].isdigit():
+            numbers.append(int(cells[0]))
+    return numbers
+
+
+def test_offline_drift_quotes_each_sentence_once_under_readable_headings(offline_index):
+    answer = answer_row(offline_index[0], ask(offline_index, "drift_search", METHODS["drift_search"])).answer
+    quoted = [re.sub(r"\s*\[Data:[^\]]*\]$", "", line[2:]) for line in answer.splitlines() if line.startswith("- ")]
+    assert len(quoted) > 3 and len(quoted) == len(set(quoted))
+    headings = re.findall(r"^\*\*(.+)\*\*$", answer, re.MULTILINE)
+    assert all(QUESTION not in heading for heading in headings)  # no search strings dressed up as questions
+
+
+def test_an_offline_follow_up_answers_from_the_conversation_it_continues(offline_index):
+    first = answer_row(offline_index[0], ask(offline_index, "local_search", {"question": "Who is Bob Cratchit?"}))
+    conversation = [{"role": "user", "content": first.question}, {"role": "assistant", "content": first.answer}]
+    follow = ask(offline_index, "local_search", {"question": "What happens to him?", "conversation": conversation})
+    answer = answer_row(offline_index[0], follow).answer
+    assert "Extractive answer" in answer and "Sources (" in answer and "Cratchit" in answer
 
 
 @pytest.mark.parametrize("asset", METHODS)

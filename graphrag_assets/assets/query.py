@@ -6,6 +6,7 @@ to the documents behind it (the answer_sources view).
 """
 
 import json
+import re
 import time
 import uuid
 from collections.abc import Callable
@@ -197,14 +198,32 @@ def validate(
         )
 
 
+_SOURCES_SHOWN = 10  # rows of each sources table besides the cited ones, which are always shown
+
+
+def cited(answer: str, kind: str) -> list[int]:
+    """The record numbers an answer cites as `[Data: <kind> (3, 7)]`, in order, once each."""
+    numbers = (n for group in re.findall(rf"{kind} \(([\d, +more]+)\)", answer) for n in re.findall(r"\d+", group))
+    return list(dict.fromkeys(int(n) for n in numbers))
+
+
+def cited_first(ids: list[str], numbers: pd.Series, answer: str, kind: str) -> list[str]:
+    """The context's records of a kind with every one the answer cites first, then the rest up to the limit."""
+    wanted = set(cited(answer, kind))
+    known = [i for i in ids if i in numbers.index]
+    cited_ids = [i for i in known if numbers[i] in wanted]
+    rest = [i for i in known if numbers[i] not in wanted][: max(0, _SOURCES_SHOWN - len(cited_ids))]
+    return cited_ids + rest
+
+
 def sources_markdown(index: Index, result: SearchResult) -> str:
+    """What the answer was built from, each record with the number the answer cites it by."""
     parts = []
-    reports = index.reports.set_index("id")
     if result.context.get("reports"):
-        rows = reports.loc[[r for r in result.context["reports"] if r in reports.index]]
-        parts.append(
-            "**Community reports**\n\n" + rows[["community", "level", "title"]].head(15).to_markdown(index=False)
-        )
+        numbers = index.citation_numbers("reports")
+        shown = cited_first(result.context["reports"], numbers, result.answer, "Reports")
+        rows = index.reports.set_index("id").loc[shown]
+        parts.append("**Community reports**\n\n" + rows[["community", "level", "title"]].to_markdown(index=False))
     if result.context.get("points"):
         points = pd.DataFrame(result.context["points"])[["score", "description"]]
         parts.append("**Scored points (map step)**\n\n" + points.head(15).to_markdown(index=False))
@@ -212,20 +231,20 @@ def sources_markdown(index: Index, result: SearchResult) -> str:
         titles = index.entities.set_index("id").loc[result.context["entities"], "title"]
         parts.append("**Entities**: " + ", ".join(t.title() for t in titles.head(20)))
     if result.context.get("text_units"):
-        units = index.text_units.set_index("id").loc[result.context["text_units"]]
+        numbers = index.citation_numbers("text_units")
+        shown = cited_first(result.context["text_units"], numbers, result.answer, "Sources")
+        units = index.text_units.set_index("id").loc[shown]
         titles = index.documents.set_index("id")["title"]
         parts.append(
-            "**Source text units**\n\n"
+            "**Source text units** (an answer's `Sources (n)` is the row numbered n)\n\n"
             + pd.DataFrame(
                 {
-                    "text unit": units.index.str[:12],
-                    "document": units["document_id"].map(titles),
-                    "chunk": units["chunk_index"],
-                    "starts": units["text"].str[:80].str.replace("\n", " "),
+                    "source": numbers[units.index].to_numpy(),
+                    "document": units["document_id"].map(titles).to_numpy(),
+                    "chunk": units["chunk_index"].to_numpy(),
+                    "text": units["text"].str.replace(r"\s+", " ", regex=True).str[:200].to_numpy(),
                 }
-            )
-            .head(10)
-            .to_markdown(index=False)
+            ).to_markdown(index=False)
         )
     return "\n\n".join(parts) or "_no sources: nothing relevant was found_"
 

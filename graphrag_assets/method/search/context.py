@@ -36,12 +36,15 @@ class Index:
     # any object with nearest(query, k) and all() (store/vector_index.py's NearestIndex).
     approximate: dict = field(default_factory=dict)
 
+    def citation_numbers(self, kind: str) -> pd.Series:
+        """Record id -> the number answers cite it by: a report's community, a text unit's position."""
+        if kind == "reports":
+            return self.reports.set_index("id")["community"]
+        return pd.Series(range(len(self.text_units)), index=self.text_units["id"])
+
     def cite(self, kind: str, ids: list[str]) -> str:
         """Record ids as the context tables show them: report community numbers, text unit positions."""
-        if kind == "reports":
-            numbers = self.reports.set_index("id")["community"]
-        else:
-            numbers = pd.Series(range(len(self.text_units)), index=self.text_units["id"])
+        numbers = self.citation_numbers(kind)
         return ", ".join(str(numbers[i]) for i in ids if i in numbers.index)
 
     def report_text(self) -> dict[str, str]:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import re
 
 from ..graph.records import ChatModel, Embedder, InvalidReply, parse_json_reply
 from ..prompts import load_prompt
@@ -84,6 +85,9 @@ async def drift_search(
             ]
             if members:
                 titles.append(entity_rows.loc[members].sort_values("degree", ascending=False)["title"].iloc[0])
+        # Shown under a heading of their own: the search string is no question a person asked.
+        offline_headings = {f"{question} {t.title()}": f"More on {t.title()}" for t in reversed(titles)}
+        offline_headings["primer"] = "From the nearest community reports"
         queue = list(dict.fromkeys(f"{question} {t.title()}" for t in titles))[:follow_ups]
     else:
         data = await chat.complete(
@@ -159,7 +163,7 @@ async def drift_search(
     if not intermediate:
         return SearchResult(NO_ANSWER, chat is None, tokens, context, details)
     if chat is None:
-        body = "\n\n".join(f"**{q}**\n{a.replace(EXTRACTIVE_LABEL, '').strip()}" for q, a in intermediate)
+        body = extractive_sections([(offline_headings.get(q, q), a) for q, a in intermediate])
         return SearchResult(f"{EXTRACTIVE_LABEL}\n\n{body}", True, tokens, context, details)
     reduce_text = "\n\n".join(f"----{q}----\n{a}" for q, a in intermediate)
     answer = await chat.complete(
@@ -176,3 +180,21 @@ async def drift_search(
         ]
     )
     return SearchResult(answer or reduce_text, False, tokens, context, details)
+
+
+def extractive_sections(sections: list[tuple[str, str]]) -> str:
+    """Extractive answers under their headings, each quoted sentence once: follow-ups on neighbouring entities
+    find the same passages, and the first section that quotes one keeps it. A section left empty is dropped."""
+    seen: set[str] = set()
+    parts = []
+    for heading, answer in sections:
+        kept = []
+        for line in answer.replace(EXTRACTIVE_LABEL, "").strip().splitlines():
+            sentence = re.sub(r"\s*\[Data:[^\]]*\]\s*$", "", line.removeprefix("- ")).strip()
+            if sentence and any(sentence in earlier for earlier in seen):
+                continue
+            seen.add(sentence)
+            kept.append(line)
+        if any(line.strip() for line in kept):
+            parts.append(f"**{heading}**\n" + "\n".join(kept))
+    return "\n\n".join(parts)

@@ -158,10 +158,13 @@ async def local_search(
     text_unit_prop: float,
     conversation: list[dict] | None = None,
 ) -> SearchResult:
+    # What chooses the context, and offline the sentences quoted: a follow-up ("and who read them?") alone
+    # shares no words with the passages its conversation is about.
+    asked = with_recent_turns(question, conversation)
     context = await local_context_for(
         embedder,
         index,
-        with_recent_turns(question, conversation),
+        asked,
         community_level,
         top_k_entities,
         max_context_tokens,
@@ -169,7 +172,7 @@ async def local_search(
         text_unit_prop,
     )
     if chat is None:
-        answer = extractive_local_answer(index, question, context)
+        answer = extractive_local_answer(index, asked, context)
     else:
         answer = await chat.complete(
             [
@@ -200,7 +203,8 @@ async def basic_search(
     conversation: list[dict] | None = None,
 ) -> SearchResult:
     """The paper's SS baseline: vector search over text units, packed into the budget."""
-    query = await embed_query(embedder, index, with_recent_turns(question, conversation))
+    asked = with_recent_turns(question, conversation)
+    query = await embed_query(embedder, index, asked)
     units = index.text_units.set_index("id")["text"]
     number = {u: i for i, u in enumerate(index.text_units["id"])}
     hits = index.nearest("text_unit", query, top_k)
@@ -209,7 +213,7 @@ async def basic_search(
     )
     context = {"text_units": packed, "scores": {u: round(s, 4) for u, s in hits if u in packed}}
     if chat is None:
-        answer = cited_sentences(index, question, "text_units", packed, units.to_dict())
+        answer = cited_sentences(index, asked, "text_units", packed, units.to_dict())
     else:
         answer = await chat.complete(
             [
