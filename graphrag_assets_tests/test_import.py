@@ -3,9 +3,11 @@
 import json
 import shutil
 
+import dagster as dg
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from graphrag_assets.assets.query import cited
 from graphrag_assets.method.exports import GRAPHRAG_SCHEMAS
 from graphrag_assets_tests.model_server import FakeOpenAIServer
 
@@ -70,6 +72,10 @@ def microsoft_output() -> dict[str, list[dict]]:
         }
         for i in range(8)
     ]
+    # As in Microsoft GraphRAG's own test index: a relationship whose endpoint is no entity, and a name an alias
+    # search would pair with ADA QUAYLE (an import asks the model nothing unless told to).
+    relationships.append({**relationships[7], "id": "rel-8", "human_readable_id": 8, "target": "THE HARBOUR MASTER"})
+    entities.append({**entities[0], "id": "entity-8", "human_readable_id": 8, "title": "QUAYLE", "degree": 0})
     covariates = [
         {
             "id": f"claim-{i}",
@@ -145,8 +151,12 @@ def test_a_microsoft_graphrag_output_is_imported_and_answers_at_every_level(tmp_
             chat_resource(server.base_url, workspace.cache),
             embedding_resource(server.base_url, workspace.cache),
         )
-        workspace.materialize(CORPUS, chat=chat, embeddings=embeddings)
-        assert {s.kind for s in server.served} <= {"embed", "probe"}  # no extraction, summary or report call
+        result = workspace.materialize(CORPUS, chat=chat, embeddings=embeddings)  # every index asset, green
+        assert {s.kind for s in server.served} <= {"embed", "probe"}  # no extraction, summary, alias or report call
+        (check,) = [c for c in result.get_asset_check_evaluations() if c.check_name.startswith("relationship_end")]
+        assert check.severity == dg.AssetCheckSeverity.WARN and check.metadata["dangling_endpoints"].value == 1
+        layout = workspace.sql("SELECT * FROM layouts WHERE corpus = ? AND kind = 'entity'", CORPUS)
+        assert set(layout["title"]) == set(PEOPLE)  # the graph's nodes are entities (QUAYLE has no edge to walk)
         for name in ("documents", "entities", "relationships", "covariates"):
             ids = workspace.sql(f"SELECT id FROM {name} WHERE corpus = ? ORDER BY id", CORPUS)["id"].tolist()
             assert ids == sorted(row["id"] for row in output[name]), name
@@ -176,6 +186,12 @@ def test_a_microsoft_graphrag_output_is_imported_and_answers_at_every_level(tmp_
             ]
             expected = reports.loc[reports["level"] == level, "id"]
             assert sorted(json.loads(answer)["reports"]) == sorted(expected)
+        # The copy of community 1 at level 1 is cited as community 1, a number Microsoft's index has (the offline
+        # answer quotes and cites each report it uses).
+        question = {"question": "Who meets at the harbour?", "community_level": 1}
+        offline = workspace.ask(CORPUS, "global_search", question, embeddings=embeddings)
+        answer = workspace.sql("SELECT answer FROM query_answers WHERE run_id = ?", offline.run_id).iloc[0, 0]
+        assert 1 in cited(answer, "Reports") and set(cited(answer, "Reports")) <= {0, 1, 2, 3}
         mapped = " ".join(s.prompt for s in server.served if s.kind == "map")
         assert all(f"Harbour circle {n}" in mapped for n in range(4))
 

@@ -57,7 +57,7 @@ def test_every_method_answers_offline_with_traceable_sources(offline_index, asse
     trace = workspace.sql(metadata["trace_sql"])
     assert set(trace["document_title"]) == {"a-christmas-carol.txt"}
     # A person can check each citation: every number cited is a row of the printed sources, with its text.
-    for kind, header in (("Sources", "source"), ("Reports", "community")):
+    for kind, header in (("Sources", "source"), ("Reports", "report")):
         assert set(cited(row.answer, kind)) <= set(numbered_rows(metadata["sources"], header)), kind
 
 

@@ -222,8 +222,8 @@ def sources_markdown(index: Index, result: SearchResult) -> str:
     if result.context.get("reports"):
         numbers = index.citation_numbers("reports")
         shown = cited_first(result.context["reports"], numbers, result.answer, "Reports")
-        rows = index.reports.set_index("id").loc[shown]
-        parts.append("**Community reports**\n\n" + rows[["community", "level", "title"]].to_markdown(index=False))
+        rows = index.reports.set_index("id").loc[shown].rename(columns={"cited_as": "report"})
+        parts.append("**Community reports**\n\n" + rows[["report", "level", "title"]].to_markdown(index=False))
     if result.context.get("points"):
         points = pd.DataFrame(result.context["points"])[["score", "description"]]
         parts.append("**Scored points (map step)**\n\n" + points.head(15).to_markdown(index=False))

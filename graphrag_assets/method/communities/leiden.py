@@ -37,11 +37,17 @@ def community_id(level: int, entity_ids: list[str]) -> str:
 
 
 def networkx_graph(entities: pd.DataFrame, relationships: pd.DataFrame) -> nx.Graph:
-    """Undirected graph over entity titles, weights summed over both directions, in a stable order."""
+    """Undirected graph over entity titles, weights summed over both directions, in a stable order.
+
+    A relationship naming a title that is no entity (Microsoft GraphRAG's own outputs have some) stays in its
+    table but is no edge here: the graph's nodes are exactly the entities.
+    """
     graph = nx.Graph()
     for row in entities.sort_values("title").itertuples(index=False):
         graph.add_node(row.title, id=row.id, type=row.type, degree=int(row.degree))
     for row in relationships.sort_values(["source", "target"]).itertuples(index=False):
+        if row.source not in graph or row.target not in graph:
+            continue
         if graph.has_edge(row.source, row.target):
             graph[row.source][row.target]["weight"] += float(row.weight)
         else:

@@ -36,10 +36,22 @@ class Index:
     # any object with nearest(query, k) and all() (store/vector_index.py's NearestIndex).
     approximate: dict = field(default_factory=dict)
 
+    def __post_init__(self) -> None:
+        # A community carried down to a deeper level unsplit is a copy of the community Leiden made (or an imported
+        # index holds): contexts and answers cite it by that community's number, one that exists in any export.
+        carried = self.communities.set_index("community")["carried_from"].to_dict() if len(self.communities) else {}
+
+        def original(number: int) -> int:
+            while carried.get(number, -1) is not None and carried.get(number, -1) >= 0:
+                number = int(carried[number])
+            return number
+
+        self.reports = self.reports.assign(cited_as=[original(int(c)) for c in self.reports["community"]])
+
     def citation_numbers(self, kind: str) -> pd.Series:
-        """Record id -> the number answers cite it by: a report's community, a text unit's position."""
+        """Record id -> the number answers cite it by: a report's original community, a text unit's position."""
         if kind == "reports":
-            return self.reports.set_index("id")["community"]
+            return self.reports.set_index("id")["cited_as"]
         return pd.Series(range(len(self.text_units)), index=self.text_units["id"])
 
     def cite(self, kind: str, ids: list[str]) -> str:

@@ -59,7 +59,7 @@ async def drift_search(
     nearest_reports = [i for i, _ in index.nearest("community_report", query, primer_reports)]
     reports = index.reports.set_index("id").loc[nearest_reports]
     primer_text, primer_ids, primer_tokens = pack(
-        [(i, csv_line(r.community, r.title, r.full_content)) for i, r in reports.iterrows()],
+        [(i, csv_line(r.cited_as, r.title, r.full_content)) for i, r in reports.iterrows()],
         "id|title|content",
         max_context_tokens,
     )

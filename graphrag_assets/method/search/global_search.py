@@ -40,7 +40,7 @@ def report_records(
     if level is not None:
         reports = reports[reports["level"] == level]
     return [
-        (r.id, csv_line(r.community, r.title, r.rank, r.full_content))
+        (r.id, csv_line(r.cited_as, r.title, r.rank, r.full_content))
         for r in reports.sort_values("community").itertuples(index=False)
     ]
 

@@ -43,7 +43,7 @@ def build_local_context(
     reports["matches"] = reports["community"].map(counts)
     reports = reports.sort_values(["matches", "rank", "community"], ascending=[False, False, True])
     report_text, report_ids, report_tokens = pack(
-        [(r.id, csv_line(r.community, r.title, r.full_content)) for r in reports.itertuples()],
+        [(r.id, csv_line(r.cited_as, r.title, r.full_content)) for r in reports.itertuples()],
         "-----Reports-----\nid|title|content",
         int(budget * community_prop),
     )
