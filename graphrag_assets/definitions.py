@@ -36,9 +36,9 @@ _OPTIONAL_SETTINGS = {
 }
 
 
-def _endpoint_settings(model_variable: str, default_model: str) -> dict:
+def _endpoint_settings(model_variable: str, default_model: str, base_variable: str = "GRAPHRAG_API_BASE") -> dict:
     return dict(
-        base_url=os.getenv("GRAPHRAG_API_BASE"),
+        base_url=os.getenv(base_variable) or os.getenv("GRAPHRAG_API_BASE"),
         # EnvVar keeps the key out of the UI and the run config; it is read only where the run happens.
         api_key=dg.EnvVar("GRAPHRAG_API_KEY") if os.getenv("GRAPHRAG_API_KEY") else None,
         model=os.getenv(model_variable, default_model),
@@ -68,8 +68,9 @@ defs = dg.Definitions(
         "judge": ChatModelResource(**_endpoint_settings("GRAPHRAG_JUDGE_MODEL", "gpt-4o-mini"))
         if os.getenv("GRAPHRAG_JUDGE_MODEL")
         else ChatModelResource(),
+        # A server of its own for embeddings where one server serves one model (vLLM, llama.cpp's server).
         "embeddings": EmbeddingModelResource(
-            **_endpoint_settings("GRAPHRAG_EMBEDDING_MODEL", "text-embedding-3-small")
+            **_endpoint_settings("GRAPHRAG_EMBEDDING_MODEL", "text-embedding-3-small", "GRAPHRAG_EMBEDDING_API_BASE")
         ),
     },
 )

@@ -12,7 +12,7 @@ from graphrag_assets.method.search.local_search import local_context_for
 from graphrag_assets.models import ModelClient
 from graphrag_assets_tests.model_server import FakeOpenAIServer
 
-from .conftest import SAMPLE_CORPUS, Workspace, chat_resource, table
+from .conftest import REPO, SAMPLE_CORPUS, Workspace, chat_resource, table
 
 NAMES = {
     "SCROOGE": (30, "Scrooge is a miser who keeps his counting-house"),
@@ -156,3 +156,17 @@ def test_search_reads_the_resolved_graph_and_a_variant_found_stands_for_its_cano
     assert nearest(asyncio.run(embed_query(None, index, question)), ids, matrix, 1)[0][0] == variant
     context = asyncio.run(local_context_for(None, index, question, 0, 1, 4000, 0.25, 0.5))
     assert context.ids["entities"] == [canonical]
+
+
+def test_the_offline_sample_figures_in_the_docs(offline_index):
+    """docs/internals.md quotes these figures of the sample corpus indexed offline: a change to the method that
+    moves them fails here, so the page is updated with it."""
+    workspace = offline_index[0]
+    aliases = workspace.sql("SELECT entity, canonical, accepted FROM entity_aliases WHERE corpus = ?", SAMPLE_CORPUS)
+    accepted = set(zip(aliases.loc[aliases["accepted"], "entity"], aliases.loc[aliases["accepted"], "canonical"]))
+    assert (len(aliases), len(accepted)) == (57, 8)
+    assert {("MARLEY", "JACOB MARLEY"), ("OLD MARLEY", "MARLEY"), ("TIM", "TINY TIM")} <= accepted
+    assert {("MERRY CHRISTMAS", "CHRISTMAS"), ("MARLEY GHOST", "GHOST")} <= accepted
+    levels = workspace.sql("SELECT level, count(*) AS n FROM communities WHERE corpus = ? GROUP BY 1", SAMPLE_CORPUS)
+    assert dict(zip(levels["level"], levels["n"])) == {0: 8, 1: 11}
+    assert "8 of 57 candidate pairs" in (REPO / "docs" / "internals.md").read_text()

@@ -116,3 +116,13 @@ def test_every_launchpad_setting_says_what_it_does():
     assert len(configs) > 15
     undescribed = [f"{c.__name__}.{name}" for c in configs for name, f in c.model_fields.items() if not f.description]
     assert undescribed == []
+
+
+def test_every_variable_the_docs_name_is_one_the_code_reads():
+    """The README's copy-paste blocks and the reference name GRAPHRAG_* variables: each must be read somewhere,
+    so a renamed setting cannot leave a block that silently does nothing."""
+    code = [*(REPO / "graphrag_assets").rglob("*.py"), *(REPO / "graphrag_assets_tests").rglob("*.py")]
+    source = "\n".join(path.read_text() for path in code if path.name != "test_definitions.py")
+    for page in (REPO / "README.md", REPO / "docs" / "internals.md"):
+        named = set(re.findall(r"\b(GRAPHRAG_[A-Z_]+)\b", page.read_text()))
+        assert named and not {v for v in named if f'"{v}"' not in source}, page.name
