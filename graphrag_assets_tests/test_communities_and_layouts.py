@@ -1,10 +1,12 @@
 """The second half of the index: communities, reports, embeddings, layouts, exports and their checks."""
 
+import asyncio
 import json
 import shutil
 from collections import Counter, defaultdict
 
 import dagster as dg
+import duckdb
 import networkx as nx
 import numpy as np
 import pandas as pd
@@ -16,11 +18,12 @@ from graphrag_assets.assets.embeddings import vectors_check
 from graphrag_assets.assets.index import entities_found, relationship_endpoints_are_entities
 from graphrag_assets.method.communities.context import CommunityContext, Element, SubReport, build_context
 from graphrag_assets.method.communities.leiden import cluster_graph
-from graphrag_assets.method.communities.reports import parse_report, parse_report_batch
+from graphrag_assets.method.communities.reports import generate_reports, parse_report, parse_report_batch
 from graphrag_assets.method.embeddings.text import document_embeddings
 from graphrag_assets.method.graph.aliases import canonical_of
 from graphrag_assets.method.graph.records import InvalidReply
 from graphrag_assets.method.search.context import nearest
+from graphrag_assets.models import ModelClient, ModelSettings
 
 from .conftest import INDEX_ASSETS, SAMPLE_CORPUS, Workspace, chat_resource, materialization_metadata, table
 from .model_server import FakeOpenAIServer, Faults
@@ -456,3 +459,59 @@ def test_batched_reports_put_on_the_wrong_communities_are_rejected_and_asked_alo
     assert reports.set_index("community")["title"].equals(
         table(original, "community_reports").set_index("community")["title"]
     )
+
+
+def test_a_community_whose_elements_overflow_its_budget_is_written_from_its_sub_communities_reports(llm_index):
+    """The paper's section 3.1.5: above the leaves, when a community's own entities, relationships and claims do
+    not fit the budget, its largest sub-communities' elements are replaced by their (shorter) reports."""
+    workspace = llm_index[0]
+    tables = {name: table(workspace, name) for name in ("communities", "entities", "relationships", "covariates")}
+    units = table(workspace, "text_units")
+
+    with FakeOpenAIServer() as server:
+        settings = ModelSettings(model="test-model", base_url=server.base_url, cache_dir=str(workspace.root / "sub"))
+
+        async def main():
+            client = ModelClient(settings)
+            try:
+                graph = (tables["communities"], tables["entities"], tables["relationships"], tables["covariates"])
+                return await generate_reports(client, *graph, units, max_context_tokens=600)
+            finally:
+                await client.close()
+
+        reports, stats = asyncio.run(main())
+        prompts = [s.prompt for s in server.served if s.kind.startswith("report")]
+    substituted = reports[reports["substituted_communities"].map(len) > 0]
+    assert len(substituted) and stats.substitutions
+    titles = reports.set_index("community")["title"]
+    for row in substituted.itertuples():  # the parent's request carried each substituted child's report
+        assert any(all(titles[child] in p for child in row.substituted_communities) for p in prompts), row.community
+
+
+def test_a_warm_start_clusters_from_the_stored_communities_not_from_scratch(tmp_path):
+    """Seeds 1 and 2 partition the sample differently. With the communities of seed 2 stored as the last run's
+    (seed 1's settings on record), a warm start under seed 1 keeps them (a converged partition is a fixed point),
+    where clustering from scratch gives seed 1's own: the result shows which one the step really started from."""
+    workspace = Workspace(tmp_path)
+    workspace.add_sample_corpus()
+    graph = ["documents", "base_text_units", "entities", "relationships", "entity_aliases"]
+    workspace.materialize(SAMPLE_CORPUS, selection=graph)
+
+    def cluster(seed: int, warm: bool) -> pd.DataFrame:
+        config = {"seed": seed, "start_from_previous": warm}
+        workspace.materialize(
+            SAMPLE_CORPUS, selection=["communities"], run_config={"ops": {"communities": {"config": config}}}
+        )
+        return table(workspace, "communities")
+
+    def partition(communities: pd.DataFrame) -> set:
+        return {(row.level, frozenset(row.entity_ids)) for row in communities.itertuples()}
+
+    seed_two = cluster(2, warm=False)
+    seed_one = cluster(1, warm=False)
+    assert partition(seed_one) != partition(seed_two)
+    with duckdb.connect(str(workspace.database)) as conn:  # seed 2's communities, as if the last run had made them
+        conn.execute("DELETE FROM communities WHERE corpus = ?", [SAMPLE_CORPUS])
+        conn.register("stored", seed_two.assign(corpus=SAMPLE_CORPUS))
+        conn.execute("INSERT INTO communities BY NAME SELECT * FROM stored")
+    assert partition(cluster(1, warm=True)) == partition(seed_two)

@@ -1,13 +1,18 @@
 """Query assets against the test model server and offline, on the indexed sample corpus."""
 
+import asyncio
 import json
+import os
 import re
+import subprocess
+import sys
 
+import duckdb
 import pytest
 
-from graphrag_assets.assets.query import cited
+from graphrag_assets.assets.query import cited, load_index
 from graphrag_assets.method.ingest.tokens import count_tokens
-from graphrag_assets.method.search.global_search import reduce_points
+from graphrag_assets.method.search.global_search import reduce_points, select_communities
 from graphrag_assets_tests.model_server import FakeOpenAIServer
 
 from .conftest import SAMPLE_CORPUS, chat_resource, embedding_resource, materialization_metadata
@@ -261,3 +266,40 @@ def test_the_licence_and_the_books_headings_stay_out_of_the_offline_graph(offlin
     assert not titles.str.contains("GUTENBERG|STAVE|ILLUSTRATION").any()
     document = workspace.sql("SELECT text, metadata FROM documents").iloc[0]
     assert "*** START OF" not in document.text and json.loads(document.metadata)["boilerplate_chars_removed"] > 10_000
+
+
+def test_dynamic_selection_never_walks_into_a_carried_down_copy(offline_index):
+    """A root community that Leiden did not split is carried down as a copy with the same report. When the root is
+    relevant, the walk keeps the root and neither rates nor selects its copy (that would read one report twice
+    and cite a number no export has)."""
+    workspace = offline_index[0]
+    with duckdb.connect(str(workspace.database), read_only=True) as conn:
+        index = load_index(conn, SAMPLE_CORPUS)
+    communities = index.communities.set_index("community")
+    copies = communities[communities["carried_from"] >= 0]
+    carried_roots = sorted(set(copies["carried_from"]) & set(communities.index[communities["level"] == 0]))
+    assert carried_roots
+    reports = index.reports.set_index("community")
+    for root in carried_roots:
+        question = reports.loc[root, "title"] + ": " + reports.loc[root, "summary"]  # the root's own words
+        selected, rated = asyncio.run(select_communities(None, None, index, question, max_level=1))
+        assert reports.loc[root, "id"] in selected
+        assert not set(rated) & set(copies.index) and not set(selected) & set(reports.loc[copies.index, "id"])
+
+
+def test_a_cache_key_is_the_same_in_another_process():
+    """The response cache outlives processes: a key that changed with the process (a set's order, hash
+    randomization) would pay again for every call of a resumed run."""
+    probe = (
+        "from graphrag_assets.models import ModelClient, ModelSettings\n"
+        "client = ModelClient(ModelSettings(model='m', base_url='http://127.0.0.1:9', cache_dir=None))\n"
+        "print(client._chat_request([{'role': 'user', 'content': 'Who?'}], {'temperature': 0.0, 'seed': 7})[1])\n"
+        "print(client._embedding_key('Who?'))"
+    )
+    keys = [
+        subprocess.run(
+            [sys.executable, "-c", probe], env={**os.environ, "PYTHONHASHSEED": seed}, capture_output=True, text=True
+        ).stdout.split()
+        for seed in ("1", "2")
+    ]
+    assert len(keys[0]) == 2 and keys[0] == keys[1]
