@@ -4,8 +4,8 @@ import dagster as dg
 import pandas as pd
 from pydantic import Field
 
-from ..method import imports
-from ..method.communities.leiden import DEFAULT_SEED, build_communities
+from ..method import defaults, imports
+from ..method.communities.leiden import build_communities
 from ..method.communities.reports import REPORT_PROMPTS, generate_reports
 from ..method.graph.aliases import resolve
 from ..resources import ChatModelResource, CorporaResource, DuckDBStoreResource
@@ -28,9 +28,13 @@ from .common import (
 
 class CommunityConfig(dg.Config):
     max_cluster_size: int = Field(
-        10, ge=2, description="A community larger than this is split again at the next level (Leiden)."
+        defaults.MAX_CLUSTER_SIZE,
+        ge=2,
+        description="A community larger than this is split again at the next level (Leiden).",
     )
-    seed: int = Field(DEFAULT_SEED, description="Leiden's random seed: the same seed gives the same communities.")
+    seed: int = Field(
+        defaults.COMMUNITY_SEED, description="Leiden's random seed: the same seed gives the same communities."
+    )
     use_lcc: bool = Field(
         False,
         description="Cluster only the largest connected component, as GraphRAG does by default; off here so that "
@@ -46,16 +50,22 @@ class CommunityConfig(dg.Config):
 
 class ReportConfig(dg.Config):
     max_context_tokens: int = Field(
-        8000, ge=500, description="Tokens of entities, relationships, claims and sub-reports a report is written from."
+        defaults.REPORT_MAX_CONTEXT_TOKENS,
+        ge=500,
+        description="Tokens of entities, relationships, claims and sub-reports a report is written from.",
     )
-    max_report_length: int = Field(1500, ge=100, description="Words a report may have.")
+    max_report_length: int = Field(defaults.REPORT_MAX_LENGTH, ge=100, description="Words a report may have.")
     batch_below_tokens: int = Field(
-        500,
+        defaults.REPORT_BATCH_BELOW_TOKENS,
         ge=0,
         description="Communities whose context has at most this many tokens (two or three entities) are reported "
         "several to a request, each report short; each is still cached as its own, so an edit re-asks only its own.",
     )
-    batch_size: int = Field(5, ge=1, description="Small communities reported in one request at most (1: each alone).")
+    batch_size: int = Field(
+        defaults.REPORT_BATCH_SIZE,
+        ge=1,
+        description="Small communities reported in one request at most (1: each alone).",
+    )
     max_failed_fraction: float = Field(
         0.05, ge=0, le=1, description="Share of reports that may fail (and stay unwritten) before the step fails."
     )

@@ -5,11 +5,12 @@ import pandas as pd
 from pydantic import Field
 
 from ..failures import step_failure
-from ..method import imports
+from ..method import defaults, imports
+from ..method.entity_graph import build_entity_graph
 from ..method.graph import aliases as alias_method
 from ..method.graph.claims import CLAIM_PROMPTS, COVARIATE_COLUMNS, DEFAULT_CLAIM_DESCRIPTION, extract_claims
 from ..method.graph.extraction import DEFAULT_ENTITY_TYPES, EXTRACTION_PROMPTS
-from ..method.graph.tables import build_entity_graph, link_text_units
+from ..method.graph.tables import link_text_units
 from ..method.ingest.documents import TabularColumns, read_corpus
 from ..method.ingest.text_units import chunk_documents
 from ..resources import ChatModelResource, CorporaResource, DuckDBStoreResource
@@ -32,9 +33,11 @@ _PROBLEMS_SHOWN = 5  # problem files named one per line in the log and terminal;
 
 
 class IngestConfig(dg.Config):
-    chunk_size: int = Field(600, ge=1, description="Tokens a text unit may have, its overlap included.")
+    chunk_size: int = Field(defaults.CHUNK_SIZE, ge=1, description="Tokens a text unit may have, its overlap included.")
     chunk_overlap: int = Field(
-        100, ge=0, description="Tokens of the previous text unit that open the next one (less than chunk_size)."
+        defaults.CHUNK_OVERLAP,
+        ge=0,
+        description="Tokens of the previous text unit that open the next one (less than chunk_size).",
     )
     text_column: str = Field("text", description="CSV and JSONL files: the column that holds the text.")
     title_column: str = Field("title", description="CSV and JSONL files: the column that holds the title, if any.")
@@ -49,17 +52,27 @@ class IngestConfig(dg.Config):
 class GraphConfig(dg.Config):
     entity_types: list[str] = Field(list(DEFAULT_ENTITY_TYPES), description="The kinds of entity to extract.")
     max_gleanings: int = Field(
-        1, ge=0, description="Times the model is asked for what it missed in a text unit (0: never)."
+        defaults.MAX_GLEANINGS,
+        ge=0,
+        description="Times the model is asked for what it missed in a text unit (0: never).",
     )
     summary_max_input_tokens: int = Field(
-        4000, ge=1, description="Tokens of descriptions one summary call reads; longer lists go in batches."
+        defaults.SUMMARY_MAX_INPUT_TOKENS,
+        ge=1,
+        description="Tokens of descriptions one summary call reads; longer lists go in batches.",
     )
-    summary_max_tokens: int = Field(500, ge=20, description="Tokens a description summary may have.")
+    summary_max_tokens: int = Field(
+        defaults.SUMMARY_MAX_TOKENS, ge=20, description="Tokens a description summary may have."
+    )
     summarize_above_tokens: int = Field(
-        500, ge=0, description="Descriptions of one element that together fit this are joined, not summarized."
+        defaults.SUMMARIZE_ABOVE_TOKENS,
+        ge=0,
+        description="Descriptions of one element that together fit this are joined, not summarized.",
     )
     offline_min_mentions: int = Field(
-        2, ge=1, description="Offline engine only: mentions a noun phrase needs to become an entity."
+        defaults.OFFLINE_MIN_MENTIONS,
+        ge=1,
+        description="Offline engine only: mentions a noun phrase needs to become an entity.",
     )
     max_failed_unit_fraction: float = Field(
         0.05, ge=0, le=1, description="Share of text units whose extraction may fail before the step fails."
@@ -70,7 +83,9 @@ class ClaimsConfig(dg.Config):
     enabled: bool = Field(True, description="Extract claims (one more model pass over every text unit).")
     claim_description: str = Field(DEFAULT_CLAIM_DESCRIPTION, description="What counts as a claim.")
     entity_specs: list[str] = Field(list(DEFAULT_ENTITY_TYPES), description="The kinds of entity claims are about.")
-    max_gleanings: int = Field(1, ge=0, description="Times the model is asked for claims it missed (0: never).")
+    max_gleanings: int = Field(
+        defaults.MAX_GLEANINGS, ge=0, description="Times the model is asked for claims it missed (0: never)."
+    )
     max_failed_unit_fraction: float = Field(
         0.05, ge=0, le=1, description="Share of text units whose claim extraction may fail before the step fails."
     )

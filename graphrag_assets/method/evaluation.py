@@ -17,7 +17,7 @@ import numpy as np
 import pandas as pd
 
 from .graph.records import ChatModel, Embedder, InvalidReply, check_free_text, parse_json_reply
-from .prompts import load_prompt
+from .prompts import user_message
 from .search.context import Index, SearchResult, windows
 from .search.global_search import MAP_HEADERS, global_search, report_records, text_summary_search, unit_records
 from .search.local_search import basic_search
@@ -30,14 +30,6 @@ CRITERIA = {
     "their own",
     "directness": "how plainly and specifically the answer addresses what was asked",
 }
-EVALUATION_PROMPTS = (
-    "evaluation_corpus",
-    "evaluation_personas",
-    "evaluation_tasks",
-    "evaluation_questions",
-    "evaluation_judge",
-    "evaluation_claims",
-)
 
 
 def string_list(field: str, count: int | None = None):
@@ -56,13 +48,9 @@ def string_list(field: str, count: int | None = None):
     return parse
 
 
-def _ask(chat: ChatModel, prompt: str, **values):
-    return [{"role": "user", "content": load_prompt(prompt).format(**values)}]
-
-
 async def describe_corpus(chat: ChatModel, root_reports: list[str]) -> str | None:
     reports = "\n\n".join(root_reports)
-    return await chat.complete(_ask(chat, "evaluation_corpus", reports=reports), parse=check_free_text)
+    return await chat.complete(user_message("evaluation_corpus", reports=reports), parse=check_free_text)
 
 
 async def sensemaking_questions(
@@ -71,7 +59,7 @@ async def sensemaking_questions(
     """K personas x N tasks x M questions that need the whole corpus (the paper's activity-based generation)."""
     json_reply = {"response_format": {"type": "json_object"}}
     people = await chat.complete(
-        _ask(chat, "evaluation_personas", count=personas, description=description),
+        user_message("evaluation_personas", count=personas, description=description),
         parse=string_list("personas", personas),
         **json_reply,
     )
@@ -80,7 +68,7 @@ async def sensemaking_questions(
 
     async def tasks_of(persona: str):
         return await chat.complete(
-            _ask(chat, "evaluation_tasks", count=tasks, description=description, persona=persona),
+            user_message("evaluation_tasks", count=tasks, description=description, persona=persona),
             parse=string_list("tasks", tasks),
             **json_reply,
         )
@@ -89,7 +77,7 @@ async def sensemaking_questions(
 
     async def questions_of(persona: str, task: str):
         asked = await chat.complete(
-            _ask(chat, "evaluation_questions", count=questions, description=description, persona=persona, task=task),
+            user_message("evaluation_questions", count=questions, description=description, persona=persona, task=task),
             parse=string_list("questions", questions),
             **json_reply,
         )
@@ -193,8 +181,7 @@ def comparisons(answers: pd.DataFrame, questions: pd.DataFrame, criteria: list[s
 async def judge(chat: ChatModel, comparison: Comparison) -> dict | None:
     """The judge's verdict; `seed` carries the repeat, so each repeat is its own request (and cache entry)."""
     verdict = await chat.complete(
-        _ask(
-            chat,
+        user_message(
             "evaluation_judge",
             criterion=comparison.criterion,
             definition=CRITERIA[comparison.criterion],
@@ -293,7 +280,7 @@ def claim_clusters(claims: list[str], threshold: float) -> int:
 
 async def answer_claims(chat: ChatModel, answer: str) -> list[str] | None:
     return await chat.complete(
-        _ask(chat, "evaluation_claims", answer=answer),
+        user_message("evaluation_claims", answer=answer),
         parse=string_list("claims"),
         response_format={"type": "json_object"},
     )

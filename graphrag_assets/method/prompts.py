@@ -44,6 +44,11 @@ def load_prompt(name: str) -> Prompt:
     return _load(path, path.stat().st_mtime_ns)
 
 
+def user_message(name: str, **values: object) -> list[dict]:
+    """The prompt `name` filled in with `values`, as the one user message of a chat request."""
+    return [{"role": "user", "content": load_prompt(name).format(**values)}]
+
+
 def prompts_version(*names: str) -> str:
     """One short hash over several prompts, for an asset's code version."""
     digest = hashlib.sha256("".join(load_prompt(name).sha for name in names).encode())

@@ -15,6 +15,8 @@ from collections import Counter, defaultdict, deque
 import networkx as nx
 import pandas as pd
 
+from ..defaults import COMMUNITY_SEED, MAX_CLUSTER_SIZE
+
 COMMUNITY_COLUMNS = [
     "id",
     "human_readable_id",
@@ -29,7 +31,6 @@ COMMUNITY_COLUMNS = [
     "size",
     "carried_from",
 ]
-DEFAULT_SEED = 0xDEADBEEF
 
 
 def community_id(level: int, entity_ids: list[str]) -> str:
@@ -66,8 +67,8 @@ Partition = dict[str, tuple[int, int]]
 
 def cluster_graph(
     graph: nx.Graph,
-    max_cluster_size: int = 10,
-    seed: int = DEFAULT_SEED,
+    max_cluster_size: int = MAX_CLUSTER_SIZE,
+    seed: int = COMMUNITY_SEED,
     use_lcc: bool = False,
     previous: dict[int, dict[str, int]] | None = None,
 ) -> dict[int, Partition]:
@@ -170,8 +171,8 @@ def previous_partition(communities: pd.DataFrame, entities: pd.DataFrame) -> dic
 def build_communities(
     entities: pd.DataFrame,
     relationships: pd.DataFrame,
-    max_cluster_size: int = 10,
-    seed: int = DEFAULT_SEED,
+    max_cluster_size: int = MAX_CLUSTER_SIZE,
+    seed: int = COMMUNITY_SEED,
     use_lcc: bool = False,
     previous: pd.DataFrame | None = None,
 ) -> pd.DataFrame:

@@ -10,6 +10,7 @@ from dataclasses import dataclass, field
 
 import pandas as pd
 
+from .. import defaults
 from ..graph.records import ChatModel, InvalidReply, parse_json_reply
 from ..offline.extractive import extractive_report
 from ..progress import Progress
@@ -178,10 +179,10 @@ async def generate_reports(
     relationships: pd.DataFrame,
     covariates: pd.DataFrame,
     text_units: pd.DataFrame,
-    max_context_tokens: int = 8000,
-    max_report_length: int = 1500,
-    batch_below_tokens: int = 500,
-    batch_size: int = 5,
+    max_context_tokens: int = defaults.REPORT_MAX_CONTEXT_TOKENS,
+    max_report_length: int = defaults.REPORT_MAX_LENGTH,
+    batch_below_tokens: int = defaults.REPORT_BATCH_BELOW_TOKENS,
+    batch_size: int = defaults.REPORT_BATCH_SIZE,
     progress: Progress | None = None,
 ) -> tuple[pd.DataFrame, ReportStats]:
     """One report per community; with no chat model, extractive reports from the community's text.

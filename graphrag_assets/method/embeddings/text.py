@@ -14,10 +14,8 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
+from ..defaults import EMBEDDING_SEED
 from ..ingest.tokens import count_tokens
-
-EMBEDDING_COLUMNS = ["id", "kind", "embedding"]
-DEFAULT_SEED = 42
 
 
 def embedding_inputs(entities: pd.DataFrame, text_units: pd.DataFrame, reports: pd.DataFrame) -> pd.DataFrame:
@@ -62,7 +60,7 @@ class LocalEmbedder:
         return len(self.vocabulary) if self.components is None else int(self.components.shape[0])
 
     @classmethod
-    def fit(cls, texts: list[str], dimensions: int = 128, seed: int = DEFAULT_SEED) -> LocalEmbedder:
+    def fit(cls, texts: list[str], dimensions: int = 128, seed: int = EMBEDDING_SEED) -> LocalEmbedder:
         """Fit on the corpus. Fewer dimensions than asked when the corpus has too few texts or terms for them."""
         from sklearn.decomposition import TruncatedSVD  # scikit-learn and SciPy cost ~75 MB: only steps that embed
         from sklearn.feature_extraction.text import TfidfVectorizer

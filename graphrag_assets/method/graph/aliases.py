@@ -23,9 +23,8 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from ..offline.answers import terms
-from ..offline.nlp_graph import _STOPWORDS
-from ..prompts import load_prompt
+from ..prompts import user_message
+from ..words import STOPWORDS, terms
 from .records import ChatModel, InvalidReply, parse_json_reply
 
 ALIAS_COLUMNS = [
@@ -90,7 +89,7 @@ def candidate_pairs(entities: pd.DataFrame, min_overlap: float = 0.5, min_spelli
     by_word: dict[str, list[int]] = defaultdict(list)
     for i, ws in enumerate(words):
         for w in ws:
-            if w.lower() not in _STOPWORDS:
+            if w.lower() not in STOPWORDS:
                 by_word[w].append(i)
     # A word in very many names ("HOUSE", "STREET") links nothing by itself and would make pairs quadratic.
     by_word = {w: ids for w, ids in by_word.items() if len(ids) <= MAX_NAMES_PER_WORD}
@@ -174,7 +173,7 @@ async def confirm_by_model(chat: ChatModel, candidates: pd.DataFrame, entities: 
     async def ask(chunk: list[str]):
         numbered = [re.sub(r"^\d+\.", f"{k + 1}.", p) for k, p in enumerate(chunk)]
         return await chat.complete(
-            [{"role": "user", "content": load_prompt("resolve_entities").format(pairs="\n".join(numbered))}],
+            user_message("resolve_entities", pairs="\n".join(numbered)),
             parse=parse_verdicts(len(chunk)),
             response_format={"type": "json_object"},
         )

@@ -7,6 +7,7 @@ import hashlib
 
 import pandas as pd
 
+from ..defaults import MAX_GLEANINGS
 from ..progress import Progress
 from ..prompts import load_prompt
 from .extraction import ExtractionStats
@@ -115,7 +116,7 @@ async def extract_claims(
     text_units: pd.DataFrame,
     entity_specs: tuple[str, ...],
     claim_description: str = DEFAULT_CLAIM_DESCRIPTION,
-    max_gleanings: int = 1,
+    max_gleanings: int = MAX_GLEANINGS,
     progress: Progress | None = None,
 ) -> tuple[pd.DataFrame, ExtractionStats]:
     continue_prompt = load_prompt("extract_claims_continue").format(

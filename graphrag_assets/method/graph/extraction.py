@@ -9,6 +9,7 @@ from dataclasses import dataclass, field
 
 import pandas as pd
 
+from ..defaults import MAX_GLEANINGS
 from ..progress import Progress
 from ..prompts import load_prompt
 from .records import (
@@ -154,7 +155,7 @@ async def extract_graph(
     chat: ChatModel,
     text_units: pd.DataFrame,
     entity_types: tuple[str, ...] = DEFAULT_ENTITY_TYPES,
-    max_gleanings: int = 1,
+    max_gleanings: int = MAX_GLEANINGS,
     progress: Progress | None = None,
 ) -> tuple[pd.DataFrame, pd.DataFrame, ExtractionStats]:
     """Extract and merge entities and relationships from every text unit, concurrently."""

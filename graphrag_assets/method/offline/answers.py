@@ -4,9 +4,8 @@ from __future__ import annotations
 
 import re
 
-from .nlp_graph import _STOPWORDS, split_sentences
+from ..words import split_sentences, terms
 
-_WORD = re.compile(r"[a-z][a-z'\-]+")
 # Words of a question about the corpus as a whole rather than about one thing in it.
 BROAD_WORDS = frozenset(
     "theme themes main overall story summary summarize summarise about important key major central message "
@@ -31,10 +30,6 @@ def clean_sentence(sentence: str) -> str:
     sentence = _ILLUSTRATION.sub(" ", sentence)
     sentence = _ITALICS.sub(r"\1", " ".join(sentence.split()))
     return " ".join(_PAGE_NUMBER.sub(" ", sentence).split())
-
-
-def terms(text: str) -> set[str]:
-    return {w for w in _WORD.findall(text.lower()) if w not in _STOPWORDS and len(w) > 2}
 
 
 def terms_in_order(text: str) -> list[str]:

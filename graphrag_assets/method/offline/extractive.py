@@ -11,7 +11,7 @@ from __future__ import annotations
 import math
 import re
 
-from .nlp_graph import split_sentences
+from ..words import split_sentences
 
 MAX_SUMMARY_SENTENCES = 3
 MAX_FINDINGS = 5

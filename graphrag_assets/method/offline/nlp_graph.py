@@ -17,8 +17,8 @@ from itertools import combinations
 import pandas as pd
 
 from ..graph.extraction import merge_entities, merge_relationships
+from ..words import STOPWORDS, split_sentences
 
-_SENTENCE_END = re.compile(r"(?<=[.!?])[\"'”’)]*\s+|\n\s*\n")
 _WORD = r"[A-Z][a-zA-Z'’\-]*[a-zA-Z]"
 _HONORIFIC = r"(?:Mr|Mrs|Ms|Miss|Dr|St|Sir|Lady|Lord|Master|Old)\.?"
 _PHRASE = re.compile(rf"\b(?:{_HONORIFIC}\s+)?{_WORD}(?:\s+(?:of\s+|the\s+|of\s+the\s+)?{_WORD})*")
@@ -31,29 +31,17 @@ _STRUCTURE = re.compile(
     re.IGNORECASE,
 )
 _ROMAN = re.compile(r"[IVXLCDM]+")
-_STOPWORDS = frozenset(
-    """a about after again all also an and another any are as at be because been before being but by can could
-    did do does done each even ever every for from had has have he her here hers him his how i if in into is it
-    its just let like may me might mine more most much must my no nor not now o of off oh on once one only or our
-    out over own perhaps said say see shall she should so some still such than that the their them then there
-    these they this those though thou thus thy to too under until up upon us very was we well were what when where
-    whether which while who whom whose why will with would yes yet you your""".split()
-)
 MIN_MENTIONS = 2
 MAX_DESCRIPTIONS = 3
 MAX_KEYWORDS = 30
 _KEYWORD = re.compile(r"[^\W\d_]{3,}")
 
 
-def split_sentences(text: str) -> list[str]:
-    return [s.strip() for s in _SENTENCE_END.split(text) if s and s.strip()]
-
-
 def _trim(phrase: str) -> str:
     words = phrase.split()
-    while words and words[0].lower() in _STOPWORDS:
+    while words and words[0].lower() in STOPWORDS:
         words.pop(0)
-    while words and words[-1].lower() in _STOPWORDS | {"of", "the"}:
+    while words and words[-1].lower() in STOPWORDS | {"of", "the"}:
         words.pop()
     return " ".join(words)
 
@@ -75,7 +63,7 @@ def candidate_phrases(sentence: str) -> list[tuple[str, bool]]:
 def _keywords(phrases_by_sentence: dict, sentences_by_unit: dict[str, list[str]]) -> set[str]:
     """The most frequent words that are not stop words, as phrases of their sentences (filled in place)."""
     words_by_sentence = {
-        key: [w for w in _KEYWORD.findall(sentences_by_unit[key[0]][key[1]].lower()) if w not in _STOPWORDS]
+        key: [w for w in _KEYWORD.findall(sentences_by_unit[key[0]][key[1]].lower()) if w not in STOPWORDS]
         for key in phrases_by_sentence
     }
     counts = Counter(w for words in words_by_sentence.values() for w in words)

@@ -9,7 +9,6 @@ import numpy as np
 import pandas as pd
 
 from ..embeddings.text import LocalEmbedder
-from ..graph.records import ChatModel
 from ..ingest.tokens import count_tokens
 
 EXTRACTIVE_LABEL = "**Extractive answer (offline engine: no model wrote this; sentences are quoted from the index).**"
@@ -152,10 +151,6 @@ def windows(records: list[tuple[str, str]], header: str, budget: int) -> list[tu
         result.append((text, ids, used))
         start += len(ids)
     return result
-
-
-async def answer_with_prompt(chat: ChatModel, prompt: str) -> str | None:
-    return await chat.complete([{"role": "user", "content": prompt}])
 
 
 def conversation_block(conversation: list[dict] | None) -> str:

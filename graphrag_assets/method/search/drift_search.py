@@ -6,7 +6,7 @@ import asyncio
 import re
 
 from ..graph.records import ChatModel, Embedder, InvalidReply, parse_json_reply
-from ..prompts import load_prompt
+from ..prompts import user_message
 from .context import (
     EXTRACTIVE_LABEL,
     NO_ANSWER,
@@ -91,17 +91,13 @@ async def drift_search(
         queue = list(dict.fromkeys(f"{question} {t.title()}" for t in titles))[:follow_ups]
     else:
         data = await chat.complete(
-            [
-                {
-                    "role": "user",
-                    "content": load_prompt("drift_primer").format(
-                        context_data=primer_text,
-                        question=question,
-                        follow_up_count=follow_ups,
-                        conversation=conversation_block(conversation),
-                    ),
-                }
-            ],
+            user_message(
+                "drift_primer",
+                context_data=primer_text,
+                question=question,
+                follow_up_count=follow_ups,
+                conversation=conversation_block(conversation),
+            ),
             parse=answer_parser("intermediate_answer"),
             response_format={"type": "json_object"},
         )
@@ -125,17 +121,13 @@ async def drift_search(
             if chat is None:
                 return follow_up, local, {"response": extractive_local_answer(index, follow_up, local), "score": 0}
             reply = await chat.complete(
-                [
-                    {
-                        "role": "user",
-                        "content": load_prompt("drift_local").format(
-                            global_question=question,
-                            context_data=local.text,
-                            question=follow_up,
-                            follow_up_count=follow_ups,
-                        ),
-                    }
-                ],
+                user_message(
+                    "drift_local",
+                    global_question=question,
+                    context_data=local.text,
+                    question=follow_up,
+                    follow_up_count=follow_ups,
+                ),
                 parse=answer_parser("response"),
                 response_format={"type": "json_object"},
             )
@@ -167,17 +159,13 @@ async def drift_search(
         return SearchResult(f"{EXTRACTIVE_LABEL}\n\n{body}", True, tokens, context, details)
     reduce_text = "\n\n".join(f"----{q}----\n{a}" for q, a in intermediate)
     answer = await chat.complete(
-        [
-            {
-                "role": "user",
-                "content": load_prompt("drift_reduce").format(
-                    context_data=reduce_text,
-                    question=question,
-                    response_type=response_type,
-                    conversation=conversation_block(conversation),
-                ),
-            }
-        ]
+        user_message(
+            "drift_reduce",
+            context_data=reduce_text,
+            question=question,
+            response_type=response_type,
+            conversation=conversation_block(conversation),
+        )
     )
     return SearchResult(answer or reduce_text, False, tokens, context, details)
 

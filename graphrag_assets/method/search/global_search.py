@@ -13,8 +13,8 @@ import random
 
 from ..graph.records import ChatModel, Embedder, InvalidReply, parse_json_reply
 from ..offline.answers import BROAD_WORDS, best_sentences, clean_sentence, extractive_answer, terms, terms_in_order
-from ..offline.nlp_graph import split_sentences
-from ..prompts import load_prompt
+from ..prompts import load_prompt, user_message
+from ..words import split_sentences
 from .context import (
     NO_ANSWER,
     Index,
@@ -159,17 +159,13 @@ async def map_reduce(
         )
     else:
         answer = await chat.complete(
-            [
-                {
-                    "role": "user",
-                    "content": load_prompt("global_search_reduce").format(
-                        report_data=report_data,
-                        question=question,
-                        response_type=response_type,
-                        conversation=conversation_block(conversation),
-                    ),
-                }
-            ]
+            user_message(
+                "global_search_reduce",
+                report_data=report_data,
+                question=question,
+                response_type=response_type,
+                conversation=conversation_block(conversation),
+            )
         )
         answer = answer or "The reduce step failed after retries; the scored points are in the context."
     return SearchResult(answer, chat is None, map_tokens + reduce_tokens, context, details)

@@ -10,7 +10,7 @@ from dataclasses import dataclass
 
 from ..graph.records import ChatModel, Embedder
 from ..offline.answers import cited_sentences
-from ..prompts import load_prompt
+from ..prompts import user_message
 from .context import Index, SearchResult, conversation_block, csv_line, embed_query, pack, with_recent_turns
 
 
@@ -175,17 +175,13 @@ async def local_search(
         answer = extractive_local_answer(index, asked, context)
     else:
         answer = await chat.complete(
-            [
-                {
-                    "role": "user",
-                    "content": load_prompt("local_search").format(
-                        context_data=context.text,
-                        question=question,
-                        response_type=response_type,
-                        conversation=conversation_block(conversation),
-                    ),
-                }
-            ]
+            user_message(
+                "local_search",
+                context_data=context.text,
+                question=question,
+                response_type=response_type,
+                conversation=conversation_block(conversation),
+            )
         )
         answer = answer or "The model call failed after retries; the context it would have read is recorded."
     return SearchResult(answer, chat is None, context.tokens, context.ids)
@@ -216,17 +212,13 @@ async def basic_search(
         answer = cited_sentences(index, asked, "text_units", packed, units.to_dict())
     else:
         answer = await chat.complete(
-            [
-                {
-                    "role": "user",
-                    "content": load_prompt("basic_search").format(
-                        context_data=text,
-                        question=question,
-                        response_type=response_type,
-                        conversation=conversation_block(conversation),
-                    ),
-                }
-            ]
+            user_message(
+                "basic_search",
+                context_data=text,
+                question=question,
+                response_type=response_type,
+                conversation=conversation_block(conversation),
+            )
         )
         answer = answer or "The model call failed after retries; the context it would have read is recorded."
     return SearchResult(answer, chat is None, tokens, context)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import re
 
 from ..graph.records import ChatModel, Embedder
-from ..prompts import load_prompt
+from ..prompts import user_message
 from .context import Index, SearchResult
 from .local_search import local_context_for
 
@@ -44,16 +44,12 @@ async def generate_questions(
         label = "**Template questions (offline engine: filled from the strongest relationships and entities).**"
     else:
         reply = await chat.complete(
-            [
-                {
-                    "role": "user",
-                    "content": load_prompt("question_generation").format(
-                        context_data=context.text,
-                        question_count=count,
-                        previous_questions="\n".join(f"- {q}" for q in previous_questions),
-                    ),
-                }
-            ]
+            user_message(
+                "question_generation",
+                context_data=context.text,
+                question_count=count,
+                previous_questions="\n".join(f"- {q}" for q in previous_questions),
+            )
         )
         questions = [re.sub(r"^\s*(?:[-*•]|\d+[.)])\s*", "", line).strip() for line in (reply or "").splitlines()]
         questions = [q for q in questions if q.endswith("?")][:count]

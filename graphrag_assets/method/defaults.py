@@ -1,0 +1,29 @@
+"""The method's defaults, in one place: the method's functions take them as their defaults, and the assets'
+launch-time Config classes as theirs, so a default changed here changes both."""
+
+# Text units: tokens each (overlap included) and tokens shared with the previous one, as in the paper.
+CHUNK_SIZE = 600
+CHUNK_OVERLAP = 100
+
+# Extraction: rounds asking the model what it missed in a text unit, for entities and for claims alike.
+MAX_GLEANINGS = 1
+
+# Description summaries: tokens one call reads, tokens a summary may have, and how short a list is joined instead.
+SUMMARY_MAX_INPUT_TOKENS = 4000
+SUMMARY_MAX_TOKENS = 500
+SUMMARIZE_ABOVE_TOKENS = 500
+# The offline engine: mentions a noun phrase needs to become an entity.
+OFFLINE_MIN_MENTIONS = 2
+
+# Communities: Leiden splits a community larger than this one level down; its seed.
+MAX_CLUSTER_SIZE = 10
+COMMUNITY_SEED = 0xDEADBEEF
+
+# Community reports: context budget, report length, and the small communities reported several to a request.
+REPORT_MAX_CONTEXT_TOKENS = 8000
+REPORT_MAX_LENGTH = 1500
+REPORT_BATCH_BELOW_TOKENS = 500
+REPORT_BATCH_SIZE = 5
+
+# The offline embedding model (TF-IDF + truncated SVD fitted on the corpus): its seed.
+EMBEDDING_SEED = 42

@@ -1,0 +1,70 @@
+"""The entity graph of a corpus, by either engine: a chat model's extraction (graph/), or offline noun-phrase
+co-occurrence (offline/). The one place that chooses between them, so neither package needs the other's."""
+
+from __future__ import annotations
+
+import asyncio
+from dataclasses import astuple, dataclass
+
+import pandas as pd
+
+from . import defaults
+from .graph.extraction import DEFAULT_ENTITY_TYPES, ExtractionStats, extract_graph
+from .graph.records import ChatModel
+from .graph.summaries import SummaryStats, summarize_descriptions
+from .graph.tables import finalize_graph
+from .offline.nlp_graph import extract_nlp_graph
+from .progress import Progress
+
+
+@dataclass
+class GraphBuild:
+    entities: pd.DataFrame
+    relationships: pd.DataFrame
+    extraction: ExtractionStats
+    summaries: SummaryStats
+
+
+async def build_entity_graph(
+    chat: ChatModel | None,
+    text_units: pd.DataFrame,
+    entity_types: tuple[str, ...] = DEFAULT_ENTITY_TYPES,
+    max_gleanings: int = defaults.MAX_GLEANINGS,
+    summary_max_input_tokens: int = defaults.SUMMARY_MAX_INPUT_TOKENS,
+    summary_max_tokens: int = defaults.SUMMARY_MAX_TOKENS,
+    summarize_above_tokens: int = defaults.SUMMARIZE_ABOVE_TOKENS,
+    offline_min_mentions: int = defaults.OFFLINE_MIN_MENTIONS,
+    progress: Progress | None = None,
+) -> GraphBuild:
+    """Extract, merge, summarize and finalize: with a chat model, or offline by noun-phrase co-occurrence."""
+    if chat is None:
+        entities, relationships = extract_nlp_graph(text_units, offline_min_mentions)
+        stats = ExtractionStats(units=len(text_units))
+    else:
+        entities, relationships, stats = await extract_graph(chat, text_units, entity_types, max_gleanings, progress)
+    entity_summaries, relationship_summaries = await asyncio.gather(
+        summarize_descriptions(
+            chat,
+            list(zip(entities["title"], entities["descriptions"])),
+            summary_max_input_tokens,
+            summary_max_tokens,
+            summarize_above_tokens,
+        ),
+        summarize_descriptions(
+            chat,
+            [
+                (f"the relationship between {s} and {t}", d)
+                for s, t, d in zip(relationships["source"], relationships["target"], relationships["descriptions"])
+            ],
+            summary_max_input_tokens,
+            summary_max_tokens,
+            summarize_above_tokens,
+        ),
+    )
+    entities = entities.drop(columns="descriptions").assign(description=entity_summaries[0])
+    relationships = relationships.drop(columns="descriptions").assign(description=relationship_summaries[0])
+    entities, relationships, stats.orphan_relationships = finalize_graph(entities, relationships)
+    summary_stats = SummaryStats(
+        *(a + b for a, b in zip(astuple(entity_summaries[1]), astuple(relationship_summaries[1])))
+    )
+    return GraphBuild(entities, relationships, stats, summary_stats)

@@ -1,0 +1,25 @@
+"""Words and sentences of plain text: what the offline engine, alias search and extractive answers share."""
+
+from __future__ import annotations
+
+import re
+
+_SENTENCE_END = re.compile(r"(?<=[.!?])[\"'”’)]*\s+|\n\s*\n")
+_CONTENT_WORD = re.compile(r"[a-z][a-z'\-]+")
+STOPWORDS = frozenset(
+    """a about after again all also an and another any are as at be because been before being but by can could
+    did do does done each even ever every for from had has have he her here hers him his how i if in into is it
+    its just let like may me might mine more most much must my no nor not now o of off oh on once one only or our
+    out over own perhaps said say see shall she should so some still such than that the their them then there
+    these they this those though thou thus thy to too under until up upon us very was we well were what when where
+    whether which while who whom whose why will with would yes yet you your""".split()
+)
+
+
+def split_sentences(text: str) -> list[str]:
+    return [s.strip() for s in _SENTENCE_END.split(text) if s and s.strip()]
+
+
+def terms(text: str) -> set[str]:
+    """The content words of a text, lower case: no stop words, none shorter than three letters."""
+    return {w for w in _CONTENT_WORD.findall(text.lower()) if w not in STOPWORDS and len(w) > 2}
