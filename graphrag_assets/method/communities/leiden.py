@@ -16,21 +16,9 @@ import networkx as nx
 import pandas as pd
 
 from ..defaults import COMMUNITY_SEED, MAX_CLUSTER_SIZE
+from ..schema import columns
 
-COMMUNITY_COLUMNS = [
-    "id",
-    "human_readable_id",
-    "community",
-    "level",
-    "parent",
-    "children",
-    "title",
-    "entity_ids",
-    "relationship_ids",
-    "text_unit_ids",
-    "size",
-    "carried_from",
-]
+COMMUNITY_COLUMNS = columns("communities")
 
 
 def community_id(level: int, entity_ids: list[str]) -> str:

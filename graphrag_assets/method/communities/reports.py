@@ -15,28 +15,10 @@ from ..graph.records import ChatModel, InvalidReply, parse_json_reply
 from ..offline.extractive import extractive_report
 from ..progress import Progress
 from ..prompts import load_prompt
+from ..schema import columns
 from .context import CommunityContext, GraphIndex, SubReport, build_context
 
-REPORT_COLUMNS = [
-    "id",
-    "human_readable_id",
-    "community",
-    "level",
-    "parent",
-    "children",
-    "title",
-    "summary",
-    "full_content",
-    "rank",
-    "rating_explanation",
-    "findings",
-    "full_content_json",
-    "size",
-    "status",
-    "error",
-    "context_tokens",
-    "substituted_communities",
-]
+REPORT_COLUMNS = columns("community_reports")
 REPORT_PROMPTS = ("community_report", "community_report_batch")
 REPORT_PARAMS = {"response_format": {"type": "json_object"}}
 # A report written with others in one request is kept short, so that a batch fits one reply.

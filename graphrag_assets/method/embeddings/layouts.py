@@ -8,8 +8,9 @@ import numpy as np
 import pandas as pd
 
 from ..compilation import cached_compilation
+from ..schema import columns
 
-LAYOUT_COLUMNS = ["id", "kind", "title", "x", "y", "community", "degree"]
+LAYOUT_COLUMNS = columns("layouts")
 
 
 def umap_2d(vectors: np.ndarray, n_neighbors: int = 15, min_dist: float = 0.75, seed: int = 42) -> np.ndarray:

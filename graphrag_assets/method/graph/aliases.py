@@ -24,20 +24,11 @@ import numpy as np
 import pandas as pd
 
 from ..prompts import user_message
+from ..schema import columns
 from ..words import STOPWORDS, terms
 from .records import ChatModel, InvalidReply, parse_json_reply
 
-ALIAS_COLUMNS = [
-    "id",
-    "entity_id",
-    "entity",
-    "canonical_id",
-    "canonical",
-    "method",
-    "score",
-    "confirmed_by",
-    "accepted",
-]
+ALIAS_COLUMNS = columns("entity_aliases")
 OVERRIDES_FILE = "aliases.csv"
 MAX_NAMES_PER_WORD = 50
 _NAME_WORD = re.compile(r"[A-Z0-9']+")

@@ -10,6 +10,7 @@ import pandas as pd
 from ..defaults import MAX_GLEANINGS
 from ..progress import Progress
 from ..prompts import load_prompt
+from ..schema import columns
 from .extraction import ExtractionStats
 from .records import (
     COMPLETION_DELIMITER,
@@ -22,20 +23,7 @@ from .records import (
     parse_records,
 )
 
-COVARIATE_COLUMNS = [
-    "id",
-    "human_readable_id",
-    "covariate_type",
-    "type",
-    "description",
-    "subject_id",
-    "object_id",
-    "status",
-    "start_date",
-    "end_date",
-    "source_text",
-    "text_unit_id",
-]
+COVARIATE_COLUMNS = columns("covariates")
 CLAIM_PROMPTS = ("extract_claims", "extract_claims_continue", "gleaning_loop")
 DEFAULT_CLAIM_DESCRIPTION = (
     "Statements of fact about an entity: what it did, what was done to it, what others say of it."

@@ -4,19 +4,11 @@ from __future__ import annotations
 
 import pandas as pd
 
+from ..schema import columns
 from .extraction import entity_id, relationship_id
 
-ENTITY_COLUMNS = ["id", "human_readable_id", "title", "type", "description", "text_unit_ids", "frequency", "degree"]
-RELATIONSHIP_COLUMNS = [
-    "id",
-    "human_readable_id",
-    "source",
-    "target",
-    "description",
-    "weight",
-    "combined_degree",
-    "text_unit_ids",
-]
+ENTITY_COLUMNS = columns("entities")
+RELATIONSHIP_COLUMNS = columns("relationships")
 
 
 def finalize_graph(entities: pd.DataFrame, relationships: pd.DataFrame) -> tuple[pd.DataFrame, pd.DataFrame, int]:

@@ -17,6 +17,7 @@ from pathlib import Path
 import pandas as pd
 
 from ..graph.aliases import OVERRIDES_FILE
+from ..schema import columns
 
 SUPPORTED_SUFFIXES = (".txt", ".md", ".csv", ".jsonl")
 _BINARY_SNIFF_BYTES = 8192
@@ -48,7 +49,7 @@ class CorpusReadResult:
     files_read: int = 0
 
 
-DOCUMENT_COLUMNS = ["id", "title", "text", "source_path", "metadata"]
+DOCUMENT_COLUMNS = [c for c in columns("documents") if c != "text_unit_ids"]  # read before chunking
 
 
 def document_id(text: str) -> str:

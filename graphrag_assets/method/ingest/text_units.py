@@ -8,9 +8,10 @@ from collections import Counter
 import pandas as pd
 
 from ..defaults import CHUNK_OVERLAP, CHUNK_SIZE
+from ..schema import columns
 from .tokens import DEFAULT_ENCODING, chunk_text
 
-TEXT_UNIT_COLUMNS = ["id", "text", "n_tokens", "document_id", "chunk_index"]
+TEXT_UNIT_COLUMNS = columns("base_text_units")
 
 
 def text_unit_id(source: str, text: str, occurrence: int) -> str:
