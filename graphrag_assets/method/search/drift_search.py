@@ -73,66 +73,26 @@ async def drift_search(
     }
     tokens = primer_tokens
     intermediate: list[tuple[str, str]] = []
+    primer, queue, headings = await _primer(
+        chat, index, reports, primer_ids, primer_text, question, follow_ups, conversation
+    )
+    if primer:
+        intermediate.append(("primer", primer))
 
-    if chat is None:
-        intermediate.append(("primer", " ".join(reports["summary"].head(2))))
-        # Offline follow-ups are searches, not generated questions: the question plus each report's key entity.
-        entity_rows, communities = index.entities.set_index("id"), index.communities.set_index("community")
-        titles = []
-        for report_id in primer_ids:
-            members = [
-                e for e in communities.loc[reports.loc[report_id, "community"], "entity_ids"] if e in entity_rows.index
-            ]
-            if members:
-                titles.append(entity_rows.loc[members].sort_values("degree", ascending=False)["title"].iloc[0])
-        # Shown under a heading of their own: the search string is no question a person asked.
-        offline_headings = {f"{question} {t.title()}": f"More on {t.title()}" for t in reversed(titles)}
-        offline_headings["primer"] = "From the nearest community reports"
-        queue = list(dict.fromkeys(f"{question} {t.title()}" for t in titles))[:follow_ups]
-    else:
-        data = await chat.complete(
-            user_message(
-                "drift_primer",
-                context_data=primer_text,
-                question=question,
-                follow_up_count=follow_ups,
-                conversation=conversation_block(conversation),
-            ),
-            parse=answer_parser("intermediate_answer"),
-            response_format={"type": "json_object"},
+    async def answer(follow_up: str):
+        local = await local_context_for(
+            embedder,
+            index,
+            follow_up,
+            community_level,
+            top_k_entities,
+            max_context_tokens,
+            community_prop,
+            text_unit_prop,
         )
-        if data is not None:
-            intermediate.append(("primer", data["intermediate_answer"]))
-        queue = _follow_ups(data, follow_ups)
+        return follow_up, local, await _answer_follow_up(chat, index, question, follow_up, local, follow_ups)
 
     for step in range(depth):
-
-        async def answer(follow_up: str):
-            local = await local_context_for(
-                embedder,
-                index,
-                follow_up,
-                community_level,
-                top_k_entities,
-                max_context_tokens,
-                community_prop,
-                text_unit_prop,
-            )
-            if chat is None:
-                return follow_up, local, {"response": extractive_local_answer(index, follow_up, local), "score": 0}
-            reply = await chat.complete(
-                user_message(
-                    "drift_local",
-                    global_question=question,
-                    context_data=local.text,
-                    question=follow_up,
-                    follow_up_count=follow_ups,
-                ),
-                parse=answer_parser("response"),
-                response_format={"type": "json_object"},
-            )
-            return follow_up, local, reply
-
         results = await asyncio.gather(*(answer(q) for q in queue))
         queue = []
         for follow_up, local, data in results:
@@ -155,7 +115,7 @@ async def drift_search(
     if not intermediate:
         return SearchResult(NO_ANSWER, chat is None, tokens, context, details)
     if chat is None:
-        body = extractive_sections([(offline_headings.get(q, q), a) for q, a in intermediate])
+        body = extractive_sections([(headings.get(q, q), a) for q, a in intermediate])
         return SearchResult(f"{EXTRACTIVE_LABEL}\n\n{body}", True, tokens, context, details)
     reduce_text = "\n\n".join(f"----{q}----\n{a}" for q, a in intermediate)
     answer = await chat.complete(
@@ -168,6 +128,73 @@ async def drift_search(
         )
     )
     return SearchResult(answer or reduce_text, False, tokens, context, details)
+
+
+async def _primer(
+    chat: ChatModel | None,
+    index: Index,
+    reports,
+    primer_ids: list[str],
+    primer_text: str,
+    question: str,
+    follow_ups: int,
+    conversation: list[dict] | None,
+) -> tuple[str | None, list[str], dict[str, str]]:
+    """The primer's answer from the nearest reports, the first follow-ups, and the headings an offline answer
+    shows them under."""
+    if chat is None:
+        # Offline follow-ups are searches, not generated questions: the question plus each report's key entity,
+        # shown under a heading of their own, since the search string is no question a person asked.
+        headings = {
+            f"{question} {t.title()}": f"More on {t.title()}" for t in _key_entities(index, reports, primer_ids)
+        }
+        headings["primer"] = "From the nearest community reports"
+        queue = [q for q in headings if q != "primer"][:follow_ups]
+        return " ".join(reports["summary"].head(2)), queue, headings
+    data = await chat.complete(
+        user_message(
+            "drift_primer",
+            context_data=primer_text,
+            question=question,
+            follow_up_count=follow_ups,
+            conversation=conversation_block(conversation),
+        ),
+        parse=answer_parser("intermediate_answer"),
+        response_format={"type": "json_object"},
+    )
+    return (data["intermediate_answer"] if data is not None else None), _follow_ups(data, follow_ups), {}
+
+
+def _key_entities(index: Index, reports, primer_ids: list[str]) -> list[str]:
+    """Each primer report's best-connected entity, in the reports' order."""
+    entity_rows, communities = index.entities.set_index("id"), index.communities.set_index("community")
+    titles = []
+    for report_id in primer_ids:
+        members = [
+            e for e in communities.loc[reports.loc[report_id, "community"], "entity_ids"] if e in entity_rows.index
+        ]
+        if members:
+            titles.append(entity_rows.loc[members].sort_values("degree", ascending=False)["title"].iloc[0])
+    return titles
+
+
+async def _answer_follow_up(
+    chat: ChatModel | None, index: Index, question: str, follow_up: str, local, follow_ups: int
+) -> dict | None:
+    """A follow-up answered from its local context: {"response", "follow_up_queries"?}, extractive offline."""
+    if chat is None:
+        return {"response": extractive_local_answer(index, follow_up, local), "score": 0}
+    return await chat.complete(
+        user_message(
+            "drift_local",
+            global_question=question,
+            context_data=local.text,
+            question=follow_up,
+            follow_up_count=follow_ups,
+        ),
+        parse=answer_parser("response"),
+        response_format={"type": "json_object"},
+    )
 
 
 def extractive_sections(sections: list[tuple[str, str]]) -> str:
