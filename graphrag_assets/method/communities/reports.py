@@ -192,24 +192,6 @@ async def generate_reports(
             stats.substitutions.append({"community": row.community, "replaced_by_reports": context.replaced_elements})
         return context
 
-    def written(number: int, context: CommunityContext, parsed: tuple[dict, bool] | None) -> dict:
-        common = {"context_tokens": context.tokens, "substituted_communities": context.substituted}
-        if parsed is None:
-            return {
-                "title": f"Community {number}",
-                "summary": "",
-                "rating": 0.0,
-                "rating_explanation": "",
-                "findings": [],
-                "status": "failed",
-                "error": "no valid report after the re-asks, or the model call failed",
-                **common,
-            }
-        report, repaired = parsed
-        stats.repaired_json += repaired
-        stats.generated += 1
-        return {**report, "status": "ok", "error": None, **common}
-
     async def write_level(rows: list) -> dict[int, dict]:
         done: dict[int, dict] = {}
         contexts: dict[int, CommunityContext] = {}
@@ -238,7 +220,7 @@ async def generate_reports(
                 continue
             cached = chat.cached(report_messages(context, max_report_length), parse=parse_report, **REPORT_PARAMS)
             if cached is not None:
-                done[number] = written(number, context, cached)
+                done[number] = _written(number, context, cached, stats)
             else:
                 small[number] = context
         answers = await asyncio.gather(
@@ -249,7 +231,7 @@ async def generate_reports(
         for group in answers[len(alone) :]:
             parsed.update(group)
         for number, answer in parsed.items():
-            done[number] = written(number, contexts[number], answer)
+            done[number] = _written(number, contexts[number], answer, stats)
         return done
 
     for level in sorted(communities["level"].unique(), reverse=True):
@@ -260,6 +242,33 @@ async def generate_reports(
             if progress:
                 progress.advance(failed=written_now[row.community]["status"] != "ok")
 
+    table = _report_table(reports, by_number)
+    stats.failed = int((table["status"] == "failed").sum())  # carried-down copies of a failure count too
+    return table, stats
+
+
+def _written(number: int, context: CommunityContext, parsed: tuple[dict, bool] | None, stats: ReportStats) -> dict:
+    """A community's report as the table keeps it, or a failed one; counts what it was in `stats`."""
+    common = {"context_tokens": context.tokens, "substituted_communities": context.substituted}
+    if parsed is None:
+        return {
+            "title": f"Community {number}",
+            "summary": "",
+            "rating": 0.0,
+            "rating_explanation": "",
+            "findings": [],
+            "status": "failed",
+            "error": "no valid report after the re-asks, or the model call failed",
+            **common,
+        }
+    report, repaired = parsed
+    stats.repaired_json += repaired
+    stats.generated += 1
+    return {**report, "status": "ok", "error": None, **common}
+
+
+def _report_table(reports: dict[int, dict], by_number: dict) -> pd.DataFrame:
+    """The community_reports table: one row per community, in community order."""
     table = []
     for number, report in sorted(reports.items()):
         row = by_number[number]
@@ -287,6 +296,4 @@ async def generate_reports(
                 "substituted_communities": report["substituted_communities"],
             }
         )
-    table = pd.DataFrame(table, columns=REPORT_COLUMNS)
-    stats.failed = int((table["status"] == "failed").sum())  # carried-down copies of a failure count too
-    return table, stats
+    return pd.DataFrame(table, columns=REPORT_COLUMNS)
