@@ -8,7 +8,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+import pandas as pd
+
 from ..graph.records import ChatModel, Embedder
+from ..ingest.tokens import count_tokens
 from ..offline.answers import cited_sentences
 from ..prompts import user_message
 from .context import Index, SearchResult, conversation_block, csv_line, embed_query, pack, with_recent_turns
@@ -21,6 +24,9 @@ class LocalContext:
     ids: dict[str, list[str]]
 
 
+Section = tuple[str, list[str]]  # a context table's text and the ids of the rows it holds
+
+
 def build_local_context(
     index: Index,
     entity_ids: list[str],
@@ -29,12 +35,22 @@ def build_local_context(
     community_prop: float = 0.25,
     text_unit_prop: float = 0.5,
 ) -> LocalContext:
+    """One context for the chosen entities, in the paper's proportions of the budget: their communities' reports,
+    then the entities, relationships and claims, then the text units they come from."""
     if community_prop + text_unit_prop > 1:
         raise ValueError("community_prop + text_unit_prop must not exceed 1")
     entities = index.entities.set_index("id").loc[entity_ids]
-    titles = list(entities["title"])
-    chosen = set(titles)
+    reports = _report_section(index, entity_ids, level, int(budget * community_prop))
+    tables = _graph_sections(index, entities, int(budget * (1 - community_prop - text_unit_prop)))
+    sources = _source_section(index, entities, tables[1][1], int(budget * text_unit_prop))
+    sections = [reports, *tables, sources]
+    text = "\n\n".join(section for section, ids in sections if ids)
+    kinds = ("reports", "entities", "relationships", "claims", "text_units")
+    return LocalContext(text, count_tokens(text), {kind: ids for kind, (_, ids) in zip(kinds, sections)})
 
+
+def _report_section(index: Index, entity_ids: list[str], level: int, budget: int) -> Section:
+    """Reports of the level's communities that hold the chosen entities, those holding more of them first."""
     level_communities = index.communities[index.communities["level"] == level]
     counts = {row.community: len(set(row.entity_ids) & set(entity_ids)) for row in level_communities.itertuples()}
     reports = index.reports[
@@ -42,20 +58,25 @@ def build_local_context(
     ].copy()
     reports["matches"] = reports["community"].map(counts)
     reports = reports.sort_values(["matches", "rank", "community"], ascending=[False, False, True])
-    report_text, report_ids, report_tokens = pack(
+    text, ids, _ = pack(
         [(r.id, csv_line(r.cited_as, r.title, r.full_content)) for r in reports.itertuples()],
         "-----Reports-----\nid|title|content",
-        int(budget * community_prop),
+        budget,
     )
+    return text, ids
 
-    tables_budget = int(budget * (1 - community_prop - text_unit_prop))
-    entity_text, entity_packed, used = pack(
+
+def _graph_sections(index: Index, entities: pd.DataFrame, budget: int) -> tuple[Section, Section, Section]:
+    """The entities, then relationships among them and out of them (the strongest first), then claims about
+    them, sharing one budget in that order."""
+    chosen = set(entities["title"])
+    entity_text, entity_ids, used = pack(
         [
             (row.Index, csv_line(row.human_readable_id, row.title, row.description, row.degree))
             for row in entities.itertuples()
         ],
         "-----Entities-----\nid|entity|description|degree",
-        tables_budget,
+        budget,
     )
     rels = index.relationships
     in_network = rels[rels["source"].isin(chosen) & rels["target"].isin(chosen)]
@@ -69,7 +90,7 @@ def build_local_context(
             + list(out_network.itertuples())
         ],
         "-----Relationships-----\nid|source|target|description|weight",
-        tables_budget - used,
+        budget - used,
     )
     claims = index.covariates[index.covariates["subject_id"].isin(chosen)]
     claim_text, claim_ids, _ = pack(
@@ -78,11 +99,15 @@ def build_local_context(
             for c in claims.itertuples()
         ],
         "-----Claims-----\nid|subject|type|status|description",
-        tables_budget - used - rel_used,
+        budget - used - rel_used,
     )
+    return (entity_text, entity_ids), (rel_text, rel_ids), (claim_text, claim_ids)
 
-    # Text units of the chosen entities, nearest entity first, then those with more of the relationships.
-    rel_units = {u for units in rels[rels["id"].isin(rel_ids)]["text_unit_ids"] for u in units}
+
+def _source_section(index: Index, entities: pd.DataFrame, relationship_ids: list[str], budget: int) -> Section:
+    """Text units of the chosen entities, nearest entity first, then those holding more of the relationships."""
+    rels = index.relationships
+    rel_units = {u for units in rels[rels["id"].isin(relationship_ids)]["text_unit_ids"] for u in units}
     ordered, seen = [], set()
     for units in entities["text_unit_ids"]:
         for unit in sorted(units, key=lambda u: (u not in rel_units, u)):
@@ -90,37 +115,13 @@ def build_local_context(
                 seen.add(unit)
                 ordered.append(unit)
     unit_text = index.text_units.set_index("id")["text"]
-    number = {u: i for i, u in enumerate(index.text_units["id"])}
-    source_text, unit_ids, _ = pack(
+    number = index.citation_numbers("text_units")
+    text, ids, _ = pack(
         [(u, csv_line(number[u], unit_text[u])) for u in ordered if u in unit_text.index],
         "-----Sources-----\nid|text",
-        int(budget * text_unit_prop),
+        budget,
     )
-    sections = [
-        s
-        for s, ids in (
-            (report_text, report_ids),
-            (entity_text, entity_packed),
-            (rel_text, rel_ids),
-            (claim_text, claim_ids),
-            (source_text, unit_ids),
-        )
-        if ids
-    ]
-    text = "\n\n".join(sections)
-    from ..ingest.tokens import count_tokens
-
-    return LocalContext(
-        text,
-        count_tokens(text),
-        {
-            "reports": report_ids,
-            "entities": entity_packed,
-            "relationships": rel_ids,
-            "claims": claim_ids,
-            "text_units": unit_ids,
-        },
-    )
+    return text, ids
 
 
 async def local_context_for(
@@ -202,7 +203,7 @@ async def basic_search(
     asked = with_recent_turns(question, conversation)
     query = await embed_query(embedder, index, asked)
     units = index.text_units.set_index("id")["text"]
-    number = {u: i for i, u in enumerate(index.text_units["id"])}
+    number = index.citation_numbers("text_units")
     hits = index.nearest("text_unit", query, top_k)
     text, packed, tokens = pack(
         [(u, csv_line(number[u], units[u])) for u, _ in hits], "-----Sources-----\nid|text", max_context_tokens
