@@ -110,29 +110,9 @@ async def map_reduce(
     map_tokens = sum(tokens for _, _, tokens in packed)
     if chat is None:
         points = await _extractive_map(embedder, index, with_recent_turns(question, conversation), packed, kind)
+        map_failed = 0
     else:
-        prompt = load_prompt("global_search_map")
-        replies = await asyncio.gather(
-            *(
-                chat.complete(
-                    [
-                        {
-                            "role": "user",
-                            "content": prompt.format(
-                                context_data=text, question=question, conversation=conversation_block(conversation)
-                            ),
-                        }
-                    ],
-                    parse=parse_points,
-                    response_format={"type": "json_object"},
-                )
-                for text, _, _ in packed
-            )
-        )
-        points = [
-            {**point, "source_ids": ids} for (_, ids, _), window in zip(packed, replies) for point in window or []
-        ]
-        map_failed = sum(reply is None for reply in replies)
+        points, map_failed = await _model_map(chat, packed, question, conversation)
     report_data, used_points, reduce_tokens = reduce_points(points, reduce_window_tokens)
     context = {
         kind: sorted({i for _, ids, _ in packed for i in ids}),
@@ -143,7 +123,7 @@ async def map_reduce(
     }
     details = {
         "map_windows": len(packed),
-        "map_windows_failed": map_failed if chat else 0,
+        "map_windows_failed": map_failed,
         "points": len(points),
         "points_scored_0": sum(p["score"] == 0 for p in points),
         "points_in_reduce": len(used_points),
@@ -152,23 +132,59 @@ async def map_reduce(
     }
     if not used_points:
         return SearchResult(NO_ANSWER, chat is None, map_tokens, context, details)
+    answer = await _reduce(chat, index, kind, used_points, report_data, question, response_type, conversation)
+    return SearchResult(answer, chat is None, map_tokens + reduce_tokens, context, details)
+
+
+async def _model_map(
+    chat: ChatModel, packed: list, question: str, conversation: list[dict] | None
+) -> tuple[list[dict], int]:
+    """Each window's scored points, with the ids the window held; and how many windows got no valid reply."""
+    replies = await asyncio.gather(
+        *(
+            chat.complete(
+                user_message(
+                    "global_search_map",
+                    context_data=text,
+                    question=question,
+                    conversation=conversation_block(conversation),
+                ),
+                parse=parse_points,
+                response_format={"type": "json_object"},
+            )
+            for text, _, _ in packed
+        )
+    )
+    points = [{**point, "source_ids": ids} for (_, ids, _), window in zip(packed, replies) for point in window or []]
+    return points, sum(reply is None for reply in replies)
+
+
+async def _reduce(
+    chat: ChatModel | None,
+    index: Index,
+    kind: str,
+    points: list[dict],
+    report_data: str,
+    question: str,
+    response_type: str,
+    conversation: list[dict] | None,
+) -> str:
+    """The answer from the points in the reduce window: the model's, or offline the best points quoted."""
     if chat is None:
-        answer = extractive_answer(
-            [(p["score"], p["description"], index.cite(kind, p["source_ids"][:5])) for p in used_points[:8]],
+        return extractive_answer(
+            [(p["score"], p["description"], index.cite(kind, p["source_ids"][:5])) for p in points[:8]],
             "Reports" if kind == "reports" else "Sources",
         )
-    else:
-        answer = await chat.complete(
-            user_message(
-                "global_search_reduce",
-                report_data=report_data,
-                question=question,
-                response_type=response_type,
-                conversation=conversation_block(conversation),
-            )
+    answer = await chat.complete(
+        user_message(
+            "global_search_reduce",
+            report_data=report_data,
+            question=question,
+            response_type=response_type,
+            conversation=conversation_block(conversation),
         )
-        answer = answer or "The reduce step failed after retries; the scored points are in the context."
-    return SearchResult(answer, chat is None, map_tokens + reduce_tokens, context, details)
+    )
+    return answer or "The reduce step failed after retries; the scored points are in the context."
 
 
 def mentioned_entities(index: Index, question: str) -> set[str]:
