@@ -208,41 +208,25 @@ def entity_graph(
     corpus = context.partition_key
     imported = corpora.graphrag_output(corpus)
     if imported:
-        entities, relationships = from_graphrag(imported, imports.graph)
-        with duckdb.get_connection() as conn:
-            units = read_table(conn, "base_text_units", corpus)
-            yield publish_imported(context, conn, "entities", entities, imported)
-            yield publish_imported(context, conn, "relationships", relationships, imported)
-        yield relationship_endpoints_are_entities(entities, relationships, imported=True)
-        yield entities_found(units, entities)
+        yield from _imported_graph(context, duckdb, imported)
         return
     with duckdb.get_connection() as conn:
         units = read_table(conn, "base_text_units", corpus)
-    options = dict(
-        entity_types=tuple(config.entity_types),
-        max_gleanings=config.max_gleanings,
-        summary_max_input_tokens=config.summary_max_input_tokens,
-        summary_max_tokens=config.summary_max_tokens,
-        summarize_above_tokens=config.summarize_above_tokens,
-        offline_min_mentions=config.offline_min_mentions,
-    )
+    options = config.model_dump(exclude={"entity_types", "max_failed_unit_fraction"})
     graph, usage = chat.run(
         lambda client: build_entity_graph(
-            client, units, progress=step_progress(context, "text units extracted", len(units), client), **options
+            client,
+            units,
+            entity_types=tuple(config.entity_types),
+            progress=step_progress(context, "text units extracted", len(units), client),
+            **options,
         )
     )
-    fail_if_too_many_failed(
-        context,
-        "text units",
-        len(graph.extraction.failed_units),
-        graph.extraction.units,
-        usage,
-        config.max_failed_unit_fraction,
-    )
-    summarized = graph.summaries.summarized + graph.summaries.failed
-    fail_if_too_many_failed(
-        context, "description summaries", graph.summaries.failed, summarized, usage, config.max_failed_unit_fraction
-    )
+    extraction, summaries = graph.extraction, graph.summaries
+    limit = config.max_failed_unit_fraction
+    fail_if_too_many_failed(context, "text units", len(extraction.failed_units), extraction.units, usage, limit)
+    summarized = summaries.summarized + summaries.failed
+    fail_if_too_many_failed(context, "description summaries", summaries.failed, summarized, usage, limit)
     quality = {
         **graph.extraction.as_metadata(),
         "summarized_descriptions": graph.summaries.summarized,
@@ -279,6 +263,17 @@ def entity_graph(
         )
     yield relationship_endpoints_are_entities(graph.entities, graph.relationships)
     yield entities_found(units, graph.entities)
+
+
+def _imported_graph(context: dg.AssetExecutionContext, duckdb: DuckDBStoreResource, imported):
+    """A Microsoft GraphRAG output's entities and relationships, as it wrote them, with the same checks."""
+    entities, relationships = from_graphrag(imported, imports.graph)
+    with duckdb.get_connection() as conn:
+        units = read_table(conn, "base_text_units", context.partition_key)
+        yield publish_imported(context, conn, "entities", entities, imported)
+        yield publish_imported(context, conn, "relationships", relationships, imported)
+    yield relationship_endpoints_are_entities(entities, relationships, imported=True)
+    yield entities_found(units, entities)
 
 
 def entities_found(units: pd.DataFrame, entities: pd.DataFrame) -> dg.AssetCheckResult:
