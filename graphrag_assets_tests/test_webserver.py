@@ -19,6 +19,8 @@ import dagster as dg
 import pytest
 from dagster_graphql import DagsterGraphQLClient, DagsterGraphQLClientError
 
+from graphrag_assets.cli import CODE_LOCATION
+
 from .conftest import INDEX_ASSETS, REPO, SAMPLE_CORPUS, Workspace, open_instance
 
 pytestmark = pytest.mark.slow
@@ -33,7 +35,7 @@ telemetry:
 nux:
   enabled: false
 """
-LOCATION = "graphrag_assets.definitions"
+LOCATION = CODE_LOCATION  # workspace.yaml names it
 BACKFILL = """mutation ($params: LaunchBackfillParams!) { launchPartitionBackfill(backfillParams: $params) {
     __typename ... on LaunchBackfillSuccess { backfillId } ... on PythonError { message } } }"""
 BACKFILL_STATUS = """query ($id: String!) { partitionBackfillOrError(backfillId: $id) {
