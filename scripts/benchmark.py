@@ -6,6 +6,7 @@ measured in the same run.
     .venv/bin/python scripts/benchmark.py queries [--latency 0.2]
     .venv/bin/python scripts/benchmark.py incremental [--parts 20]
     .venv/bin/python scripts/benchmark.py ingest [--megabytes 50]
+    .venv/bin/python scripts/benchmark.py growth [--sizes 5 50]
     .venv/bin/python scripts/benchmark.py faults
     .venv/bin/python scripts/benchmark.py compare [--latency 0.05] [--token-latency 0.001] [--rpm N --tpm N]
     .venv/bin/python scripts/benchmark.py edits
@@ -300,6 +301,8 @@ def main() -> None:
     ingest = commands.add_parser("ingest", help="peak memory of reading and chunking a large text file")
     ingest.add_argument("--megabytes", type=int, default=50)
     commands.add_parser("faults", help="the index against a misbehaving endpoint next to a healthy one")
+    growth = commands.add_parser("growth", help="every offline step's wall time at 5 and 50 MB, against n log n")
+    growth.add_argument("--sizes", type=int, nargs=2, default=[5, 50], help="megabytes of the two text files")
     compare = commands.add_parser("compare", help="this project next to nano-graphrag 0.0.8.2 on one endpoint")
     compare.add_argument("--latency", type=float, default=0.05, help="seconds the server takes per request")
     compare.add_argument("--token-latency", type=float, default=0.001, help="and per completion token")
@@ -333,7 +336,7 @@ def main() -> None:
         queries_benchmark(args)
     elif args.command == "incremental":
         incremental_benchmark(args)
-    elif args.command in ("ingest", "faults"):
+    elif args.command in ("ingest", "faults", "growth"):
         import robustness_benchmark
 
         getattr(robustness_benchmark, f"{args.command}_benchmark")(args)

@@ -2,11 +2,14 @@
 
 ingest: peak RSS of reading and chunking one large text file (documents + base_text_units, offline),
   each corpus in a fresh process; baseline: the sample corpus in the same way.
+growth: wall time of every offline index step on one text file of 5 and 50 MB (the sample book's body repeated),
+  each size in a fresh process; the ratio of each step against n log n of the input.
 faults: the index of the sample corpus against a misbehaving endpoint next to a healthy one (the
   baseline): rows of every table, whether the tables are equal, and the requests each run sent.
 """
 
 import json
+import math
 import shutil
 import subprocess
 import sys
@@ -44,6 +47,72 @@ def _ingest(root: Path, corpus: str) -> dict:
         [sys.executable, "-c", _INGEST_CHILD, str(root), corpus], cwd=REPO, check=True, capture_output=True, text=True
     )
     return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+_GROWTH_CHILD = """
+import json, resource, sys
+import dagster as dg
+from graphrag_assets.definitions import index_assets
+from graphrag_assets.resources import ChatModelResource, CorporaResource, DuckDBStoreResource, EmbeddingModelResource
+root = sys.argv[1]
+instance = dg.DagsterInstance.ephemeral()
+instance.add_dynamic_partitions("corpus", ["big"])
+cache = root + "/cache"
+resources = {"duckdb": DuckDBStoreResource(database=root + "/graphrag.duckdb", vector_index_dir=root + "/vectors"),
+             "corpora": CorporaResource(root=root + "/data"), "chat": ChatModelResource(cache_dir=cache),
+             "embeddings": EmbeddingModelResource(cache_dir=cache), "judge": ChatModelResource(cache_dir=cache)}
+keys = [k.to_user_string() for a in index_assets for k in a.keys]
+steps = [k for k in keys if not k.endswith("export") and k != "published_index"]
+quiet = {"loggers": {"console": {"config": {"log_level": "ERROR"}}}}
+result = dg.materialize(index_assets, instance=instance, partition_key="big", resources=resources, selection=steps,
+                        run_config=quiet)
+started, seconds = {}, {}
+for record in instance.all_logs(result.run_id):
+    event = record.dagster_event
+    if event is not None and event.event_type_value == "STEP_START":
+        started[event.step_key] = record.timestamp
+    if event is not None and event.event_type_value == "STEP_SUCCESS":
+        seconds[event.step_key] = record.timestamp - started[event.step_key]
+print(json.dumps({"seconds": seconds, "peak_rss_mib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024}))
+"""
+
+
+def growth_benchmark(args) -> None:
+    """Per-step wall time of the offline index at two sizes of one text file, against n log n of the input."""
+    from graphrag_assets.method.ingest.documents import strip_boilerplate
+
+    book = strip_boilerplate(next(SAMPLE.glob("*.txt")).read_text(encoding="utf-8"))[0]
+    figures = {}
+    for megabytes in args.sizes:
+        work = Path(tempfile.mkdtemp(prefix="graphrag-growth-"))
+        try:
+            (work / "data" / "big").mkdir(parents=True)
+            with open(work / "data" / "big" / "big.txt", "w", encoding="utf-8") as out:
+                written, copy = 0, 0
+                while written < megabytes * 2**20:
+                    copy += 1
+                    written += out.write(f"\n\nPart {copy}\n\n{book}")
+            done = subprocess.run(
+                [sys.executable, "-c", _GROWTH_CHILD, str(work)], cwd=REPO, check=True, capture_output=True, text=True
+            )
+            figures[megabytes] = (written, json.loads(done.stdout.strip().splitlines()[-1]))
+        finally:
+            shutil.rmtree(work, ignore_errors=True)
+    (small, (small_bytes, first)), (large, (large_bytes, last)) = list(figures.items())[0], list(figures.items())[-1]
+    n_log_n = (large_bytes * math.log(large_bytes)) / (small_bytes * math.log(small_bytes))
+    header = f"{'step':<22}{f'{small} MB s':>10}{f'{large} MB s':>10}{'ratio':>8}{'/ n log n':>11}"
+    print(header)
+    print("-" * len(header))
+    for step in sorted(first["seconds"], key=lambda s: -last["seconds"].get(s, 0)):
+        a, b = first["seconds"][step], last["seconds"].get(step, float("nan"))
+        print(f"{step:<22}{a:>10.1f}{b:>10.1f}{b / a:>8.1f}{b / a / n_log_n:>11.2f}")
+    a, b = sum(first["seconds"].values()), sum(last["seconds"].values())
+    print(f"{'all steps':<22}{a:>10.1f}{b:>10.1f}{b / a:>8.1f}{b / a / n_log_n:>11.2f}")
+    print(
+        f"\ninput grew {large_bytes / small_bytes:.1f}x; n log n grew {n_log_n:.1f}x. Peak RSS "
+        f"{first['peak_rss_mib']:.0f} MiB and {last['peak_rss_mib']:.0f} MiB. A step whose last column exceeds 1 "
+        "grew faster than n log n (steps under a second are noise)."
+    )
 
 
 def ingest_benchmark(args) -> None:
