@@ -104,8 +104,9 @@ class Workspace:
         embeddings: EmbeddingModelResource | None = None,
         run_config: dict | None = None,
         raise_on_error: bool = True,
+        instance: dg.DagsterInstance | None = None,
     ) -> dg.ExecuteInProcessResult:
-        instance = dg.DagsterInstance.ephemeral()
+        instance = instance or dg.DagsterInstance.ephemeral()
         instance.add_dynamic_partitions("corpus", [corpus])
         if selection is None and run_config is None:  # everything, exports included: keep them in the workspace
             export = {"config": {"folder": str(self.root / "exports")}}

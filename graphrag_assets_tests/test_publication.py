@@ -1,8 +1,12 @@
 """An index run publishes all or nothing: until every step has succeeded, readers see the last complete index."""
 
+import uuid
+
+import dagster as dg
 import duckdb
 import pandas as pd
 
+from graphrag_assets.store.tables import stage_name
 from graphrag_assets_tests.model_server import FakeOpenAIServer, Faults
 
 from .conftest import Workspace, chat_resource, embedding_resource
@@ -81,3 +85,22 @@ def test_a_reindex_that_fails_at_any_model_step_leaves_the_last_index_as_it_was(
             [CORPUS, CORPUS],
         ).fetchone()[0]
     assert dangling == 0
+
+
+def test_publishing_drops_the_stages_of_ended_runs_and_keeps_one_still_going(tmp_path):
+    """Two index runs of one corpus can overlap (the nightly schedule and a manual run): the first to publish
+    must not pull the other's stage from under it, and a failed run's stage goes with the next publication."""
+    workspace = Workspace(tmp_path)
+    write_corpus(workspace.data / CORPUS, "three files")
+    instance = dg.DagsterInstance.ephemeral()
+    going, ended = (dg.DagsterRun(job_name="index_corpus", run_id=str(uuid.uuid4())) for _ in range(2))
+    instance.add_run(going.with_status(dg.DagsterRunStatus.STARTED))
+    instance.add_run(ended.with_status(dg.DagsterRunStatus.FAILURE))
+    workspace.materialize(CORPUS, selection=["documents", "base_text_units"])  # the store exists
+    with duckdb.connect(str(workspace.database)) as conn:
+        for run in (going, ended):
+            conn.execute(f'CREATE SCHEMA "{stage_name(CORPUS, run.run_id)}"')
+    workspace.materialize(CORPUS, instance=instance)
+    with duckdb.connect(str(workspace.database), read_only=True) as conn:
+        stages = {name for (name,) in conn.execute("SELECT schema_name FROM information_schema.schemata").fetchall()}
+    assert stage_name(CORPUS, going.run_id) in stages and stage_name(CORPUS, ended.run_id) not in stages

@@ -13,7 +13,7 @@ import pandas as pd
 
 from ..failures import step_failure
 from ..resources import PUBLISHED_INDEX, DuckDBStoreResource
-from ..store.tables import latest_versions, publish_stage
+from ..store.tables import latest_versions, publish_stage, stages_of
 from . import communities, embeddings, exports, index
 from .common import code_version, corpus_partitions, markdown_table
 
@@ -42,7 +42,13 @@ def published_index(context: dg.AssetExecutionContext, duckdb: DuckDBStoreResour
         raise step_failure("this run staged nothing to publish: run the index_corpus job", retryable=False)
     corpus = context.partition_key
     with duckdb.get_connection() as conn:
-        published = publish_stage(conn, duckdb.stage, corpus)
+        # Stages of runs that ended without publishing go too; a run of the corpus still going keeps its own.
+        leftovers = [
+            stage
+            for stage, run_id in stages_of(conn, corpus).items()
+            if stage != duckdb.stage and _ended(context.instance, run_id)
+        ]
+        published = publish_stage(conn, duckdb.stage, corpus, leftovers)
         tables = {table: rows for table, rows in published.items() if table != "lineage"}
         # The index's version: its assets' data versions as published, so an unchanged re-index keeps it.
         versions = latest_versions(conn, corpus, [key.to_user_string() for key in _index_keys()])
@@ -57,3 +63,11 @@ def published_index(context: dg.AssetExecutionContext, duckdb: DuckDBStoreResour
             "tables": markdown_table(summary, ["table", "rows"], rows=len(summary)),
         },
     )
+
+
+def _ended(instance: dg.DagsterInstance, root_run_id: str) -> bool:
+    """Whether the run (and every retry of it) is over; a run this instance never saw is over for it."""
+    runs = instance.get_runs(filters=dg.RunsFilter(run_ids=[root_run_id])) + instance.get_runs(
+        filters=dg.RunsFilter(tags={"dagster/root_run_id": root_run_id})
+    )
+    return all(run.is_finished for run in runs)

@@ -5,6 +5,8 @@ from __future__ import annotations
 import datetime as dt
 import hashlib
 import json
+import re
+import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
@@ -92,20 +94,24 @@ def use_stage(conn: duckdb.DuckDBPyConnection, stage: str) -> None:
     conn.execute(f"""SET search_path = '"{database}"."{stage}","{database}"."main"'""")
 
 
-def _stages_of(conn: duckdb.DuckDBPyConnection, corpus: str) -> list[str]:
-    prefix, run_id_length = f"{_STAGE_PREFIX}{corpus}_", 32
-    return [
-        name
+def stages_of(conn: duckdb.DuckDBPyConnection, corpus: str) -> dict[str, str]:
+    """The stages the corpus's index runs have in the store: {schema: root run id}."""
+    prefix, hex_id = f"{_STAGE_PREFIX}{corpus}_", re.compile(r"[0-9a-f]{32}")
+    return {
+        name: str(uuid.UUID(name.removeprefix(prefix)))
         for (name,) in conn.execute(
             "SELECT schema_name FROM information_schema.schemata WHERE catalog_name = current_database()"
         ).fetchall()
-        if name.startswith(prefix) and len(name) == len(prefix) + run_id_length
-    ]
+        if name.startswith(prefix) and hex_id.fullmatch(name.removeprefix(prefix))
+    }
 
 
-def publish_stage(conn: duckdb.DuckDBPyConnection, stage: str, corpus: str) -> dict[str, int]:
+def publish_stage(
+    conn: duckdb.DuckDBPyConnection, stage: str, corpus: str, leftovers: list[str] = ()
+) -> dict[str, int]:
     """Replace the corpus's rows of every table the stage holds, and add its lineage rows, in one transaction;
-    then drop the stage and any stage a failed run of the corpus left. Returns the rows published per table."""
+    then drop the stage, and the `leftovers` (stages of the corpus's runs that ended without publishing).
+    Returns the rows published per table."""
     staged = [
         name
         for (name,) in conn.execute(
@@ -133,8 +139,8 @@ def publish_stage(conn: duckdb.DuckDBPyConnection, stage: str, corpus: str) -> d
             published[table] = conn.execute(f'SELECT count(*) FROM "{stage}"."{table}"').fetchone()[0]
 
     in_transaction(conn, swap)
-    for leftover in _stages_of(conn, corpus):
-        conn.execute(f'DROP SCHEMA "{leftover}" CASCADE')
+    for dropped in (stage, *leftovers):
+        conn.execute(f'DROP SCHEMA IF EXISTS "{dropped}" CASCADE')
     return published
 
 
