@@ -193,7 +193,7 @@ def store_locked(database: Path | str, problem: Exception) -> str:
     return (
         f"the DuckDB file {database} is locked by {who}. DuckDB allows one writer, and an open "
         "connection (a notebook's, even read-only) blocks it: close that connection, or read a copy "
-        "of the file (see the README, 'Reading the store while runs write it')"
+        "of the file (see docs/internals.md, 'Reading the store while runs write it')"
     )
 
 
