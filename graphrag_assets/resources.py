@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import TypeVar
 
 import dagster as dg
+import diskcache
 import duckdb
 from dagster._utils.backoff import backoff
 from dagster_duckdb import DuckDBResource
@@ -32,6 +33,19 @@ class CorporaResource(dg.ConfigurableResource):
     """Each folder under `root` is one corpus and one partition."""
 
     root: str = "data"
+    conversion_cache_dir: str | None = Field(
+        f"{STATE_DIR}/conversions",
+        description="Where PDF and Office files are kept once converted to text, by content (None: convert each run).",
+    )
+
+    @contextmanager
+    def conversion_cache(self):
+        """The converted-file cache (a mapping), or None when it is turned off."""
+        if not self.conversion_cache_dir:
+            yield None
+            return
+        with diskcache.Cache(self.conversion_cache_dir) as cache:
+            yield cache
 
     def folder(self, corpus: str) -> Path:
         if not _SAFE_CORPUS_NAME.fullmatch(corpus):

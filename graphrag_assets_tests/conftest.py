@@ -90,7 +90,7 @@ class Workspace:
             "duckdb": DuckDBStoreResource(
                 database=str(self.database), vector_index_dir=str(self.root / "vector-index")
             ),
-            "corpora": CorporaResource(root=str(self.data)),
+            "corpora": CorporaResource(root=str(self.data), conversion_cache_dir=str(self.root / "conversions")),
             "chat": chat or ChatModelResource(cache_dir=str(self.cache)),
             "embeddings": embeddings or EmbeddingModelResource(cache_dir=str(self.cache)),
             "judge": ChatModelResource(cache_dir=str(self.cache)),  # unset: the evaluation judges with `chat`

@@ -268,7 +268,10 @@ def publish_imported(
         table,
         df,
         engine="imported",
-        metadata={"imported_from": dg.MetadataValue.path(str(output.resolve()))},
+        metadata={
+            "source": "Microsoft GraphRAG output (imported)",
+            "imported_from": dg.MetadataValue.path(str(output.resolve())),
+        },
     )
 
 

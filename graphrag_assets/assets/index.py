@@ -11,6 +11,7 @@ from ..method.graph import aliases as alias_method
 from ..method.graph.claims import CLAIM_PROMPTS, COVARIATE_COLUMNS, DEFAULT_CLAIM_DESCRIPTION, extract_claims
 from ..method.graph.extraction import DEFAULT_ENTITY_TYPES, EXTRACTION_PROMPTS
 from ..method.graph.tables import link_text_units
+from ..method.ingest.conversion import ARCHIVE_EXPANSION, MB, Limits
 from ..method.ingest.documents import TabularColumns, read_corpus
 from ..method.ingest.text_units import chunk_documents
 from ..resources import ChatModelResource, CorporaResource, DuckDBStoreResource
@@ -39,9 +40,24 @@ class IngestConfig(dg.Config):
         ge=0,
         description="Tokens of the previous text unit that open the next one (less than chunk_size).",
     )
-    text_column: str = Field("text", description="CSV and JSONL files: the column that holds the text.")
-    title_column: str = Field("title", description="CSV and JSONL files: the column that holds the title, if any.")
-    metadata_columns: list[str] = Field([], description="CSV and JSONL files: columns kept as document metadata.")
+    text_column: str = Field("text", description="CSV, JSON, JSONL and parquet files: the column that holds the text.")
+    title_column: str = Field(
+        "title", description="CSV, JSON, JSONL and parquet files: the column that holds the title, if any."
+    )
+    metadata_columns: list[str] = Field(
+        [], description="CSV, JSON, JSONL and parquet files: columns kept as document metadata."
+    )
+    max_file_mb: float = Field(
+        Limits.max_file_bytes / MB,
+        gt=0,
+        description="Files larger than this are skipped with a warning; Office files and EPUBs may also unpack to "
+        f"at most {ARCHIVE_EXPANSION} times it.",
+    )
+    max_document_chars: int = Field(
+        Limits.max_document_chars,
+        ge=1,
+        description="Text one converted file (PDF, Office, HTML, EPUB) may give; the rest is left out, with a warning.",
+    )
     keep_boilerplate: bool = Field(
         False,
         description="Keep Project Gutenberg's licence header and footer, found by its '*** START/END OF THE PROJECT "
@@ -91,6 +107,15 @@ class ClaimsConfig(dg.Config):
     )
 
 
+def files_by_type(files: dict) -> str:
+    """The corpus's files per type: how many were read, skipped, and the documents they gave."""
+    rows = [
+        {"type": kind, "read": c["read"], "skipped": c["skipped"], "documents": c["documents"]}
+        for kind, c in sorted(files.items())
+    ]
+    return pd.DataFrame(rows, columns=["type", "read", "skipped", "documents"]).to_markdown(index=False)
+
+
 @dg.multi_asset(
     specs=[
         dg.AssetSpec(
@@ -121,11 +146,14 @@ def corpus_documents(
             yield publish_imported(context, conn, "base_text_units", text_units, imported)
         return
     folder = corpora.folder(context.partition_key)
-    read = read_corpus(
-        folder,
-        TabularColumns(config.text_column, config.title_column or None, tuple(config.metadata_columns)),
-        keep_boilerplate=config.keep_boilerplate,
-    )
+    with corpora.conversion_cache() as conversions:
+        read = read_corpus(
+            folder,
+            TabularColumns(config.text_column, config.title_column or None, tuple(config.metadata_columns)),
+            keep_boilerplate=config.keep_boilerplate,
+            limits=Limits(int(config.max_file_mb * MB), config.max_document_chars),
+            conversions=conversions,
+        )
     for problem in read.problems[:_PROBLEMS_SHOWN]:
         tell(context, f"{folder.name}/{problem}", warning=True)
     if len(read.problems) > _PROBLEMS_SHOWN:
@@ -145,7 +173,9 @@ def corpus_documents(
             documents,
             engine="none",
             metadata={
+                "source": "documents folder",
                 "files_read": read.files_read,
+                "files": dg.MetadataValue.md(files_by_type(read.files)),
                 "problems": problems,
                 "preview": markdown_table(documents, ["title", "source_path"]),
             },
@@ -158,6 +188,7 @@ def corpus_documents(
             engine="none",
             metadata={
                 "total_tokens": int(text_units["n_tokens"].sum()),
+                "units_with_location": int(text_units["location"].notna().sum()),
                 "chunk_size": config.chunk_size,
                 "chunk_overlap": config.chunk_overlap,
             },

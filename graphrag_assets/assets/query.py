@@ -235,16 +235,20 @@ def sources_markdown(index: Index, result: SearchResult) -> str:
         shown = cited_first(result.context["text_units"], numbers, result.answer, "Sources")
         units = index.text_units.set_index("id").loc[shown]
         titles = index.documents.set_index("id")["title"]
+        table = pd.DataFrame(
+            {
+                "source": numbers[units.index].to_numpy(),
+                "document": units["document_id"].map(titles).to_numpy(),
+                "where": units["location"].to_numpy() if "location" in units else None,
+                "chunk": units["chunk_index"].to_numpy(),
+                "text": units["text"].str.replace(r"\s+", " ", regex=True).str[:200].to_numpy(),
+            }
+        )
+        if table["where"].isna().all():  # plain text has no pages or headings to point at
+            table = table.drop(columns="where")
         parts.append(
             "**Source text units** (an answer's `Sources (n)` is the row numbered n)\n\n"
-            + pd.DataFrame(
-                {
-                    "source": numbers[units.index].to_numpy(),
-                    "document": units["document_id"].map(titles).to_numpy(),
-                    "chunk": units["chunk_index"].to_numpy(),
-                    "text": units["text"].str.replace(r"\s+", " ", regex=True).str[:200].to_numpy(),
-                }
-            ).to_markdown(index=False)
+            + table.to_markdown(index=False)
         )
     return "\n\n".join(parts) or "_no sources: nothing relevant was found_"
 

@@ -10,6 +10,7 @@ OUTPUT_TABLES: dict[str, dict[str, str]] = {
         "source_path": "VARCHAR",
         "metadata": "JSON",
         "text_unit_ids": "VARCHAR[]",
+        "outline": "JSON",  # where its pages, slides, sheets and headings start: [[offset, kind, label], ...]
     },
     "base_text_units": {
         "id": "VARCHAR",
@@ -17,6 +18,8 @@ OUTPUT_TABLES: dict[str, dict[str, str]] = {
         "n_tokens": "INTEGER",
         "document_id": "VARCHAR",
         "chunk_index": "INTEGER",
+        "pages": "INTEGER[]",  # the PDF pages or PowerPoint slides it spans
+        "location": "VARCHAR",  # what a person opens to find it: 'pages 3-4 · Policy › Clerks', 'sheet Wages'
     },
     "text_units": {
         "id": "VARCHAR",
@@ -24,6 +27,8 @@ OUTPUT_TABLES: dict[str, dict[str, str]] = {
         "n_tokens": "INTEGER",
         "document_id": "VARCHAR",
         "chunk_index": "INTEGER",
+        "pages": "INTEGER[]",
+        "location": "VARCHAR",
         "entity_ids": "VARCHAR[]",
         "relationship_ids": "VARCHAR[]",
         "covariate_ids": "VARCHAR[]",

@@ -106,7 +106,8 @@ units AS (
       FROM cited c JOIN covariates v ON c.via = 'claim' AND v.id = c.element_id AND v.corpus = c.corpus
     UNION ALL SELECT answer_id, corpus, via, element_id, element_id FROM cited WHERE via = 'text_unit'
 )
-SELECT DISTINCT u.answer_id, u.corpus, u.via, u.element_id, u.text_unit_id, t.document_id, d.title AS document_title
+SELECT DISTINCT u.answer_id, u.corpus, u.via, u.element_id, u.text_unit_id, t.document_id, d.title AS document_title,
+       d.source_path, t.location, t.pages
   FROM units u JOIN text_units t ON t.id = u.text_unit_id AND t.corpus = u.corpus
   JOIN documents d ON d.id = t.document_id AND d.corpus = t.corpus
 """

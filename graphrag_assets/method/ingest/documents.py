@@ -11,15 +11,20 @@ import hashlib
 import io
 import json
 import re
-from dataclasses import dataclass, field
+from collections import Counter
+from collections.abc import Iterable, Iterator, MutableMapping
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 import pandas as pd
+import pyarrow.parquet as pq
 
 from ..graph.aliases import OVERRIDES_FILE
 from ..schema import columns
+from .conversion import CONVERSION_VERSION, CONVERTED_SUFFIXES, MB, ConversionError, Limits, convert_file, headings
 
-SUPPORTED_SUFFIXES = (".txt", ".md", ".csv", ".jsonl")
+TABULAR_SUFFIXES = (".csv", ".jsonl", ".json", ".parquet")  # a document per row (or object)
+SUPPORTED_SUFFIXES = (".txt", ".md", *TABULAR_SUFFIXES, *CONVERTED_SUFFIXES)
 _BINARY_SNIFF_BYTES = 8192
 
 
@@ -35,7 +40,7 @@ class Problem:
 
 @dataclass(frozen=True)
 class TabularColumns:
-    """Which columns of a .csv or .jsonl file hold the text, the title and extra metadata."""
+    """Which columns (fields) of a CSV, JSON, JSONL or parquet file hold the text, the title and extra metadata."""
 
     text: str = "text"
     title: str | None = "title"
@@ -46,7 +51,11 @@ class TabularColumns:
 class CorpusReadResult:
     documents: pd.DataFrame
     problems: list[Problem] = field(default_factory=list)
-    files_read: int = 0
+    files: dict[str, Counter] = field(default_factory=dict)  # by file type: files read and skipped, documents
+
+    @property
+    def files_read(self) -> int:
+        return sum(counts["read"] for counts in self.files.values())
 
 
 DOCUMENT_COLUMNS = [c for c in columns("documents") if c != "text_unit_ids"]  # read before chunking
@@ -111,24 +120,79 @@ def _rows_from_jsonl(text: str, relative: str) -> tuple[list[dict], list[Problem
     return rows, problems
 
 
+def _rows_from_json(text: str, relative: str) -> tuple[list[dict], list[Problem]]:
+    """One object, or an array of objects: the form public GraphRAG benchmark corpora are published in."""
+    try:
+        value = json.loads(text)
+    except json.JSONDecodeError as err:
+        return [], [Problem(relative, f"invalid JSON ({err.msg} at line {err.lineno}), file skipped")]
+    if isinstance(value, dict):
+        return [value], []
+    if not isinstance(value, list):
+        return [], [Problem(relative, f"holds a JSON {type(value).__name__}, not an object or an array of objects")]
+    rows, problems = [], []
+    for number, item in enumerate(value, start=1):
+        if isinstance(item, dict):
+            rows.append(item)
+        else:
+            problems.append(Problem(f"{relative}#{number}", "array entry is not a JSON object, skipped"))
+    return rows, problems
+
+
+_PARQUET_BATCH_ROWS = 1024
+_JSON_KINDS = {int: "a number", float: "a number", bool: "true or false", list: "a list", dict: "an object"}
+
+
+def _rows_from_parquet(path: Path, relative: str, columns: TabularColumns) -> Iterator[dict | Problem]:
+    """The file's rows, a batch at a time and only the columns the documents need: a large file is never whole in
+    memory. A Problem, when the file is unreadable or lacks the text column."""
+    try:
+        table = pq.ParquetFile(path)
+        names = table.schema_arrow.names
+    except Exception as err:  # noqa: BLE001 - pyarrow raises several kinds for a damaged file
+        yield Problem(relative, f"not a readable parquet file ({err}), skipped")
+        return
+    if columns.text not in names:
+        yield Problem(relative, f"no text column {columns.text!r} (columns found: {', '.join(names)}), file skipped")
+        return
+    wanted = [c for c in dict.fromkeys([columns.text, columns.title, *columns.metadata]) if c in names]
+    try:
+        for batch in table.iter_batches(batch_size=_PARQUET_BATCH_ROWS, columns=wanted):
+            yield from batch.to_pylist()
+    except Exception as err:  # noqa: BLE001
+        yield Problem(relative, f"stopped reading at a damaged part of the file ({err}); the rows before it were read")
+
+
 def _tabular_documents(
-    text: str, relative: str, suffix: str, columns: TabularColumns
+    rows: Iterable[dict | Problem], relative: str, columns: TabularColumns, single: bool = False
 ) -> tuple[list[dict], list[Problem]]:
-    rows, problems = (_rows_from_csv if suffix == ".csv" else _rows_from_jsonl)(text, relative)
-    if rows and not any(columns.text in row for row in rows):
-        found = sorted({key for row in rows for key in row})
-        return [], problems + [
-            Problem(relative, f"no text column {columns.text!r} (columns found: {', '.join(found)}), file skipped")
-        ]
-    documents = []
+    """A document per row with a text; `single`: the file is one object, so it is named by the file."""
+    documents, problems, found, missing = [], [], set(), []
     for number, row in enumerate(rows, start=1):
-        body = row.get(columns.text)
-        if not isinstance(body, str) or not body.strip():
-            problems.append(Problem(f"{relative}#{number}", f"row has an empty {columns.text!r}, skipped"))
+        if isinstance(row, Problem):
+            problems.append(row)
             continue
-        title = row.get(columns.title) if columns.title else None
-        metadata = {name: row.get(name) for name in columns.metadata if name in row}
-        documents.append({"title": str(title) if title else f"{relative}#{number}", "text": body, "metadata": metadata})
+        found.update(row)
+        where = relative if single else f"{relative}#{number}"
+        body = row.get(columns.text)
+        if body is None:
+            missing.append(where)
+        elif not isinstance(body, str):
+            kind = _JSON_KINDS.get(type(body), type(body).__name__)
+            problems.append(Problem(where, f"{columns.text!r} is {kind}, not a string; skipped"))
+        elif not body.strip():
+            problems.append(Problem(where, f"empty {columns.text!r}, skipped"))
+        else:
+            title = row.get(columns.title) if columns.title else None
+            metadata = {name: row.get(name) for name in columns.metadata if name in row}
+            documents.append({"title": str(title) if title else where, "text": body, "metadata": metadata})
+    if found and columns.text not in found:
+        kind = "field" if single else "column"
+        problems.append(
+            Problem(relative, f"no text {kind} {columns.text!r} ({kind}s found: {', '.join(sorted(found))}), skipped")
+        )
+    else:
+        problems.extend(Problem(where, f"no {columns.text!r}, skipped") for where in missing)
     return documents, problems
 
 
@@ -146,71 +210,50 @@ def strip_boilerplate(text: str) -> tuple[str, int]:
 
 
 def read_corpus(
-    folder: str | Path, columns: TabularColumns = TabularColumns(), keep_boilerplate: bool = False
+    folder: str | Path,
+    columns: TabularColumns = TabularColumns(),
+    keep_boilerplate: bool = False,
+    limits: Limits | None = None,
+    conversions: MutableMapping | None = None,
 ) -> CorpusReadResult:
     """Read every supported file below `folder` (sorted, hidden files ignored) into one row per document.
 
     Project Gutenberg's licence header and footer are left out of plain-text documents unless `keep_boilerplate`:
-    they would otherwise become entities and communities of their own."""
-    root = Path(folder)
+    they would otherwise become entities and communities of their own. `conversions` (a mapping, such as a
+    diskcache.Cache) keeps converted office and PDF files by content, so an unchanged file is not converted again."""
+    root, limits = Path(folder), limits or Limits()
     if not root.is_dir():
         raise FileNotFoundError(f"corpus folder {root} does not exist")
     resolved_root = root.resolve()
-    problems: list[Problem] = []
+    result = CorpusReadResult(pd.DataFrame(columns=DOCUMENT_COLUMNS))
     records: list[dict] = []
     seen: dict[str, str] = {}
-    files_read = 0
     for path in sorted(p for p in root.rglob("*") if p.is_file() or p.is_symlink()):
         relative = path.relative_to(root).as_posix()
         if any(part.startswith(".") for part in path.relative_to(root).parts):
             continue
-        if path.is_dir():  # a linked folder: rglob does not walk into it, so its files would vanish unsaid
-            problems.append(Problem(relative, "is a link to a folder, which is not followed; link or copy its files"))
-            continue
-        if not path.is_file():
-            problems.append(Problem(relative, "is a broken link, skipped"))
-            continue
-        target = path.resolve()
-        if resolved_root not in target.parents:
-            # A link to a file elsewhere would send text the user never put in the corpus to the model.
-            problems.append(Problem(relative, f"links to {target}, outside the corpus folder; refused"))
-            continue
         if relative == OVERRIDES_FILE:  # the user's alias decisions, read by the entity_aliases asset
             continue
         suffix = path.suffix.lower()
-        if suffix not in SUPPORTED_SUFFIXES:
-            problems.append(
-                Problem(
-                    relative,
-                    f"unsupported file type {suffix or '(none)'}; expected one of {', '.join(SUPPORTED_SUFFIXES)}",
-                )
-            )
+        counts = result.files.setdefault(suffix or "(none)", Counter())
+        refusal = _refusal(path, relative, resolved_root, suffix, limits)
+        if refusal:
+            result.problems.append(Problem(relative, refusal))
+            counts["skipped"] += 1
             continue
-        text, file_problems = _decode(path, relative)
-        problems.extend(file_problems)
-        if text is None:
+        documents, problems = _file_documents(path, relative, suffix, columns, keep_boilerplate, limits, conversions)
+        result.problems.extend(problems)
+        if documents is None:
+            counts["skipped"] += 1
             continue
-        files_read += 1
-        if suffix in (".csv", ".jsonl"):
-            documents, row_problems = _tabular_documents(text, relative, suffix, columns)
-            problems.extend(row_problems)
-        else:
-            removed = 0
-            if not keep_boilerplate:
-                text, removed = strip_boilerplate(text)
-            documents = [
-                {
-                    "title": path.name,
-                    "text": text,
-                    "metadata": {"boilerplate_chars_removed": removed} if removed else {},
-                }
-            ]
+        counts["read"] += 1
         for document in documents:
             doc_id = document_id(document["text"])
             if doc_id in seen:
-                problems.append(Problem(relative, f"duplicate of {seen[doc_id]} (same content), skipped"))
+                result.problems.append(Problem(relative, f"duplicate of {seen[doc_id]} (same content), skipped"))
                 continue
-            seen[doc_id] = document["title"] if suffix in (".csv", ".jsonl") else relative
+            seen[doc_id] = relative if document["title"] == path.name else document["title"]
+            counts["documents"] += 1
             records.append(
                 {
                     "id": doc_id,
@@ -218,6 +261,81 @@ def read_corpus(
                     "text": document["text"],
                     "source_path": relative,
                     "metadata": json.dumps(document["metadata"], sort_keys=True, default=str),
+                    "outline": json.dumps(document["outline"]) if document.get("outline") else None,
                 }
             )
-    return CorpusReadResult(pd.DataFrame(records, columns=DOCUMENT_COLUMNS), problems, files_read)
+    result.documents = pd.DataFrame(records, columns=DOCUMENT_COLUMNS)
+    return result
+
+
+def _refusal(path: Path, relative: str, root: Path, suffix: str, limits: Limits) -> str | None:
+    """Why a path is not read at all, or None."""
+    if path.is_dir():  # a linked folder: rglob does not walk into it, so its files would vanish unsaid
+        return "is a link to a folder, which is not followed; link or copy its files"
+    if not path.is_file():
+        return "is a broken link, skipped"
+    target = path.resolve()
+    if root not in target.parents:
+        # A link to a file elsewhere would send text the user never put in the corpus to the model.
+        return f"links to {target}, outside the corpus folder; refused"
+    if suffix not in SUPPORTED_SUFFIXES:
+        return f"unsupported file type {suffix or '(none)'}; expected one of {', '.join(SUPPORTED_SUFFIXES)}"
+    size = path.stat().st_size
+    if size > limits.max_file_bytes:
+        return (
+            f"is {size / MB:,.1f} MB, over the limit of {limits.max_file_bytes / MB:,.0f} MB per file "
+            "(max_file_mb); skipped: raise the limit or split the file"
+        )
+    return None
+
+
+def _file_documents(
+    path: Path,
+    relative: str,
+    suffix: str,
+    columns: TabularColumns,
+    keep_boilerplate: bool,
+    limits: Limits,
+    conversions: MutableMapping | None,
+) -> tuple[list[dict] | None, list[Problem]]:
+    """(the file's documents, or None when the file was skipped; what was wrong)."""
+    if suffix == ".parquet":
+        return _tabular_documents(_rows_from_parquet(path, relative, columns), relative, columns)
+    if suffix in CONVERTED_SUFFIXES:
+        return _converted_document(path, relative, limits, conversions)
+    text, problems = _decode(path, relative)
+    if text is None:
+        return None, problems
+    if suffix in TABULAR_SUFFIXES:
+        rows, row_problems = {".csv": _rows_from_csv, ".jsonl": _rows_from_jsonl, ".json": _rows_from_json}[suffix](
+            text, relative
+        )
+        documents, more = _tabular_documents(rows, relative, columns, single=suffix == ".json" and len(rows) == 1)
+        return documents, problems + row_problems + more
+    removed = 0
+    if not keep_boilerplate:
+        text, removed = strip_boilerplate(text)
+    document = {"title": path.name, "text": text, "metadata": {"boilerplate_chars_removed": removed} if removed else {}}
+    if suffix == ".md":
+        document["outline"] = headings(text)
+    return [document], problems
+
+
+def _converted_document(
+    path: Path, relative: str, limits: Limits, conversions: MutableMapping | None
+) -> tuple[list[dict] | None, list[Problem]]:
+    content = path.read_bytes()
+    key = f"{CONVERSION_VERSION}:{limits.max_document_chars}:{hashlib.sha256(content).hexdigest()}"
+    del content
+    cached = conversions.get(key) if conversions is not None else None
+    if cached is None:
+        try:
+            converted = convert_file(path, limits)
+        except ConversionError as reason:
+            return None, [Problem(relative, f"{reason}; skipped")]
+        cached = asdict(converted)
+        if conversions is not None:
+            conversions[key] = cached
+    metadata = {"format": path.suffix.lower().lstrip("."), **({"title": cached["title"]} if cached["title"] else {})}
+    problems = [Problem(relative, cached["note"], skipped=False)] if cached["note"] else []
+    return [{"title": path.name, "text": cached["text"], "metadata": metadata, "outline": cached["outline"]}], problems

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import bisect
 import hashlib
+import json
 from collections import Counter
 
 import pandas as pd
@@ -35,6 +37,7 @@ def chunk_documents(
     for document in documents.itertuples(index=False):
         ids = ids_by_document.setdefault(document.id, [])
         source = f"{document.source_path}\x00{document.title}"  # several documents can share a CSV or JSONL file
+        where = Locator(getattr(document, "outline", None))
         for chunk in chunk_text(document.text, size, overlap, encoding):
             occurrences[source, chunk.text] += 1
             unit_id = text_unit_id(source, chunk.text, occurrences[source, chunk.text])
@@ -46,8 +49,48 @@ def chunk_documents(
                     "n_tokens": chunk.n_tokens,
                     "document_id": document.id,
                     "chunk_index": chunk.index,
+                    **where(chunk.start, chunk.end),
                 }
             )
     documents = documents.copy()
     documents["text_unit_ids"] = [ids_by_document.get(doc_id, []) for doc_id in documents["id"]]
     return pd.DataFrame(rows, columns=TEXT_UNIT_COLUMNS), documents
+
+
+class Locator:
+    """The pages (or slides) a span of a document's text covers, and a label a person can follow to it: 'pages 3-4',
+    'slide 2 · Pricing', 'sheet Wages', 'Policy › Clerks'. From the outline its conversion recorded (conversion.py)."""
+
+    def __init__(self, outline: str | list | None):
+        marks = (json.loads(outline) if isinstance(outline, str) else outline) or []
+        self.pages = _Marks([(offset, kind, int(label)) for offset, kind, label in marks if kind in ("page", "slide")])
+        self.sections = _Marks([(offset, kind, label) for offset, kind, label in marks if kind in ("sheet", "heading")])
+
+    def __call__(self, start: int, end: int) -> dict:
+        if not self.pages.marks and not self.sections.marks:
+            return {"pages": None, "location": None}
+        labels, numbers = [], None
+        covered = self.pages.covering(start, end)
+        if covered:
+            numbers = [number for _, _, number in covered]
+            kind = covered[0][1]
+            first, last = numbers[0], numbers[-1]
+            labels.append(f"{kind} {first}" if first == last else f"{kind}s {first}-{last}")
+        sections = self.sections.covering(start, end)
+        if sections and sections[0][1] == "sheet":
+            names = list(dict.fromkeys(label for _, _, label in sections))
+            labels.append(("sheet " if len(names) == 1 else "sheets ") + ", ".join(names))
+        elif sections:
+            labels.append(sections[0][2])  # the heading the span opens under
+        return {"pages": numbers, "location": " · ".join(labels) or None}
+
+
+class _Marks:
+    def __init__(self, marks: list[tuple[int, str, object]]):
+        self.marks = marks
+        self.offsets = [offset for offset, _, _ in marks]
+
+    def covering(self, start: int, end: int) -> list[tuple[int, str, object]]:
+        """The marks in effect over [start, end): the last at or before start, and every one after it before end."""
+        first = max(0, bisect.bisect_right(self.offsets, start) - 1)
+        return self.marks[first : bisect.bisect_left(self.offsets, max(end, start + 1))]

@@ -38,6 +38,10 @@ class Chunk:
     index: int
     text: str
     n_tokens: int
+    # Where the chunk lies in its document's text, its overlap included (token windows of a blob may be off by a
+    # few characters): how a text unit finds its pages.
+    start: int = 0
+    end: int = 0
 
 
 # Text is tokenized in pieces of at most this many characters, so a long document never becomes one
@@ -151,11 +155,12 @@ def chunk_text(
     chunks: list[Chunk] = []
     body: list[str] = []
     body_tokens = 0
+    body_start = 0
     tail = ""
 
     def close() -> None:
         """End the chunk; a piece that does not fit once joined (tokens can merge across pieces) moves on."""
-        nonlocal body, body_tokens, tail
+        nonlocal body, body_tokens, body_start, tail
         carried: list[str] = []
         while True:
             joined = tail + "".join(body)
@@ -166,7 +171,9 @@ def chunk_text(
                 carried.insert(0, body.pop())
             else:
                 tail = ""
-        chunks.append(Chunk(index=len(chunks), text=joined, n_tokens=len(ids)))
+        body_end = body_start + sum(map(len, body))
+        chunks.append(Chunk(len(chunks), joined, len(ids), max(0, body_start - len(tail)), body_end))
+        body_start = body_end
         tail = _tail(ids, overlap, enc)
         body = carried
         body_tokens = len(enc.encode("".join(carried), disallowed_special=())) if carried else 0
