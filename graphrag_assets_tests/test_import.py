@@ -11,7 +11,15 @@ from graphrag_assets.assets.query import cited
 from graphrag_assets.method.exports import GRAPHRAG_SCHEMAS
 from graphrag_assets_tests.model_server import FakeOpenAIServer
 
-from .conftest import INDEX_ASSETS, SAMPLE_CORPUS, Workspace, chat_resource, embedding_resource, table
+from .conftest import (
+    INDEX_ASSETS,
+    SAMPLE_CORPUS,
+    Workspace,
+    chat_resource,
+    embedding_resource,
+    materialization_metadata,
+    table,
+)
 
 CORPUS = "imported-graph"
 IMPORTED = INDEX_ASSETS[: INDEX_ASSETS.index("community_reports") + 1]  # what an import loads or links
@@ -153,6 +161,8 @@ def test_a_microsoft_graphrag_output_is_imported_and_answers_at_every_level(tmp_
         )
         result = workspace.materialize(CORPUS, chat=chat, embeddings=embeddings)  # every index asset, green
         assert {s.kind for s in server.served} <= {"embed", "probe"}  # no extraction, summary, alias or report call
+        # Its parquet files are an index to import, not documents to read.
+        assert materialization_metadata(result, "documents")["source"] == "Microsoft GraphRAG output (imported)"
         (check,) = [c for c in result.get_asset_check_evaluations() if c.check_name.startswith("relationship_end")]
         assert check.severity == dg.AssetCheckSeverity.WARN and check.metadata["dangling_endpoints"].value == 1
         layout = workspace.sql("SELECT * FROM layouts WHERE corpus = ? AND kind = 'entity'", CORPUS)

@@ -5,7 +5,7 @@ measured in the same run.
     .venv/bin/python scripts/benchmark.py graph [--nodes 8500] [--edges 20000]
     .venv/bin/python scripts/benchmark.py queries [--latency 0.2]
     .venv/bin/python scripts/benchmark.py incremental [--parts 20]
-    .venv/bin/python scripts/benchmark.py ingest [--megabytes 50]
+    .venv/bin/python scripts/benchmark.py ingest [--megabytes 50] [--pages 200] [--docx-megabytes 20]
     .venv/bin/python scripts/benchmark.py growth [--sizes 5 50]
     .venv/bin/python scripts/benchmark.py faults
     .venv/bin/python scripts/benchmark.py compare [--latency 0.05] [--token-latency 0.001] [--rpm N --tpm N]
@@ -22,7 +22,9 @@ queries: one question answered by every method against the test model server: co
   over source texts), as in the paper's Table 2 ("C0 needs 9-43x fewer context tokens than TS").
 incremental: the sample cut into many documents; after a full index, one more document is added and the
   corpus re-indexed: model calls and tokens of the re-index against the full index (the baseline).
-ingest, faults: see robustness_benchmark.py.
+ingest: reading a large text file (robustness_benchmark.py), then converting a long PDF and a large Word file
+  against plain text of the same size (formats_benchmark.py).
+faults: see robustness_benchmark.py.
 compare, edits: side by side with nano-graphrag, and what edits and re-runs cost: see comparison_benchmark.py.
 prompts: prompt tokens per call against the prompts of an earlier commit: see prompt_benchmark.py.
 graph: each non-model step (communities, node2vec, UMAP, offline text embeddings) on the sample
@@ -298,8 +300,10 @@ def main() -> None:
     queries.add_argument("--latency", type=float, default=0.2, help="seconds the server takes per reply")
     incremental = commands.add_parser("incremental", help="model calls of a re-index after adding one document")
     incremental.add_argument("--parts", type=int, default=20)
-    ingest = commands.add_parser("ingest", help="peak memory of reading and chunking a large text file")
-    ingest.add_argument("--megabytes", type=int, default=50)
+    ingest = commands.add_parser("ingest", help="peak memory of a large text file; PDF and DOCX conversion speed")
+    ingest.add_argument("--megabytes", type=int, default=50, help="size of the text file (0: skip it)")
+    ingest.add_argument("--pages", type=int, default=200, help="pages of the PDF")
+    ingest.add_argument("--docx-megabytes", type=float, default=20, help="size of the Word file")
     commands.add_parser("faults", help="the index against a misbehaving endpoint next to a healthy one")
     growth = commands.add_parser("growth", help="every offline step's wall time at 5 and 50 MB, against n log n")
     growth.add_argument("--sizes", type=int, nargs=2, default=[5, 50], help="megabytes of the two text files")
@@ -339,7 +343,13 @@ def main() -> None:
     elif args.command in ("ingest", "faults", "growth"):
         import robustness_benchmark
 
-        getattr(robustness_benchmark, f"{args.command}_benchmark")(args)
+        if args.command != "ingest" or args.megabytes:
+            getattr(robustness_benchmark, f"{args.command}_benchmark")(args)
+        if args.command == "ingest":
+            from formats_benchmark import formats_benchmark
+
+            print()
+            formats_benchmark(args)
     elif args.command in ("compare", "edits"):
         import comparison_benchmark
 
