@@ -5,6 +5,8 @@ import re
 import socket
 import zipfile
 
+import docx
+import PIL.Image
 import pytest
 
 from graphrag_assets.method.ingest import documents as reading
@@ -110,6 +112,32 @@ def test_a_document_that_converts_to_too_much_text_keeps_the_pages_before_the_li
     outline = json.loads(result.documents["outline"][0])
     assert [label for _, _, label in outline] == [str(n) for n in range(1, 11)]
     assert len(result.documents["text"][0]) <= 5_000
+
+
+def test_markup_too_large_to_convert_is_refused_before_it_is_parsed(tmp_path):
+    folder = tmp_path / "markup"
+    folder.mkdir()
+    files.word(folder / "rules.docx")
+    files.web_page(folder / "family.html")
+    result = read_corpus(folder, limits=Limits(max_document_chars=20))  # 200 bytes of markup at most
+    problems = {p.path: p.message for p in result.problems}
+    assert result.documents.empty
+    for name in ("rules.docx", "family.html"):
+        assert "of markup, more than converting within max_document_chars (20) allows" in problems[name]
+
+
+def test_a_picture_in_a_word_file_leaves_its_alt_text_not_its_bytes(tmp_path):
+    folder = tmp_path / "pictures"
+    folder.mkdir()
+    picture = tmp_path / "red.png"
+    PIL.Image.new("RGB", (64, 64), "red").save(picture)
+    document = docx.Document()
+    document.add_paragraph("Before the picture.")
+    document.add_picture(str(picture))
+    document.add_paragraph("After the picture.")
+    document.save(str(folder / "pictured.docx"))
+    [text] = read_corpus(folder).documents["text"]
+    assert "Before the picture." in text and "After the picture." in text and "data:" not in text
 
 
 def test_conversion_is_kept_by_content_and_redone_when_the_file_changes(tmp_path, monkeypatch):

@@ -24,6 +24,10 @@ CONVERTED_SUFFIXES = (".pdf", ".docx", ".pptx", ".xlsx", ".html", ".htm", ".epub
 _ARCHIVES = (".docx", ".pptx", ".xlsx", ".epub")  # zip files inside
 # Office text compresses about 3-10x; a file declaring far more than this is a zip bomb, not a document.
 ARCHIVE_EXPANSION = 20
+# Converters hold a file's markup as a tree, some 25 bytes of memory per byte of it: markup (Office XML, HTML)
+# beyond this many bytes per character a document may keep is refused before it is parsed, not after.
+MARKUP_BYTES_PER_CHAR = 10
+_MARKUP = (".xml", ".xhtml", ".html", ".htm")
 # Bumped when what a conversion returns changes, so cached conversions of the old kind are not used.
 CONVERSION_VERSION = f"1-markitdown-{version('markitdown')}-pdfminer-{version('pdfminer.six')}"
 
@@ -54,7 +58,9 @@ def convert_file(path: Path, limits: Limits) -> Converted:
     """The file's text and outline; ConversionError when it has none to give."""
     suffix = path.suffix.lower()
     if suffix in _ARCHIVES:
-        _check_archive(path, limits)
+        _check_markup(_archive_markup_bytes(path, limits), limits)
+    elif suffix in _MARKUP:
+        _check_markup(path.stat().st_size, limits)
     if suffix == ".pdf":
         return _pdf(path, limits)
     from markitdown import StreamInfo  # imports onnxruntime (through magika): only when a file needs it
@@ -65,7 +71,7 @@ def convert_file(path: Path, limits: Limits) -> Converted:
         )
     except Exception as err:  # noqa: BLE001 - a converter can fail in any of its libraries; all are the file's fault
         raise ConversionError(f"could not be converted ({_reason(err)})") from None
-    text, note = _within_limit(result.markdown or "", limits)
+    text, note = _within_limit(_EMBEDDED_IMAGE.sub(r"\1", result.markdown or ""), limits)
     if suffix == ".pptx":
         text, outline = _slides(text)
     elif suffix == ".xlsx":
@@ -95,21 +101,32 @@ def _reason(err: Exception) -> str:
     return f"{type(err).__name__}: {message}" if message else type(err).__name__
 
 
-def _check_archive(path: Path, limits: Limits) -> None:
-    """Office files and EPUBs are zip archives: refuse a corrupt one, or one that declares more than it could hold.
+def _archive_markup_bytes(path: Path, limits: Limits) -> int:
+    """The bytes of markup an Office file or EPUB unpacks to; ConversionError for a corrupt archive or a zip bomb.
 
-    Python's zipfile never reads past a member's declared size, so the declared total bounds what conversion reads.
+    Python's zipfile never reads past a member's declared size, so the declared sizes bound what conversion reads.
     """
     try:
         with zipfile.ZipFile(path) as archive:
-            expanded = sum(member.file_size for member in archive.infolist())
+            members = archive.infolist()
     except (zipfile.BadZipFile, OSError) as err:
         raise ConversionError(f"is not a readable {path.suffix.lower()} file (corrupt archive: {err})") from None
+    expanded = sum(member.file_size for member in members)
     limit = limits.max_file_bytes * ARCHIVE_EXPANSION
     if expanded > limit:
         raise ConversionError(
             f"unpacks to {expanded / MB:,.0f} MB, over the limit of {limit / MB:,.0f} MB "
             f"({ARCHIVE_EXPANSION}x max_file_mb): a damaged file or a zip bomb"
+        )
+    return sum(member.file_size for member in members if member.filename.lower().endswith(_MARKUP))
+
+
+def _check_markup(size: int, limits: Limits) -> None:
+    limit = limits.max_document_chars * MARKUP_BYTES_PER_CHAR
+    if size > limit:
+        raise ConversionError(
+            f"holds {size / MB:,.0f} MB of markup, more than converting within max_document_chars "
+            f"({limits.max_document_chars:,}) allows ({limit / MB:,.0f} MB); raise max_document_chars or split the file"
         )
 
 
@@ -161,6 +178,8 @@ def _pdf(path: Path, limits: Limits) -> Converted:
     return Converted("\n\n".join(pages), outline, None, note)
 
 
+# markitdown leaves a picture inside a Word file as ![alt](data:image/png;base64...): only its alt text says anything.
+_EMBEDDED_IMAGE = re.compile(r"!\[([^\]]*)\]\(data:[^)]*\)")
 _SLIDE = re.compile(r"<!-- Slide number: (\d+) -->\n?")
 
 
