@@ -66,6 +66,7 @@ class Served:
     prompt_tokens: int = 0
     completion_tokens: int = 0
     cached_tokens: int = 0
+    endpoint: str = "chat"  # or "embeddings"
 
 
 def _key(body: bytes) -> str:
@@ -183,6 +184,18 @@ def community_report(data: str) -> str:
     findings += [
         {"summary": f"Sub-community {r.split(',')[0]}", "explanation": r.split(",", 2)[-1]} for r in reports[:3]
     ]
+    if "-----Sources-----" in data:  # a fast index's context: concepts and the passages they occur in
+        concepts = _between(data, "-----Concepts-----\nid,concept,mentions\n", "\n\n").splitlines()
+        names = [line.split(",")[1] for line in concepts if line.count(",") >= 2]
+        sources = _between(data, "-----Sources-----\nid,text\n", "\n\n").splitlines()
+        findings += [
+            {
+                "summary": f"Passage {r.split(',')[0]}",
+                "explanation": f"{r.split(',', 1)[1][:160]} [Data: Sources ({r.split(',')[0]})]",
+            }
+            for r in sources[:5]
+            if "," in r
+        ]
     title = "Community of " + " and ".join(n.title() for n in names[:2]) if names else "Community of sub-communities"
     return json.dumps(
         {
@@ -462,10 +475,16 @@ class FakeOpenAIServer:
             return sum(1 for s in self.served if not kinds or s.kind in kinds)
 
     def _record(
-        self, kind: str, key: str, status: int, prompt: str = "", tokens: tuple[int, int, int] = (0, 0, 0)
+        self,
+        kind: str,
+        key: str,
+        status: int,
+        prompt: str = "",
+        tokens: tuple[int, int, int] = (0, 0, 0),
+        endpoint: str = "chat",
     ) -> None:
         with self._lock:
-            self.served.append(Served(kind, key, status, time.monotonic(), prompt, *tokens))
+            self.served.append(Served(kind, key, status, time.monotonic(), prompt, *tokens, endpoint=endpoint))
 
     def tokens(self, *kinds: str) -> dict[str, int]:
         """Prompt, cached prompt and completion tokens served, for the chat kinds named (all when none is)."""
@@ -687,7 +706,8 @@ class FakeOpenAIServer:
                         vectors = [base64.b64encode(struct.pack(f"<{len(v)}f", *v)).decode() for v in vectors]
                     data = [{"object": "embedding", "index": i, "embedding": v} for i, v in enumerate(vectors)]
                     tokens = sum(len(t) // 4 + 1 for t in inputs)
-                    server._record("probe" if inputs == ["ping"] else "embed", key, 200, tokens=(tokens, 0, 0))
+                    kind = "probe" if inputs == ["ping"] else "embed"
+                    server._record(kind, key, 200, tokens=(tokens, 0, 0), endpoint="embeddings")
                     return self._send(
                         200,
                         {

@@ -11,6 +11,7 @@ measured in the same run.
     .venv/bin/python scripts/benchmark.py compare [--latency 0.05] [--token-latency 0.001] [--rpm N --tpm N]
     .venv/bin/python scripts/benchmark.py edits
     .venv/bin/python scripts/benchmark.py prompts [--against REVISION]
+    .venv/bin/python scripts/benchmark.py methods
 
 models: the model-calling part of the index of the sample corpus (extraction, claims, reports) against
   the test model server, concurrent (the
@@ -27,6 +28,7 @@ ingest: reading a large text file (robustness_benchmark.py), then converting a l
 faults: see robustness_benchmark.py.
 compare, edits: side by side with nano-graphrag, and what edits and re-runs cost: see comparison_benchmark.py.
 prompts: prompt tokens per call against the prompts of an earlier commit: see prompt_benchmark.py.
+methods: what the standard, fast and lazy index methods cost on the sample: see methods_benchmark.py.
 graph: each non-model step (communities, node2vec, UMAP, offline text embeddings) on the sample
   corpus graph and on a synthetic graph the size of the paper's podcast graph, each in a fresh
   process for its peak memory; baseline: the bare library call on the same input.
@@ -304,6 +306,7 @@ def main() -> None:
     ingest.add_argument("--megabytes", type=int, default=50, help="size of the text file (0: skip it)")
     ingest.add_argument("--pages", type=int, default=200, help="pages of the PDF")
     ingest.add_argument("--docx-megabytes", type=float, default=20, help="size of the Word file")
+    commands.add_parser("methods", help="chat requests and tokens of the standard, fast and lazy index methods")
     commands.add_parser("faults", help="the index against a misbehaving endpoint next to a healthy one")
     growth = commands.add_parser("growth", help="every offline step's wall time at 5 and 50 MB, against n log n")
     growth.add_argument("--sizes", type=int, nargs=2, default=[5, 50], help="megabytes of the two text files")
@@ -362,6 +365,10 @@ def main() -> None:
         from vector_benchmark import vectors_benchmark
 
         vectors_benchmark(args)
+    elif args.command == "methods":
+        from methods_benchmark import methods_benchmark
+
+        methods_benchmark(args)
     elif args.command == "prompts":
         from prompt_benchmark import prompts_benchmark
 

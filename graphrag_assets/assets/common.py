@@ -174,6 +174,16 @@ def reuse_previous(
     )
 
 
+def index_method(context: dg.AssetExecutionContext, conn: duckdb.DuckDBPyConnection) -> str:
+    """The corpus's index method (standard, fast or lazy): entity_graph's setting when this run builds the graph, else
+    the one recorded in the lineage of the graph the step reads (a re-execution, or a step run alone)."""
+    run = context.run
+    plan = context.instance.get_execution_plan_snapshot(run.execution_plan_snapshot_id)
+    if any(step.key == "entity_graph" for step in plan.steps):
+        return run.run_config.get("ops", {}).get("entity_graph", {}).get("config", {}).get("method", "standard")
+    return (last_settings(conn, "entities", context.partition_key) or {}).get("method", "standard")
+
+
 def previous_output(
     conn: duckdb.DuckDBPyConnection, asset: str, corpus: str, settings: dg.Config, *, ignoring: set[str] = frozenset()
 ) -> pd.DataFrame | None:

@@ -6,7 +6,7 @@ from pydantic import Field
 
 from ..method import defaults, imports
 from ..method.communities.leiden import build_communities
-from ..method.communities.reports import REPORT_PROMPTS, generate_reports
+from ..method.communities.reports import REPORT_COLUMNS, REPORT_PROMPTS, SOURCE_REPORT_PROMPTS, generate_reports
 from ..method.graph.aliases import resolve
 from ..resources import ChatModelResource, CorporaResource, DuckDBStoreResource
 from ..store.tables import read_table
@@ -16,6 +16,7 @@ from .common import (
     corpus_partitions,
     fail_if_too_many_failed,
     from_graphrag,
+    index_method,
     markdown_table,
     previous_output,
     publish,
@@ -160,7 +161,7 @@ def one_community_per_level(table: pd.DataFrame) -> dg.AssetCheckResult:
     deps=["communities", "entities", "relationships", "covariates", "text_units", "entity_aliases"],
     partitions_def=corpus_partitions,
     group_name="communities",
-    code_version=code_version(*REPORT_PROMPTS),
+    code_version=code_version(*REPORT_PROMPTS, *SOURCE_REPORT_PROMPTS),
     kinds={"duckdb"},
     pool=MODEL_POOL,
     check_specs=[
@@ -193,6 +194,23 @@ def community_reports(
         yield every_community_reported(inputs["communities"], reports)
         return
 
+    with duckdb.get_connection() as conn:
+        method = index_method(context, conn)
+    if method == "lazy":
+        # LazyGraphRAG defers every model call to the question: no reports, by design.
+        context.log.info("community_reports left empty: a lazy index writes no reports")
+        with duckdb.get_connection() as conn:
+            yield publish(
+                context,
+                conn,
+                "community_reports",
+                pd.DataFrame(columns=REPORT_COLUMNS),
+                engine="none (lazy method)",
+                metadata={"skipped_because": "a lazy index writes no reports; basic and local search read it"},
+            )
+        yield every_community_reported(inputs["communities"], None)
+        return
+
     def work(client):
         return generate_reports(
             client,
@@ -201,6 +219,7 @@ def community_reports(
             max_report_length=config.max_report_length,
             batch_below_tokens=config.batch_below_tokens,
             batch_size=config.batch_size,
+            from_sources=method == "fast",
             progress=step_progress(context, "community reports written", len(inputs["communities"]), client),
         )
 
@@ -208,6 +227,8 @@ def community_reports(
     fail_if_too_many_failed(context, "community reports", stats.failed, len(reports), usage, config.max_failed_fraction)
     top = reports[reports["status"] == "ok"].sort_values(["level", "rank"], ascending=[True, False])
     quality = {
+        "index_method": method,
+        "written_from": "source text units" if method == "fast" else "entity and relationship descriptions",
         "generated": stats.generated,
         "reused_for_carried_down": stats.reused,
         "written_in_batches": stats.batched,
@@ -237,8 +258,15 @@ def community_reports(
     yield every_community_reported(inputs["communities"], reports)
 
 
-def every_community_reported(communities: pd.DataFrame, reports: pd.DataFrame) -> dg.AssetCheckResult:
-    """A community without a row, or whose report failed, has no report a search could read."""
+def every_community_reported(communities: pd.DataFrame, reports: pd.DataFrame | None) -> dg.AssetCheckResult:
+    """A community without a row, or whose report failed, has no report a search could read. None: a lazy index,
+    which has no reports by design."""
+    if reports is None:
+        return dg.AssetCheckResult(
+            check_name="every_community_reported",
+            passed=True,
+            metadata={"communities_without_report": len(communities), "why": "a lazy index writes no reports"},
+        )
     ok = set(reports.loc[reports["status"] == "ok", "community"])
     missing = sorted(set(communities["community"]) - ok)
     return dg.AssetCheckResult(

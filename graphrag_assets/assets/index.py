@@ -1,5 +1,8 @@
 """The first half of the index: documents, text units, the entity graph and claims."""
 
+import asyncio
+from typing import Literal
+
 import dagster as dg
 import pandas as pd
 from pydantic import Field
@@ -22,6 +25,7 @@ from .common import (
     corpus_partitions,
     fail_if_too_many_failed,
     from_graphrag,
+    index_method,
     markdown_table,
     publish,
     publish_imported,
@@ -66,6 +70,13 @@ class IngestConfig(dg.Config):
 
 
 class GraphConfig(dg.Config):
+    method: Literal["standard", "fast", "lazy"] = Field(
+        "standard",
+        description="How the index is built. standard: the model extracts entities, relationships and claims (the "
+        "paper's method). fast: noun phrases and their co-occurrence make the graph with no model call, and the "
+        "model writes each community's report from its text units. lazy: no chat call at all; questions go to "
+        "search methods that read text units (basic, local).",
+    )
     entity_types: list[str] = Field(list(DEFAULT_ENTITY_TYPES), description="The kinds of entity to extract.")
     max_gleanings: int = Field(
         defaults.MAX_GLEANINGS,
@@ -88,7 +99,20 @@ class GraphConfig(dg.Config):
     offline_min_mentions: int = Field(
         defaults.OFFLINE_MIN_MENTIONS,
         ge=1,
-        description="Offline engine only: mentions a noun phrase needs to become an entity.",
+        description="Noun-phrase graph (offline engine, fast and lazy methods): mentions a phrase needs to become an "
+        "entity.",
+    )
+    concept_max_unit_fraction: float = Field(
+        0.5,
+        gt=0,
+        le=1,
+        description="fast and lazy methods: a phrase found in more than this share of the text units is left out "
+        "(it says nothing about where a topic is).",
+    )
+    concept_min_edge_weight: float = Field(
+        2.0,
+        ge=1,
+        description="fast and lazy methods: sentences two phrases must share before they are related.",
     )
     max_failed_unit_fraction: float = Field(
         0.05, ge=0, le=1, description="Share of text units whose extraction may fail before the step fails."
@@ -243,26 +267,35 @@ def entity_graph(
         return
     with duckdb.get_connection() as conn:
         units = read_table(conn, "base_text_units", corpus)
-    options = config.model_dump(exclude={"entity_types", "max_failed_unit_fraction"})
-    graph, usage = chat.run(
-        lambda client: build_entity_graph(
+    concepts = config.method != "standard"  # the noun-phrase graph: no client, so not one request, not even a probe
+    options = config.model_dump(
+        exclude={"method", "entity_types", "max_failed_unit_fraction", "concept_max_unit_fraction"}
+    )
+
+    def build(client):
+        return build_entity_graph(
             client,
             units,
             entity_types=tuple(config.entity_types),
+            concept_max_unit_fraction=config.concept_max_unit_fraction if concepts else None,
             progress=step_progress(context, "text units extracted", len(units), client),
             **options,
         )
-    )
+
+    graph, usage = (asyncio.run(build(None)), None) if concepts else chat.run(build)
+    engine = f"nlp ({config.method} method)" if concepts else chat.engine
     extraction, summaries = graph.extraction, graph.summaries
     limit = config.max_failed_unit_fraction
     fail_if_too_many_failed(context, "text units", len(extraction.failed_units), extraction.units, usage, limit)
     summarized = summaries.summarized + summaries.failed
     fail_if_too_many_failed(context, "description summaries", summaries.failed, summarized, usage, limit)
     quality = {
+        "index_method": config.method,
         **graph.extraction.as_metadata(),
         "summarized_descriptions": graph.summaries.summarized,
         "joined_descriptions": graph.summaries.joined,
         "failed_summaries": graph.summaries.failed,
+        **graph.pruned,
     }
     top = graph.entities.sort_values(["degree", "frequency"], ascending=False)
     with duckdb.get_connection() as conn:
@@ -271,10 +304,11 @@ def entity_graph(
             conn,
             "entities",
             graph.entities,
-            engine=chat.engine,
-            model=chat,
+            engine=engine,
+            model=None if concepts else chat,
             usage=usage,
             quality=quality,
+            settings=config,
             metadata={
                 "top_entities_by_degree": markdown_table(top, ["title", "type", "degree", "frequency", "description"]),
             },
@@ -284,7 +318,8 @@ def entity_graph(
             conn,
             "relationships",
             graph.relationships,
-            engine=chat.engine,
+            engine=engine,
+            settings=config,
             metadata={
                 "sample": markdown_table(
                     graph.relationships.sort_values("weight", ascending=False),
@@ -382,9 +417,11 @@ def entity_aliases(
     wanted = config.enabled and (config.on_imported_graphs or not corpora.graphrag_output(corpus))
     candidates = alias_method.candidate_pairs(entities, config.min_name_overlap) if wanted else None
     usage = None
+    with duckdb.get_connection() as conn:
+        method = index_method(context, conn)
     if candidates is None or candidates.empty:
         table = pd.DataFrame(columns=alias_method.ALIAS_COLUMNS)
-    elif chat.configured:
+    elif chat.configured and method == "standard":  # a fast or lazy index pays for no model call here either
         context.log.info(
             f"{len(candidates)} candidate alias pairs: {-(-len(candidates) // config.batch_size)} model calls"
         )
@@ -447,8 +484,16 @@ def covariates(
     if imported:
         with duckdb.get_connection() as conn:
             return publish_imported(context, conn, "covariates", from_graphrag(imported, imports.covariates), imported)
-    if not (config.enabled and chat.configured):
-        reason = "claims are switched off" if not config.enabled else "the offline engine extracts no claims"
+    with duckdb.get_connection() as conn:
+        method = index_method(context, conn)
+    if not (config.enabled and chat.configured and method == "standard"):
+        reason = (
+            "claims are switched off"
+            if not config.enabled
+            else f"a {method} index extracts no claims"
+            if method != "standard"
+            else "the offline engine extracts no claims"
+        )
         context.log.info(f"covariates left empty: {reason}")
         with duckdb.get_connection() as conn:
             return publish(

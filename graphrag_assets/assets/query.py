@@ -126,7 +126,10 @@ class QuestionGenerationConfig(LocalContextOptions):
 
 def load_index(conn, corpus: str, vector_index_dir: str | None = None) -> Index:
     """The corpus's tables for the query methods; vectors that have an up-to-date HNSW index stay on disk."""
-    missing = [t for t in INDEX_TABLES if t != "covariates" and not row_count(conn, t, corpus)]
+    # Claims are optional, and a lazy index has no reports (the methods that need them say so).
+    missing = [
+        t for t in INDEX_TABLES if t not in ("covariates", "community_reports") and not row_count(conn, t, corpus)
+    ]
     if missing:
         raise step_failure(
             f"corpus {corpus!r} is not indexed: no rows in {', '.join(missing)}. Run the index_corpus "
@@ -198,6 +201,7 @@ def validate(
         )
 
 
+_READ_REPORTS = ("global", "drift")  # the methods that answer from community reports
 _SOURCES_SHOWN = 10  # rows of each sources table besides the cited ones, which are always shown
 
 
@@ -269,6 +273,12 @@ def answer_query(
         index = load_index(conn, corpus, duckdb.vector_index_dir)
     conversation = getattr(config, "conversation", [])
     validate(question, level, index, embeddings, conversation)
+    if method in _READ_REPORTS and index.reports.empty:
+        raise step_failure(
+            f"{method} search reads community reports, and this corpus has none (a lazy index writes none): ask "
+            "with basic or local search, or re-index with --set entity_graph.method=fast (or standard)",
+            retryable=False,
+        )
     started = time.perf_counter()
     result, (chat_usage, embed_usage) = run_with_models(
         [chat, embeddings],

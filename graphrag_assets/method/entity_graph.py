@@ -4,7 +4,7 @@ co-occurrence (offline/). The one place that chooses between them, so neither pa
 from __future__ import annotations
 
 import asyncio
-from dataclasses import astuple, dataclass
+from dataclasses import astuple, dataclass, field
 
 import pandas as pd
 
@@ -13,8 +13,14 @@ from .graph.extraction import DEFAULT_ENTITY_TYPES, ExtractionStats, extract_gra
 from .graph.records import ChatModel
 from .graph.summaries import SummaryStats, summarize_descriptions
 from .graph.tables import finalize_graph
-from .offline.nlp_graph import extract_nlp_graph
+from .offline.nlp_graph import extract_nlp_graph, prune_concept_graph
 from .progress import Progress
+
+# How an index builds its graph: `standard` extracts it with the chat model (the paper's method); `fast` and `lazy`
+# take noun phrases and their co-occurrence instead, with no model call (Microsoft GraphRAG's fast method, and
+# LazyGraphRAG's concept graph). They differ downstream: fast has the model write reports from each community's
+# text units; lazy writes none, deferring all model work to the question.
+INDEX_METHODS = ("standard", "fast", "lazy")
 
 
 @dataclass
@@ -23,6 +29,7 @@ class GraphBuild:
     relationships: pd.DataFrame
     extraction: ExtractionStats
     summaries: SummaryStats
+    pruned: dict = field(default_factory=dict)
 
 
 async def build_entity_graph(
@@ -34,11 +41,21 @@ async def build_entity_graph(
     summary_max_tokens: int = defaults.SUMMARY_MAX_TOKENS,
     summarize_above_tokens: int = defaults.SUMMARIZE_ABOVE_TOKENS,
     offline_min_mentions: int = defaults.OFFLINE_MIN_MENTIONS,
+    concept_max_unit_fraction: float | None = None,
+    concept_min_edge_weight: float = 1.0,
     progress: Progress | None = None,
 ) -> GraphBuild:
-    """Extract, merge, summarize and finalize: with a chat model, or offline by noun-phrase co-occurrence."""
+    """Extract, merge, summarize and finalize: with a chat model, or offline by noun-phrase co-occurrence.
+
+    `concept_max_unit_fraction` (set for the fast and lazy methods) prunes the co-occurrence graph: see
+    prune_concept_graph."""
+    pruned: dict = {}
     if chat is None:
         entities, relationships = extract_nlp_graph(text_units, offline_min_mentions)
+        if concept_max_unit_fraction is not None:
+            entities, relationships, pruned = prune_concept_graph(
+                entities, relationships, len(text_units), concept_max_unit_fraction, concept_min_edge_weight
+            )
         stats = ExtractionStats(units=len(text_units))
     else:
         entities, relationships, stats = await extract_graph(chat, text_units, entity_types, max_gleanings, progress)
@@ -67,4 +84,4 @@ async def build_entity_graph(
     summary_stats = SummaryStats(
         *(a + b for a, b in zip(astuple(entity_summaries[1]), astuple(relationship_summaries[1])))
     )
-    return GraphBuild(entities, relationships, stats, summary_stats)
+    return GraphBuild(entities, relationships, stats, summary_stats, pruned)

@@ -10,6 +10,7 @@ reports, one at a time, until the context fits.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from functools import cached_property
 
 import pandas as pd
 
@@ -39,6 +40,15 @@ SECTIONS = (
 )
 
 
+# A community of a graph built without extraction (the fast method) is described by its concepts and the source
+# passages they occur in, not by entity and relationship descriptions.
+SOURCE_SECTIONS = (
+    SECTIONS[0],
+    ("concept", "-----Concepts-----\nid,concept,mentions"),
+    ("source", "-----Sources-----\nid,text"),
+)
+
+
 @dataclass(frozen=True)
 class Element:
     kind: str  # entity, relationship or claim
@@ -46,7 +56,7 @@ class Element:
     line: str
     owners: frozenset[str]  # entity titles it belongs with, to know which sub-community holds it
 
-    @property
+    @cached_property  # summed again for each sub-community tried in its place
     def tokens(self) -> int:
         return count_tokens(self.line) + 1
 
@@ -67,7 +77,14 @@ def _csv(*values: object) -> str:
 class GraphIndex:
     """Lookups the context builder needs, computed once for all communities."""
 
-    def __init__(self, entities: pd.DataFrame, relationships: pd.DataFrame, covariates: pd.DataFrame):
+    def __init__(
+        self,
+        entities: pd.DataFrame,
+        relationships: pd.DataFrame,
+        covariates: pd.DataFrame,
+        text_units: pd.DataFrame | None = None,
+    ):
+        self.unit_text = dict(zip(text_units["id"], text_units["text"])) if text_units is not None else {}
         self.entity = {row.id: row for row in entities.itertuples(index=False)}
         self.relationship = {row.id: row for row in relationships.itertuples(index=False)}
         self.claims_by_subject: dict[str, list] = {}
@@ -114,17 +131,36 @@ class GraphIndex:
             add_entity(title, row)
         return ordered
 
+    def source_elements(self, entity_ids: list[str]) -> list[Element]:
+        """A community's concepts, most mentioned first, then the text units they occur in, those holding the most
+        of the community's concepts first: the context of a report written from source text."""
+        rows = sorted((self.entity[e] for e in entity_ids), key=lambda r: (-r.frequency, r.title))
+        concepts = [
+            Element("concept", row.title, _csv(short_id(row.id), row.title, row.frequency), frozenset([row.title]))
+            for row in rows
+        ]
+        held: dict[str, set[str]] = {}
+        for row in rows:
+            for unit in row.text_unit_ids:
+                held.setdefault(unit, set()).add(row.title)
+        ranked = sorted((u for u in held if u in self.unit_text), key=lambda u: (-len(held[u]), u))
+        sources = [
+            Element("source", unit, _csv(short_id(unit), " ".join(self.unit_text[unit].split())), frozenset(held[unit]))
+            for unit in ranked
+        ]
+        return concepts + sources
+
 
 def _report_line(report: SubReport) -> str:
     return _csv(short_id(report.key), report.title, report.summary)
 
 
-def render(elements: list[Element], reports: list[SubReport] = ()) -> str:
+def render(elements: list[Element], reports: list[SubReport] = (), sections=SECTIONS) -> str:
     parts = []
     lines = {"report": [_report_line(r) for r in reports]}
     for element in elements:
         lines.setdefault(element.kind, []).append(element.line)
-    for kind, header in SECTIONS:
+    for kind, header in sections:
         if lines.get(kind):
             parts.append(header + "\n" + "\n".join(lines[kind]))
     return "\n\n".join(parts)
@@ -140,12 +176,14 @@ def _pack(elements: list[Element], budget: int) -> tuple[list[Element], bool]:
     return packed, False
 
 
-def build_context(elements: list[Element], budget: int, sub_communities: list[SubReport] = ()) -> CommunityContext:
+def build_context(
+    elements: list[Element], budget: int, sub_communities: list[SubReport] = (), sections=SECTIONS
+) -> CommunityContext:
     """The context of one community within `budget` tokens, given the reports of its sub-communities."""
-    overhead = sum(count_tokens(header) + 2 for _, header in SECTIONS)
+    overhead = sum(count_tokens(header) + 2 for _, header in sections)
     if sum(e.tokens for e in elements) + overhead <= budget or not sub_communities:
         packed, truncated = _pack(elements, budget - overhead)
-        text = render(packed)
+        text = render(packed, sections=sections)
         return CommunityContext(text, count_tokens(text), truncated=truncated)
 
     def owner(element: Element) -> int | None:
@@ -176,7 +214,7 @@ def build_context(elements: list[Element], budget: int, sub_communities: list[Su
             kept_reports.append(report)
             used += cost
     packed, truncated = _pack(remaining, budget - used)
-    text = render(packed, kept_reports)
+    text = render(packed, kept_reports, sections)
     return CommunityContext(
         text,
         count_tokens(text),

@@ -16,10 +16,12 @@ from ..offline.extractive import extractive_report
 from ..progress import Progress
 from ..prompts import load_prompt
 from ..schema import columns
-from .context import CommunityContext, GraphIndex, SubReport, build_context
+from .context import SECTIONS, SOURCE_SECTIONS, CommunityContext, GraphIndex, SubReport, build_context
 
 REPORT_COLUMNS = columns("community_reports")
 REPORT_PROMPTS = ("community_report", "community_report_batch")
+# The fast method's reports, written from each community's concepts and source passages.
+SOURCE_REPORT_PROMPTS = ("community_report_sources", "community_report_sources_batch")
 REPORT_PARAMS = {"response_format": {"type": "json_object"}}
 # A report written with others in one request is kept short, so that a batch fits one reply.
 BATCH_REPORT_WORDS = 200
@@ -69,15 +71,24 @@ def _report_fields(data: object) -> dict:
     }
 
 
-def parse_report(reply: str) -> tuple[dict, bool]:
-    """(the report, whether its JSON needed repair); InvalidReply unless it has every field the prompt asks for."""
+def parse_report(reply: str, rows: set[str] | None = None) -> tuple[dict, bool]:
+    """(the report, whether its JSON needed repair); InvalidReply unless it has every field the prompt asks for,
+    and, given the context's `rows`, unless every row id it cites is one of them."""
     data, repaired = parse_json_reply(reply)
-    return _report_fields(data), repaired
+    report = _report_fields(data)
+    if rows is not None:
+        unknown = sorted(set(_CITED_ID.findall(json.dumps(report["findings"]))) - rows)
+        if unknown:
+            raise InvalidReply(f"the report cites rows {unknown[:5]} that are not in its community's data")
+    return report, repaired
 
 
-def parse_report_batch(reply: str, contexts: dict[int, CommunityContext]) -> dict[int, dict]:
+def parse_report_batch(
+    reply: str, contexts: dict[int, CommunityContext], cite_own_rows: bool = False
+) -> dict[int, dict]:
     """The report on each community asked for, by number; InvalidReply unless there is exactly one on each,
-    complete, and none cites rows that only another community of the request has (the reports got mixed up).
+    complete, and none cites rows that only another community of the request has (the reports got mixed up), or
+    with `cite_own_rows`, any row its own community lacks.
     """
     data, _ = parse_json_reply(reply)
     items = data.get("reports") if isinstance(data, dict) else None
@@ -97,6 +108,8 @@ def parse_report_batch(reply: str, contexts: dict[int, CommunityContext]) -> dic
             raise InvalidReply(f"community {number} has two reports")
         report = _report_fields(item)
         cited = set(_CITED_ID.findall(json.dumps(report["findings"]))) - rows[number]
+        if cite_own_rows and cited:
+            raise InvalidReply(f"the report on community {number} cites rows {sorted(cited)[:5]} not in its data")
         for other, other_rows in rows.items():
             if cited & other_rows:
                 raise InvalidReply(f"the report on community {number} cites rows of community {other}")
@@ -113,18 +126,45 @@ def markdown(report: dict) -> str:
     return "\n\n".join(parts)
 
 
-def report_messages(context: CommunityContext, max_report_length: int) -> list[dict]:
-    prompt = load_prompt("community_report")
+@dataclass(frozen=True)
+class ReportPrompts:
+    """The prompts reports are written with, and whether a report must cite only its own community's rows."""
+
+    single: str = REPORT_PROMPTS[0]
+    batch: str = REPORT_PROMPTS[1]
+    cite_own_rows: bool = False
+
+    def parse(self, context: CommunityContext):
+        rows = set(_ROW_ID.findall(context.text)) if self.cite_own_rows else None
+        return lambda reply: parse_report(reply, rows)
+
+
+ENTITY_REPORTS = ReportPrompts()
+SOURCE_REPORTS = ReportPrompts(*SOURCE_REPORT_PROMPTS, cite_own_rows=True)
+
+
+def report_messages(
+    context: CommunityContext, max_report_length: int, prompts: ReportPrompts = ENTITY_REPORTS
+) -> list[dict]:
+    prompt = load_prompt(prompts.single)
     return [{"role": "user", "content": prompt.format(input_text=context.text, max_report_length=max_report_length)}]
 
 
-async def llm_report(chat: ChatModel, context: CommunityContext, max_report_length: int) -> tuple[dict, bool] | None:
+async def llm_report(
+    chat: ChatModel, context: CommunityContext, max_report_length: int, prompts: ReportPrompts = ENTITY_REPORTS
+) -> tuple[dict, bool] | None:
     """(report, whether its JSON needed repair), or None when no valid report came after the re-asks."""
-    return await chat.complete(report_messages(context, max_report_length), parse=parse_report, **REPORT_PARAMS)
+    return await chat.complete(
+        report_messages(context, max_report_length, prompts), parse=prompts.parse(context), **REPORT_PARAMS
+    )
 
 
 async def llm_reports_batch(
-    chat: ChatModel, contexts: dict[int, CommunityContext], max_report_length: int, stats: ReportStats
+    chat: ChatModel,
+    contexts: dict[int, CommunityContext],
+    max_report_length: int,
+    stats: ReportStats,
+    prompts: ReportPrompts = ENTITY_REPORTS,
 ) -> dict[int, tuple[dict, bool] | None]:
     """Reports on several small communities from one request, each then cached as the answer to its own
     request: a later run whose contexts changed for some of them asks only for those. A reply that stays
@@ -133,19 +173,21 @@ async def llm_reports_batch(
     if len(contexts) > 1:
         blocks = "\n\n".join(f'<community id="{n}">\n{c.text}\n</community>' for n, c in contexts.items())
         words = min(max_report_length, BATCH_REPORT_WORDS)
-        prompt = load_prompt("community_report_batch").format(communities=blocks, max_report_length=words)
+        prompt = load_prompt(prompts.batch).format(communities=blocks, max_report_length=words)
         stats.batch_requests += 1
         together = await chat.complete(
             [{"role": "user", "content": prompt}],
-            parse=lambda reply: parse_report_batch(reply, contexts),
+            parse=lambda reply: parse_report_batch(reply, contexts, prompts.cite_own_rows),
             **REPORT_PARAMS,
         )
         if together is not None:
             stats.batched += len(together)
             for number, report in together.items():
-                chat.remember(report_messages(contexts[number], max_report_length), json.dumps(report), **REPORT_PARAMS)
+                chat.remember(
+                    report_messages(contexts[number], max_report_length, prompts), json.dumps(report), **REPORT_PARAMS
+                )
             return {number: (report, False) for number, report in together.items()}
-    reports = await asyncio.gather(*(llm_report(chat, c, max_report_length) for c in contexts.values()))
+    reports = await asyncio.gather(*(llm_report(chat, c, max_report_length, prompts) for c in contexts.values()))
     return dict(zip(contexts, reports))
 
 
@@ -165,14 +207,18 @@ async def generate_reports(
     max_report_length: int = defaults.REPORT_MAX_LENGTH,
     batch_below_tokens: int = defaults.REPORT_BATCH_BELOW_TOKENS,
     batch_size: int = defaults.REPORT_BATCH_SIZE,
+    from_sources: bool = False,
     progress: Progress | None = None,
 ) -> tuple[pd.DataFrame, ReportStats]:
     """One report per community; with no chat model, extractive reports from the community's text.
 
     Communities whose context has at most `batch_below_tokens` tokens are reported `batch_size`
     to a request: a community of two or three entities needs a short report, not a request of its own.
+    `from_sources` (the fast method): each context is the community's concepts and the text units they occur in,
+    and a report may cite those rows only.
     """
-    graph = GraphIndex(entities, relationships, covariates)
+    graph = GraphIndex(entities, relationships, covariates, text_units if from_sources else None)
+    prompts, sections = (SOURCE_REPORTS, SOURCE_SECTIONS) if from_sources else (ENTITY_REPORTS, SECTIONS)
     stats = ReportStats()
     reports: dict[int, dict] = {}
     by_number = {row.community: row for row in communities.itertuples(index=False)}
@@ -185,9 +231,12 @@ async def generate_reports(
             for c in row.children
             if reports.get(c, {}).get("status") == "ok"
         ]
-        context = build_context(
-            graph.elements(list(row.entity_ids), list(row.relationship_ids)), max_context_tokens, subs
+        elements = (
+            graph.source_elements(list(row.entity_ids))
+            if from_sources
+            else graph.elements(list(row.entity_ids), list(row.relationship_ids))
         )
+        context = build_context(elements, max_context_tokens, subs, sections)
         if context.substituted:
             stats.substitutions.append({"community": row.community, "replaced_by_reports": context.replaced_elements})
         return context
@@ -218,14 +267,19 @@ async def generate_reports(
             if batch_size < 2 or context.tokens > batch_below_tokens:
                 alone.append(number)
                 continue
-            cached = chat.cached(report_messages(context, max_report_length), parse=parse_report, **REPORT_PARAMS)
+            cached = chat.cached(
+                report_messages(context, max_report_length, prompts), parse=prompts.parse(context), **REPORT_PARAMS
+            )
             if cached is not None:
                 done[number] = _written(number, context, cached, stats)
             else:
                 small[number] = context
         answers = await asyncio.gather(
-            *(llm_report(chat, contexts[n], max_report_length) for n in alone),
-            *(llm_reports_batch(chat, group, max_report_length, stats) for group in _groups(small, batch_size)),
+            *(llm_report(chat, contexts[n], max_report_length, prompts) for n in alone),
+            *(
+                llm_reports_batch(chat, group, max_report_length, stats, prompts)
+                for group in _groups(small, batch_size)
+            ),
         )
         parsed = dict(zip(alone, answers[: len(alone)]))
         for group in answers[len(alone) :]:

@@ -118,3 +118,28 @@ def extract_nlp_graph(text_units: pd.DataFrame, min_mentions: int = MIN_MENTIONS
     relationships = merge_relationships(list(relationships_per_unit.items()))
     relationships["descriptions"] = relationships["descriptions"].map(lambda d: d[:MAX_DESCRIPTIONS])
     return entities, relationships
+
+
+def prune_concept_graph(
+    entities: pd.DataFrame,
+    relationships: pd.DataFrame,
+    units: int,
+    max_unit_fraction: float,
+    min_edge_weight: float,
+) -> tuple[pd.DataFrame, pd.DataFrame, dict]:
+    """The concept graph of a paid index (the fast and lazy methods): phrases in more than `max_unit_fraction` of
+    the text units say nothing about where a topic is, and edges seen in fewer than `min_edge_weight` sentences
+    are chance. (entities, relationships, what was pruned). A corpus of under 10 units keeps its ubiquitous
+    phrases: there every phrase is in a large share of them."""
+    ubiquitous = entities["frequency"] > max_unit_fraction * units if units >= 10 else entities["frequency"] < 0
+    gone = set(entities.loc[ubiquitous, "title"])
+    kept_entities = entities[~ubiquitous].reset_index(drop=True)
+    touching = relationships["source"].isin(gone) | relationships["target"].isin(gone)
+    weak = relationships["weight"] < min_edge_weight
+    keep = ~touching & ~weak
+    pruned = {
+        "ubiquitous_phrases_pruned": len(gone),
+        "ubiquitous_examples": ", ".join(sorted(gone)[:10]) or "none",
+        "weak_edges_pruned": int((weak & ~touching).sum()),
+    }
+    return kept_entities, relationships[keep].reset_index(drop=True), pruned

@@ -1,0 +1,112 @@
+"""The index methods a corpus can be built with: standard, fast (no extraction; reports from source text) and lazy
+(no chat call at all)."""
+
+import json
+import re
+
+import pandas as pd
+import pytest
+
+from graphrag_assets.method.communities.reports import parse_report
+from graphrag_assets.method.graph.records import InvalidReply
+from graphrag_assets.method.offline.nlp_graph import prune_concept_graph
+
+from .conftest import SAMPLE_CORPUS, chat_resource, embedding_resource, materialization_metadata
+from .model_server import FakeOpenAIServer
+
+CHAT_KINDS_OF_EXTRACTION = {"extract", "gleaning", "loop", "claims", "claims_gleaning", "summarize"}
+
+
+def index_with(workspace, server, method: str):
+    workspace.add_sample_corpus()
+    export = {"config": {"folder": str(workspace.root / "exports")}}
+    return workspace.materialize(
+        SAMPLE_CORPUS,
+        chat=chat_resource(server.base_url, workspace.cache),
+        embeddings=embedding_resource(server.base_url, workspace.cache),
+        run_config={
+            "ops": {
+                "entity_graph": {"config": {"method": method}},
+                "graphml_export": export,
+                "parquet_export": export,
+            }
+        },
+    )
+
+
+@pytest.mark.slow
+def test_a_fast_index_asks_the_model_for_reports_alone_and_they_cite_their_own_passages(workspace):
+    with FakeOpenAIServer() as server:
+        result = index_with(workspace, server, "fast")
+        kinds = {s.kind for s in server.served}
+    assert result.success and all(check.passed for check in result.get_asset_check_evaluations())
+    assert not kinds & CHAT_KINDS_OF_EXTRACTION and {"report", "report_batch"} & kinds
+    entities = materialization_metadata(result, "entities")
+    assert entities["index_method"] == "fast" and entities["engine"] == "nlp (fast method)"
+    assert workspace.sql("SELECT count(*) AS n FROM covariates")["n"][0] == 0
+    settings = workspace.sql("SELECT settings FROM lineage WHERE asset = 'entities'")["settings"][0]
+    assert json.loads(settings)["method"] == "fast"  # what makes a later run of another method rebuild
+    reports = workspace.sql("SELECT * FROM community_reports WHERE corpus = ?", SAMPLE_CORPUS)
+    assert len(reports) and (reports["status"] == "ok").all()
+    communities = workspace.sql("SELECT community, entity_ids FROM communities").set_index("community")
+    units_of = workspace.sql("SELECT id, text_unit_ids FROM entities").set_index("id")["text_unit_ids"]
+    for report in reports.itertuples():
+        own = {u[:8] for e in communities.loc[report.community, "entity_ids"] for u in units_of[e]}
+        cited = set(re.findall(r"\b[0-9a-f]{8}\b", report.findings))
+        assert cited and cited <= own, report.community
+
+
+@pytest.mark.slow
+def test_a_lazy_index_sends_no_chat_request_and_global_search_says_what_to_use(workspace):
+    with FakeOpenAIServer() as server:
+        result = index_with(workspace, server, "lazy")
+        chat_requests = [s.kind for s in server.served if s.endpoint == "chat"]
+        assert result.success and all(check.passed for check in result.get_asset_check_evaluations())
+        assert chat_requests == []  # not one, not even a probe: text units and concepts are embedded, nothing more
+        assert any(s.kind == "embed" for s in server.served)
+        assert workspace.sql("SELECT count(*) AS n FROM community_reports")["n"][0] == 0
+        assert workspace.sql("SELECT count(*) AS n FROM communities")["n"][0] > 0
+        assert workspace.sql("SELECT count(*) AS n FROM text_embeddings")["n"][0] > 0
+        models = {
+            "chat": chat_resource(server.base_url, workspace.cache),
+            "embeddings": embedding_resource(server.base_url, workspace.cache),
+        }
+        question = {"question": "Who is Bob Cratchit?"}
+        assert workspace.ask(SAMPLE_CORPUS, "basic_search", question, **models).success
+        refused = workspace.ask(SAMPLE_CORPUS, "global_search", question, raise_on_error=False, **models)
+    failure = refused.get_step_failure_events()[0].step_failure_data.user_failure_data
+    assert "global search reads community reports, and this corpus has none (a lazy index writes none)" in (
+        failure.description
+    )
+
+
+def test_pruning_drops_ubiquitous_phrases_and_edges_seen_once():
+    entities = pd.DataFrame(
+        {"title": ["SCROOGE", "MARLEY", "FRED", "CHRISTMAS"], "frequency": [4, 3, 2, 9], "text_unit_ids": [[]] * 4}
+    )
+    relationships = pd.DataFrame(
+        {
+            "source": ["MARLEY", "FRED", "CHRISTMAS"],
+            "target": ["SCROOGE", "SCROOGE", "SCROOGE"],
+            "weight": [3.0, 1.0, 5.0],
+        }
+    )
+    kept, edges, pruned = prune_concept_graph(entities, relationships, 10, 0.5, 2.0)
+    assert list(kept["title"]) == ["SCROOGE", "MARLEY", "FRED"]  # CHRISTMAS is in 9 of 10 units
+    assert edges[["source", "target"]].values.tolist() == [["MARLEY", "SCROOGE"]]
+    assert pruned == {"ubiquitous_phrases_pruned": 1, "ubiquitous_examples": "CHRISTMAS", "weak_edges_pruned": 1}
+    small, _, _ = prune_concept_graph(entities, relationships, 9, 0.5, 2.0)
+    assert len(small) == 4  # under 10 units, nothing is ubiquitous
+
+
+def test_a_report_citing_a_passage_of_another_community_is_refused():
+    report = {
+        "title": "Marley",
+        "summary": "Marley's ghost.",
+        "rating": 5,
+        "rating_explanation": "central",
+        "findings": [{"summary": "Ghost", "explanation": "He visits [Data: Sources (0a1b2c3d, 99999999)]"}],
+    }
+    parse_report(json.dumps(report))  # without the rows to check against, any id passes
+    with pytest.raises(InvalidReply, match=r"cites rows \['99999999'\]"):
+        parse_report(json.dumps(report), rows={"0a1b2c3d"})
