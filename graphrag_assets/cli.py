@@ -38,6 +38,7 @@ METHODS = {
     "drift": "drift_search",
     "basic": "basic_search",
     "text-summary": "text_summary_search",
+    "lazy": "lazy_search",
     "questions": "question_generation",
 }
 # Multi-assets run as one op named after their function; users think in assets.

@@ -232,9 +232,43 @@ def _hits(question: str, text: str) -> int:
     return sum(1 for w in _question_words(question) if w in lowered)
 
 
+def lazy_search_reply(prompt: str, question: str) -> tuple[str, str] | None:
+    """Lazy search's prompts. Scripted: a question splits at ' and '; a passage is relevant when it holds two of the
+    question's words; a claim is the first sentence of each passage that holds one."""
+    if "<concepts>" in prompt:
+        parts = [p.strip(" ?") + "?" for p in question.split(" and ")] if " and " in question else [question]
+        return "lazy_refine", json.dumps({"sub_questions": parts})
+    if "<snippets>" in prompt:
+        rows = [r.split("|", 1) for r in tagged(prompt, "snippets").splitlines() if "|" in r]
+        return "lazy_relevance", json.dumps({"relevant": [int(n) for n, text in rows if _hits(question, text) >= 2]})
+    if "<passages>" in prompt:
+        passages = re.findall(r"^\[(\d+)\] (.*)$", tagged(prompt, "passages"), re.MULTILINE)
+        claims = [
+            {
+                "claim": re.split(r"(?<=[.!?])\s", text, maxsplit=1)[0][:200],
+                "sources": [int(n)],
+                "score": 20 * _hits(question, text),
+            }
+            for n, text in passages
+            if _hits(question, text)
+        ]
+        return "lazy_claims", json.dumps({"claims": [{**c, "score": min(100, c["score"])} for c in claims]})
+    if "<claims>" in prompt:
+        rows = [r.split("|") for r in tagged(prompt, "claims").splitlines()[1:] if r.count("|") >= 2]
+        cited = ", ".join(dict.fromkeys(r[2].split(",")[0].strip() for r in rows[:3]))
+        return "lazy_answer", f"Answer to '{question}' from {len(rows)} claims [Data: Sources ({cited})]."
+    if "<sub_answers>" in prompt:
+        answers = tagged(prompt, "sub_answers").count("----Sub-question:")
+        return "lazy_reduce", f"Answer to '{question}' combined from {answers} sub-answers."
+    return None
+
+
 def query_reply(prompt: str) -> tuple[str, str]:
     """Answers to the query prompts, derived from the question and the data the prompt carries."""
     question = tagged(prompt, "question").strip()
+    lazy = lazy_search_reply(prompt, question)
+    if lazy:
+        return lazy
     if "<records>" in prompt:  # global search map: one point per data row that mentions the question
         rows = [r for r in tagged(prompt, "records").splitlines()[1:] if "|" in r]
         points = [

@@ -23,6 +23,7 @@ from ..method.search.context import Index, SearchResult
 from ..method.search.drift_search import drift_search as run_drift
 from ..method.search.global_search import global_search as run_global
 from ..method.search.global_search import text_summary_search as run_text_summary
+from ..method.search.lazy_search import lazy_search as run_lazy
 from ..method.search.local_search import basic_search as run_basic
 from ..method.search.local_search import local_search as run_local
 from ..method.search.questions import generate_questions
@@ -116,6 +117,31 @@ class BasicSearchConfig(QueryConfig):
 
 class TextSummaryConfig(QueryConfig, MapReduceOptions):
     pass
+
+
+class LazySearchConfig(dg.Config):
+    question: str = Field(description="What to ask of the corpus.")
+    response_type: str = Field("multiple paragraphs", description="Length and format of the answer.")
+    relevance_budget: int = Field(
+        100,
+        ge=1,
+        description="Text units the model may test for relevance (one snippet each); LazyGraphRAG's published "
+        "settings are 100, 500 and 1,500. The main cost of the search, and what buys its depth.",
+    )
+    max_sub_questions: int = Field(3, ge=1, description="Sub-questions the question may be split into (1: never).")
+    units_per_visit: int = Field(5, ge=1, description="Untested text units tested at each community the walk visits.")
+    patience: int = Field(
+        3, ge=1, description="Communities in a row with nothing relevant before the walk goes one level deeper."
+    )
+    snippet_tokens: int = Field(
+        80, ge=20, description="Tokens of each unit a relevance test reads: its sentences nearest the question."
+    )
+    claim_passage_tokens: int = Field(
+        240,
+        ge=20,
+        description="Tokens of each relevant unit the claims are drawn from: its sentences nearest the question.",
+    )
+    max_context_tokens: int = Field(8000, ge=500, description="Tokens of claims the answer is written from.")
 
 
 class QuestionGenerationConfig(LocalContextOptions):
@@ -231,6 +257,10 @@ def sources_markdown(index: Index, result: SearchResult) -> str:
     if result.context.get("points"):
         points = pd.DataFrame(result.context["points"])[["score", "description"]]
         parts.append("**Scored points (map step)**\n\n" + points.head(15).to_markdown(index=False))
+    if result.context.get("communities"):  # lazy search: where the walk found relevant text
+        parts.append(
+            "**Communities where relevant text was found**: " + ", ".join(map(str, result.context["communities"]))
+        )
     if result.context.get("entities"):
         titles = index.entities.set_index("id").loc[result.context["entities"], "title"]
         parts.append("**Entities**: " + ", ".join(t.title() for t in titles.head(20)))
@@ -418,6 +448,21 @@ def text_summary_search(
     duckdb: DuckDBStoreResource,
 ):
     return answer_query(context, "text_summary", config, run_text_summary, chat, embeddings, duckdb)
+
+
+@query_asset(
+    "lazy_search",
+    ("lazy_refine", "lazy_relevance", "lazy_claims", "lazy_answer", "lazy_reduce"),
+    "LazyGraphRAG: a best-first walk down the communities under a budget of relevance tests; works on any index.",
+)
+def lazy_search(
+    context: dg.AssetExecutionContext,
+    config: LazySearchConfig,
+    chat: ChatModelResource,
+    embeddings: EmbeddingModelResource,
+    duckdb: DuckDBStoreResource,
+):
+    return answer_query(context, "lazy", config, run_lazy, chat, embeddings, duckdb)
 
 
 @query_asset("question_generation", ("question_generation",), "Candidate next questions from the local context.")
