@@ -8,7 +8,13 @@ import pandas as pd
 import pytest
 
 from graphrag_assets.automation.jobs import evaluation_assets, index_assets
-from graphrag_assets.method.evaluation import claim_clusters, majority_labels, rouge_l_distances, win_rate_table
+from graphrag_assets.method.evaluation import (
+    claim_clusters,
+    condition_calls,
+    majority_labels,
+    rouge_l_distances,
+    win_rate_table,
+)
 from graphrag_assets_tests.model_server import FakeOpenAIServer, distinct_words
 
 from .conftest import SAMPLE_CORPUS, chat_resource, embedding_resource
@@ -16,7 +22,7 @@ from .conftest import SAMPLE_CORPUS, chat_resource, embedding_resource
 CLAIMS = ["Scrooge is a miser", "Scrooge is a mean miser", "Tiny Tim is ill", "Bob Cratchit is a clerk"]
 EVALUATION = {
     "evaluation_questions": {"personas": 2, "tasks_per_persona": 1, "questions_per_task": 2},
-    "evaluation_answers": {"conditions": ["C0", "C1", "C9", "TS", "SS"], "context_window_tokens": 4000},
+    "evaluation_answers": {"conditions": ["C0", "C1", "C9", "TS", "SS", "LGR20"], "context_window_tokens": 4000},
     "pairwise_judgements": {"repeats": 2},
     "claim_metrics": {"thresholds": [0.3, 0.8]},
 }
@@ -102,11 +108,13 @@ def test_the_evaluation_group_follows_from_a_scripted_judge(llm_index):
     questions = workspace.sql("SELECT * FROM evaluation_questions")
     answers = workspace.sql("SELECT * FROM evaluation_answers")
     judgements = workspace.sql("SELECT * FROM pairwise_judgements")
-    assert len(questions) == 4 and set(answers["condition"]) == {"C0", "C1", "TS", "SS"}  # C9 skipped, said so
+    assert len(questions) == 4 and set(answers["condition"]) == {"C0", "C1", "TS", "SS", "LGR20"}  # C9 skipped
+    lazy = answers[answers["condition"] == "LGR20"]
+    assert (lazy["model_calls"] <= condition_calls(None, "LGR20", 4000)).all()  # within the calls planned for it
     assert set(answers["question_id"]) == set(questions["id"]) and (answers["model_calls"] > 0).all()
 
     # Every pair of conditions, both orders, 2 repeats, 4 criteria; each judgement points at its two answers.
-    assert len(judgements) == len(questions) * 6 * 2 * 2 * 4
+    assert len(judgements) == len(questions) * 10 * 2 * 2 * 4
     assert set(judgements["first_answer_id"]) | set(judgements["second_answer_id"]) == set(answers["id"])
     pairs = judgements.groupby(["question_id", "criterion", "repeat"])[["first_condition", "second_condition"]]
     assert all(sorted(map(tuple, g.to_numpy())) == sorted((b, a) for a, b in g.to_numpy()) for _, g in pairs)

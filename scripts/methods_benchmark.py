@@ -42,6 +42,7 @@ def _index(root: Path, method: str) -> dict:
         )
         wall = time.perf_counter() - started
         served = [s for s in server.served if s.status == 200]
+        queries = _queries(workspace, server, root, method)
     assert result.success, method
     chat = [s for s in served if s.endpoint == "chat"]
     embedded = [s for s in served if s.endpoint == "embeddings"]
@@ -50,6 +51,7 @@ def _index(root: Path, method: str) -> dict:
         for name in ("entities", "relationships", "communities", "community_reports", "covariates")
     }
     return {
+        "queries": queries,
         "chat_requests": len(chat),
         "chat_tokens": sum(s.prompt_tokens + s.completion_tokens for s in chat),
         "embedding_requests": len(embedded),
@@ -57,6 +59,48 @@ def _index(root: Path, method: str) -> dict:
         "wall_s": wall,
         **counts,
     }
+
+
+QUESTIONS = {
+    "global": "What are the main themes of the story?",
+    "local": "Who is Bob Cratchit and what happens to him?",
+}
+QUERIES = {
+    "global C1": ("global_search", {"community_level": 1}),
+    "global C2": ("global_search", {"community_level": 2}),
+    "drift": ("drift_search", {}),
+    "lazy 100": ("lazy_search", {"relevance_budget": 100}),
+    "lazy 500": ("lazy_search", {"relevance_budget": 500}),
+    "lazy 1500": ("lazy_search", {"relevance_budget": 1500}),
+    "basic": ("basic_search", {}),
+}
+
+
+def _queries(workspace, server, root: Path, method: str) -> dict:
+    """Chat requests and tokens of each query method on each question, each with a response cache of its own."""
+    from graphrag_assets_tests.conftest import SAMPLE_CORPUS, chat_resource, embedding_resource
+
+    figures = {}
+    for name, (asset, config) in QUERIES.items():
+        for kind, question in QUESTIONS.items():
+            cache = root / f"cache-{name}-{kind}".replace(" ", "-")
+            before = len(server.served)
+            answered = workspace.ask(
+                SAMPLE_CORPUS,
+                asset,
+                {"question": question, **config},
+                chat=chat_resource(server.base_url, cache),
+                embeddings=embedding_resource(server.base_url, cache),
+                raise_on_error=False,
+            )
+            chat = [s for s in server.served[before:] if s.endpoint == "chat" and s.kind != "probe"]
+            if answered.success:
+                figures[name, kind] = f"{len(chat)} / {sum(s.prompt_tokens + s.completion_tokens for s in chat):,}"
+            else:  # a lazy index has no reports; a small concept graph, no deeper level
+                failure = answered.get_step_failure_events()[0].step_failure_data.user_failure_data.description
+                figures[name, kind] = "no such level" if "does not exist" in failure else "needs reports"
+            figures[name, kind, "tokens"] = sum(s.prompt_tokens + s.completion_tokens for s in chat)
+    return figures
 
 
 def methods_benchmark(args) -> None:
@@ -79,6 +123,19 @@ def methods_benchmark(args) -> None:
             f"{f['embedding_tokens']:>13,}{f['wall_s']:>8.1f}{f['entities']:>9}{f['relationships']:>10}"
             f"{f['communities']:>12}{f['community_reports']:>8}{f['covariates']:>7}"
         )
+    print("\nqueries: chat requests / tokens per question (global, local), each with an empty cache")
+    header = f"{'query':<12}" + "".join(f"{method + ' ' + kind:>24}" for method in figures for kind in QUESTIONS)
+    print(header)
+    print("-" * len(header))
+    for name in QUERIES:
+        cells = []
+        for method in figures:
+            for kind in QUESTIONS:
+                cells.append(figures[method]["queries"][name, kind])
+        print(f"{name:<12}" + "".join(f"{cell:>24}" for cell in cells))
+    c2 = figures["standard"]["queries"]["global C2", "global", "tokens"]
+    lazy = figures["standard"]["queries"]["lazy 100", "global", "tokens"]
+    print(f"\nlazy 100 against global C2 on the global question, standard index: {lazy / c2:.2f}x tokens")
     print(
         "\nx std: chat tokens against the standard index's (targets: fast at most 0.15, lazy at most 0.01). Every "
         "run starts with an empty response cache; the test server's replies are written by rule, so answer "

@@ -48,7 +48,8 @@ class EvaluationAnswersConfig(dg.Config):
     conditions: list[str] = Field(
         ["C0", "C1", "C2", "C3", "TS", "SS"],
         description="C<level>: global search over that level's reports; TS: map-reduce over the source texts; "
-        "SS: vector search over the source texts. A level the corpus lacks is skipped.",
+        "SS: vector search over the source texts; LGR<budget>: lazy search with that relevance budget (LGR100, "
+        "LGR500, LGR1500). A level the corpus lacks is skipped.",
     )
     context_window_tokens: int = Field(8000, ge=500, description="The same context window for every condition.")
     response_type: str = Field("multiple paragraphs", description="Length and format of every answer.")
@@ -170,9 +171,11 @@ def evaluation_answers(
     """Every question answered under every condition: C0-C3 (global search), TS and SS (paper section 3.3)."""
     require_model(chat)
     corpus = context.partition_key
-    unknown = [c for c in config.conditions if not re.fullmatch(r"C\d+|TS|SS", c)]
+    unknown = [c for c in config.conditions if not re.fullmatch(r"C\d+|TS|SS|LGR[1-9]\d*", c)]
     if unknown:
-        raise step_failure(f"unknown conditions {unknown}: use C<level>, TS or SS", retryable=False)
+        raise step_failure(
+            f"unknown conditions {unknown}: use C<level>, TS, SS or LGR<relevance budget> (LGR100)", retryable=False
+        )
     with duckdb.get_connection() as conn:
         questions = read_table(conn, "evaluation_questions", corpus)
         index = load_index(conn, corpus, duckdb.vector_index_dir)

@@ -103,14 +103,14 @@ class GraphConfig(dg.Config):
         "entity.",
     )
     concept_max_unit_fraction: float = Field(
-        0.5,
+        defaults.CONCEPT_MAX_UNIT_FRACTION,
         gt=0,
         le=1,
         description="fast and lazy methods: a phrase found in more than this share of the text units is left out "
         "(it says nothing about where a topic is).",
     )
     concept_min_edge_weight: float = Field(
-        2.0,
+        defaults.CONCEPT_MIN_EDGE_WEIGHT,
         ge=1,
         description="fast and lazy methods: sentences two phrases must share before they are related.",
     )

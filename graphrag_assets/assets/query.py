@@ -17,6 +17,7 @@ import pandas as pd
 from pydantic import Field
 
 from ..failures import step_failure
+from ..method import defaults
 from ..method.embeddings.text import LocalEmbedder
 from ..method.graph.aliases import canonical_of, resolve
 from ..method.search.context import Index, SearchResult
@@ -123,21 +124,29 @@ class LazySearchConfig(dg.Config):
     question: str = Field(description="What to ask of the corpus.")
     response_type: str = Field("multiple paragraphs", description="Length and format of the answer.")
     relevance_budget: int = Field(
-        100,
+        defaults.LAZY_RELEVANCE_BUDGET,
         ge=1,
         description="Text units the model may test for relevance (one snippet each); LazyGraphRAG's published "
         "settings are 100, 500 and 1,500. The main cost of the search, and what buys its depth.",
     )
-    max_sub_questions: int = Field(3, ge=1, description="Sub-questions the question may be split into (1: never).")
-    units_per_visit: int = Field(5, ge=1, description="Untested text units tested at each community the walk visits.")
+    max_sub_questions: int = Field(
+        defaults.LAZY_MAX_SUB_QUESTIONS, ge=1, description="Sub-questions the question may be split into (1: never)."
+    )
+    units_per_visit: int = Field(
+        defaults.LAZY_UNITS_PER_VISIT, ge=1, description="Untested text units tested at each community the walk visits."
+    )
     patience: int = Field(
-        3, ge=1, description="Communities in a row with nothing relevant before the walk goes one level deeper."
+        defaults.LAZY_PATIENCE,
+        ge=1,
+        description="Communities in a row with nothing relevant before the walk goes one level deeper.",
     )
     snippet_tokens: int = Field(
-        80, ge=20, description="Tokens of each unit a relevance test reads: its sentences nearest the question."
+        defaults.LAZY_SNIPPET_TOKENS,
+        ge=20,
+        description="Tokens of each unit a relevance test reads: its sentences nearest the question.",
     )
     claim_passage_tokens: int = Field(
-        240,
+        defaults.LAZY_CLAIM_PASSAGE_TOKENS,
         ge=20,
         description="Tokens of each relevant unit the claims are drawn from: its sentences nearest the question.",
     )

@@ -27,3 +27,17 @@ REPORT_BATCH_SIZE = 5
 
 # The offline embedding model (TF-IDF + truncated SVD fitted on the corpus): its seed.
 EMBEDDING_SEED = 42
+
+# The fast and lazy index methods: pruning of the noun-phrase graph (see offline/nlp_graph.py prune_concept_graph).
+# Only a phrase in nearly every text unit is dropped (a book's hero is in most of them); an edge needs two sentences.
+CONCEPT_MAX_UNIT_FRACTION = 0.9
+CONCEPT_MIN_EDGE_WEIGHT = 2.0
+
+# Lazy search: relevance tests allowed, sub-questions, units tested per community visit, empty visits before going
+# deeper, and the tokens of a unit that a relevance test and a claims request read.
+LAZY_RELEVANCE_BUDGET = 100
+LAZY_MAX_SUB_QUESTIONS = 3
+LAZY_UNITS_PER_VISIT = 5
+LAZY_PATIENCE = 3
+LAZY_SNIPPET_TOKENS = 80
+LAZY_CLAIM_PASSAGE_TOKENS = 240

@@ -16,10 +16,12 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
+from . import defaults
 from .graph.records import ChatModel, Embedder, InvalidReply, check_free_text, parse_json_reply
 from .prompts import user_message
 from .search.context import Index, SearchResult, windows
 from .search.global_search import MAP_HEADERS, global_search, report_records, text_summary_search, unit_records
+from .search.lazy_search import lazy_search
 from .search.local_search import basic_search
 
 # The paper's criteria, in our words. Directness is its control: the broad answers GraphRAG gives should lose on it.
@@ -92,10 +94,21 @@ def generation_calls(personas: int, tasks: int, describe: bool) -> int:
     return int(describe) + 1 + personas + personas * tasks
 
 
+def lazy_budget(condition: str) -> int | None:
+    """The relevance budget of an LGR<budget> condition (lazy search), else None."""
+    return int(condition[3:]) if condition.startswith("LGR") else None
+
+
 def condition_calls(index: Index, condition: str, window: int) -> int:
-    """Chat calls one answer under `condition` makes: a map call per window of records, then the reduce."""
+    """Chat calls one answer under `condition` makes, at most: a map call per window of records, then the reduce;
+    for lazy search, the refinement, a relevance test per community visit, a claims call per community found
+    relevant, and an answer per sub-question with the reduce."""
     if condition == "SS":
         return 1
+    budget = lazy_budget(condition)
+    if budget is not None:
+        visits = -(-budget // defaults.LAZY_UNITS_PER_VISIT)
+        return 1 + 2 * visits + defaults.LAZY_MAX_SUB_QUESTIONS + 1
     records = unit_records(index) if condition == "TS" else report_records(index, level=int(condition[1:]))
     kind = "text_units" if condition == "TS" else "reports"
     return len(windows(records, MAP_HEADERS[kind], window)) + 1
@@ -110,9 +123,24 @@ async def answer_under(
     window: int,
     response_type: str,
 ) -> SearchResult:
-    """An answer under one condition (C<level>, TS, SS), by the query methods' own code, with the same context
-    window and answer format for every condition."""
+    """An answer under one condition (C<level>, TS, SS, LGR<budget>), by the query methods' own code, with the same
+    context window and answer format for every condition."""
     common = {"question": question, "response_type": response_type}
+    budget = lazy_budget(condition)
+    if budget is not None:
+        return await lazy_search(
+            chat,
+            embedder,
+            index,
+            **common,
+            relevance_budget=budget,
+            max_sub_questions=defaults.LAZY_MAX_SUB_QUESTIONS,
+            units_per_visit=defaults.LAZY_UNITS_PER_VISIT,
+            patience=defaults.LAZY_PATIENCE,
+            snippet_tokens=defaults.LAZY_SNIPPET_TOKENS,
+            claim_passage_tokens=defaults.LAZY_CLAIM_PASSAGE_TOKENS,
+            max_context_tokens=window,
+        )
     if condition == "SS":
         return await basic_search(
             chat, embedder, index, **common, top_k=len(index.text_units), max_context_tokens=window
