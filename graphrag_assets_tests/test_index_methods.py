@@ -8,10 +8,11 @@ import pandas as pd
 import pytest
 
 from graphrag_assets.method.communities.reports import parse_report
+from graphrag_assets.method.graph.aliases import resolve
 from graphrag_assets.method.graph.records import InvalidReply
 from graphrag_assets.method.offline.nlp_graph import prune_concept_graph
 
-from .conftest import SAMPLE_CORPUS, chat_resource, embedding_resource, materialization_metadata
+from .conftest import SAMPLE_CORPUS, chat_resource, embedding_resource, materialization_metadata, table
 from .model_server import FakeOpenAIServer
 
 CHAT_KINDS_OF_EXTRACTION = {"extract", "gleaning", "loop", "claims", "claims_gleaning", "summarize"}
@@ -48,10 +49,21 @@ def test_a_fast_index_asks_the_model_for_reports_alone_and_they_cite_their_own_p
     assert json.loads(settings)["method"] == "fast"  # what makes a later run of another method rebuild
     reports = workspace.sql("SELECT * FROM community_reports WHERE corpus = ?", SAMPLE_CORPUS)
     assert len(reports) and (reports["status"] == "ok").all()
-    communities = workspace.sql("SELECT community, entity_ids FROM communities").set_index("community")
-    units_of = workspace.sql("SELECT id, text_unit_ids FROM entities").set_index("id")["text_unit_ids"]
+    communities = workspace.sql("SELECT community, id, children, entity_ids FROM communities").set_index("community")
+    # Reports read the resolved graph, where an alias group is one entity holding its variants' text units.
+    entities, _ = resolve(
+        table(workspace, "entities"), table(workspace, "relationships"), table(workspace, "entity_aliases")
+    )
+    units_of = entities.set_index("id")["text_unit_ids"]
     for report in reports.itertuples():
+        # Its own passages, and the reports of communities below it that its context may hold in their place (a
+        # community carried down unsplit shares its copy's report, which may cite the copy's sub-communities).
         own = {u[:8] for e in communities.loc[report.community, "entity_ids"] for u in units_of[e]}
+        below = list(communities.loc[report.community, "children"])
+        while below:
+            child = below.pop()
+            own.add(communities.loc[child, "id"][:8])
+            below.extend(communities.loc[child, "children"])
         cited = set(re.findall(r"\b[0-9a-f]{8}\b", report.findings))
         assert cited and cited <= own, report.community
 
