@@ -24,6 +24,7 @@ METHODS = {
     "drift_search": {"question": QUESTION},
     "basic_search": {"question": QUESTION},
     "text_summary_search": {"question": QUESTION},
+    "lazy_search": {"question": QUESTION},
     "question_generation": {"previous_questions": [QUESTION]},
 }
 
