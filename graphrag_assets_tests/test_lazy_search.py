@@ -17,6 +17,7 @@ from graphrag_assets.method.search.lazy_search import (
 
 from .conftest import SAMPLE_CORPUS, chat_resource, embedding_resource, materialization_metadata
 from .model_server import FakeOpenAIServer
+from .test_evaluation import evaluate
 from .test_index_methods import index_with
 
 # A hierarchy where the one relevant unit, T, sits deep: in A, its child A2 and A2's child A2b. Units by rank:
@@ -130,6 +131,20 @@ def test_lazy_search_answers_on_a_lazy_index_within_its_budget_and_records_what_
         before = len(server.served)
         result = workspace.ask(SAMPLE_CORPUS, "lazy_search", {"question": question, "relevance_budget": 30}, **models)
         kinds = [s.kind for s in server.served[before:] if s.endpoint == "chat"]
+        # The evaluation on a lazy index: no reports to describe the corpus from, and no global search conditions.
+        asked = {"personas": 1, "tasks_per_persona": 1, "questions_per_task": 1}
+        refused = evaluate(
+            workspace, *models.values(), {"evaluation_questions": asked}, ["evaluation_questions"], raise_on_error=False
+        )
+        failure = refused.get_step_failure_events()[0].step_failure_data.user_failure_data.description
+        assert "no community reports to describe it from (a lazy index writes none): set corpus_description" in failure
+        config = {
+            "evaluation_questions": {**asked, "corpus_description": "A ghost story about a miser at Christmas."},
+            "evaluation_answers": {"conditions": ["C0", "SS", "LGR20"]},
+        }
+        evaluated = evaluate(workspace, *models.values(), config, ["evaluation_questions", "evaluation_answers"])
+    answers = materialization_metadata(evaluated, "evaluation_answers")
+    assert answers["conditions"] == ["SS", "LGR20"] and answers["skipped_conditions"] == ["C0"]
     metadata = materialization_metadata(result, "lazy_search")
     details = metadata["details"]
     assert details["sub_questions"][1].startswith("what happens to Tiny Tim?")  # split at "and", concepts added

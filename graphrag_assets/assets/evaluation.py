@@ -114,6 +114,12 @@ def evaluation_questions(
     with duckdb.get_connection() as conn:
         reports = read_table(conn, "community_reports", context.partition_key)
     root = reports[(reports["level"] == 0) & (reports["status"] == "ok")].sort_values("rank", ascending=False)
+    if root.empty and not config.corpus_description:
+        raise step_failure(
+            "the corpus has no community reports to describe it from (a lazy index writes none): set "
+            "corpus_description in this asset's config, in a sentence or two",
+            retryable=False,
+        )
     calls = ev.generation_calls(config.personas, config.tasks_per_persona, describe=not config.corpus_description)
     plan(context, calls, config.max_model_calls, "evaluation_questions")
 
@@ -180,10 +186,13 @@ def evaluation_answers(
         questions = read_table(conn, "evaluation_questions", corpus)
         index = load_index(conn, corpus, duckdb.vector_index_dir)
     validate(None, None, index, embeddings)
-    skipped = [c for c in config.conditions if c.startswith("C") and int(c[1:]) not in index.levels]
+    # Global search needs reports of its level: a level the corpus lacks, or a lazy index (no reports), skips it.
+    no_reports = index.reports.empty
+    skipped = [c for c in config.conditions if c.startswith("C") and (no_reports or int(c[1:]) not in index.levels)]
     conditions = [c for c in dict.fromkeys(config.conditions) if c not in skipped]
     if skipped:
-        context.log.warning(f"conditions {skipped} skipped: this corpus has levels {index.levels}")
+        why = "a lazy index has no community reports" if no_reports else f"this corpus has levels {index.levels}"
+        context.log.warning(f"conditions {skipped} skipped: {why}")
     per_question = {c: ev.condition_calls(index, c, config.context_window_tokens) for c in conditions}
     calls = len(questions) * sum(per_question.values())
     plan(context, calls, config.max_model_calls, "evaluation_answers")
