@@ -12,7 +12,15 @@ from graphrag_assets.definitions import defs
 from .conftest import INDEX_ASSETS, REPO, SAMPLE_CORPUS, Workspace, chat_resource, open_instance
 from .model_server import FakeOpenAIServer, Faults
 
-QUERY = ["global_search", "local_search", "drift_search", "basic_search", "text_summary_search", "question_generation"]
+QUERY = [
+    "global_search",
+    "local_search",
+    "drift_search",
+    "lazy_search",
+    "basic_search",
+    "text_summary_search",
+    "question_generation",
+]
 
 
 EVALUATION_ASSETS = ("evaluation_questions", "evaluation_answers", "pairwise_judgements", "win_rates", "claim_metrics")
