@@ -10,7 +10,7 @@ import pytest
 from graphrag_assets.method.communities.reports import parse_report
 from graphrag_assets.method.graph.aliases import resolve
 from graphrag_assets.method.graph.records import InvalidReply
-from graphrag_assets.method.offline.nlp_graph import prune_concept_graph
+from graphrag_assets.method.offline.nlp_graph import extract_concept_graph, noun_phrases, prune_concept_graph
 
 from .conftest import SAMPLE_CORPUS, chat_resource, embedding_resource, materialization_metadata, table
 from .model_server import FakeOpenAIServer
@@ -109,6 +109,41 @@ def test_pruning_drops_ubiquitous_phrases_and_edges_seen_once():
     assert pruned == {"ubiquitous_phrases_pruned": 1, "ubiquitous_examples": "CHRISTMAS", "weak_edges_pruned": 1}
     small, _, _ = prune_concept_graph(entities, relationships, 9, 0.5, 2.0)
     assert len(small) == 4  # under 10 units, nothing is ubiquitous
+
+
+def test_the_noun_phrase_chunker_finds_common_concepts_and_leaves_generic_nouns_out():
+    sentence = "The old miser Ebenezer Scrooge kept nothing in his counting-house, and the clerk warmed his hands."
+    # "nothing" is left out; the tagger's lexicon does not know "counting-house" and takes it for an adjective.
+    assert noun_phrases(sentence) == ["old miser Ebenezer Scrooge", "clerk", "hands"]
+    units = pd.DataFrame(
+        {
+            "id": ["u1", "u2"],
+            "text": [
+                "The clerk warmed his cold hands at the candle. The clerk had a small fire.",
+                "Scrooge watched the clerk and the small fire. Nothing was warm in the counting-house.",
+            ],
+        }
+    )
+    entities, relationships = extract_concept_graph(units, min_mentions=2)
+    assert set(entities["title"]) == {"CLERK", "SMALL FIRE"}  # mentioned twice; "nothing" names nothing
+    assert relationships[["source", "target"]].values.tolist() == [["CLERK", "SMALL FIRE"]]
+    assert relationships["weight"].tolist() == [2.0]  # two sentences share them
+
+
+def test_a_lazy_index_of_noun_phrases_is_chosen_at_launch(workspace):
+    folder = workspace.data / "office"
+    folder.mkdir()
+    (folder / "a.txt").write_text("The clerk warmed his cold hands at the candle. The clerk had a small fire.")
+    (folder / "b.txt").write_text("Scrooge watched the clerk and the small fire. The small fire went out.")
+    graph = {"method": "lazy", "concept_phrases": "noun_phrases"}
+    result = workspace.materialize(
+        "office",
+        selection=["documents", "base_text_units", "entities", "relationships"],
+        run_config={"ops": {"entity_graph": {"config": graph}}},
+    )
+    assert materialization_metadata(result, "entities")["engine"] == "nlp (lazy method)"
+    titles = set(workspace.sql("SELECT title FROM entities WHERE corpus = 'office'")["title"])
+    assert {"CLERK", "SMALL FIRE"} <= titles  # common nouns, which the names rule never finds
 
 
 def test_a_report_citing_a_passage_of_another_community_is_refused():

@@ -13,7 +13,7 @@ from .graph.extraction import DEFAULT_ENTITY_TYPES, ExtractionStats, extract_gra
 from .graph.records import ChatModel
 from .graph.summaries import SummaryStats, summarize_descriptions
 from .graph.tables import finalize_graph
-from .offline.nlp_graph import extract_nlp_graph, prune_concept_graph
+from .offline.nlp_graph import extract_concept_graph, extract_nlp_graph, prune_concept_graph
 from .progress import Progress
 
 # How an index builds its graph: `standard` extracts it with the chat model (the paper's method); `fast` and `lazy`
@@ -43,15 +43,18 @@ async def build_entity_graph(
     offline_min_mentions: int = defaults.OFFLINE_MIN_MENTIONS,
     concept_max_unit_fraction: float | None = None,
     concept_min_edge_weight: float = 1.0,
+    concept_phrases: str = "names",
     progress: Progress | None = None,
 ) -> GraphBuild:
     """Extract, merge, summarize and finalize: with a chat model, or offline by noun-phrase co-occurrence.
 
     `concept_max_unit_fraction` (set for the fast and lazy methods) prunes the co-occurrence graph: see
-    prune_concept_graph."""
+    prune_concept_graph. `concept_phrases`: "names" (capitalised names, the offline engine's rule) or "noun_phrases"
+    (every noun phrase, by a part-of-speech chunker)."""
     pruned: dict = {}
     if chat is None:
-        entities, relationships = extract_nlp_graph(text_units, offline_min_mentions)
+        extract = extract_concept_graph if concept_phrases == "noun_phrases" else extract_nlp_graph
+        entities, relationships = extract(text_units, offline_min_mentions)
         if concept_max_unit_fraction is not None:
             entities, relationships, pruned = prune_concept_graph(
                 entities, relationships, len(text_units), concept_max_unit_fraction, concept_min_edge_weight

@@ -96,7 +96,14 @@ def extract_nlp_graph(text_units: pd.DataFrame, min_mentions: int = MIN_MENTIONS
     if not keep:
         # A small or oddly written corpus: any capitalised phrase, else its most frequent content words.
         keep = set(mentions) or _keywords(phrases_by_sentence, sentences_by_unit)
+    return _cooccurrence_graph(phrases_by_sentence, sentences_by_unit, keep)
 
+
+def _cooccurrence_graph(
+    phrases_by_sentence: dict[tuple[str, int], list[str]], sentences_by_unit: dict[str, list[str]], keep: set[str]
+) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """Entities (the kept phrases, described by their first sentences) and relationships (two phrases in one
+    sentence), merged across text units."""
     entities_per_unit: dict[str, list[dict]] = defaultdict(list)
     relationships_per_unit: dict[str, list[dict]] = defaultdict(list)
     description_count: Counter[str] = Counter()
@@ -118,6 +125,56 @@ def extract_nlp_graph(text_units: pd.DataFrame, min_mentions: int = MIN_MENTIONS
     relationships = merge_relationships(list(relationships_per_unit.items()))
     relationships["descriptions"] = relationships["descriptions"].map(lambda d: d[:MAX_DESCRIPTIONS])
     return entities, relationships
+
+
+# Nouns that name no concept: what a part-of-speech tagger calls a noun in "nothing", "the way", "a kind of".
+GENERIC_NOUNS = frozenset(
+    "nothing something anything everything none thing things way ways kind sort time times day days moment "
+    "place right part lot end side word words matter case fact one ones".split()
+)
+
+
+def noun_phrases(sentence: str) -> list[str]:
+    """The noun phrases of a sentence, from TextBlob's rule-based tagger and chunker (its lexicon ships with it; no
+    model is downloaded): each noun-phrase chunk's adjectives and nouns, through its last noun."""
+    from textblob.en import parse  # imports nltk: only the fast and lazy methods pay for it
+
+    chunks: list[list[tuple[str, str]]] = []
+    tagged = parse(sentence, chunks=True, relations=False, lemmata=False).split()  # [[word, tag, chunk, pnp]]
+    for word, tag, chunk, *_ in (token for part in tagged for token in part):
+        if chunk == "B-NP" or not chunk.endswith("NP"):
+            chunks.append([])
+        if chunk.endswith("NP") and tag[:2] in ("NN", "JJ") and chunks:
+            chunks[-1].append((word.replace("&slash;", "/"), tag))
+    phrases = []
+    for chunk in chunks:
+        while chunk and not chunk[-1][1].startswith("NN"):
+            chunk.pop()
+        words = [w for w, _ in chunk if _KEYWORD.fullmatch(w.replace("-", "")) and w.lower() not in STOPWORDS]
+        phrase = " ".join(words)
+        if (
+            words
+            and phrase.lower() not in GENERIC_NOUNS
+            and not (_STRUCTURE.search(phrase) or _ROMAN.fullmatch(words[0]))
+        ):
+            phrases.append(phrase)
+    return phrases
+
+
+def extract_concept_graph(
+    text_units: pd.DataFrame, min_mentions: int = MIN_MENTIONS
+) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """The fast and lazy methods' graph: noun phrases found by a part-of-speech chunker (common nouns too, not only
+    names), related when they share a sentence; phrases mentioned fewer than `min_mentions` times are left out."""
+    sentences_by_unit = {unit.id: split_sentences(unit.text) for unit in text_units.itertuples(index=False)}
+    phrases_by_sentence = {
+        (unit_id, number): [p.lower() for p in noun_phrases(sentence)]
+        for unit_id, sentences in sentences_by_unit.items()
+        for number, sentence in enumerate(sentences)
+    }
+    mentions = Counter(p for phrases in phrases_by_sentence.values() for p in phrases)
+    keep = {p for p, n in mentions.items() if n >= min_mentions} or set(mentions)
+    return _cooccurrence_graph(phrases_by_sentence, sentences_by_unit, keep)
 
 
 def prune_concept_graph(
