@@ -25,7 +25,7 @@ from ..ingest.tokens import count_tokens, truncate_to_tokens
 from ..offline.answers import best_sentences, extractive_answer, overlap_score, terms_in_order
 from ..prompts import user_message
 from ..words import split_sentences
-from .context import NO_ANSWER, Index, SearchResult, csv_line, embed_query
+from .context import NO_ANSWER, Index, SearchResult, csv_line, embed_query, pack
 
 # Offline, a unit is relevant when it holds this share of a sub-question's content words.
 OFFLINE_RELEVANT_OVERLAP = 0.5
@@ -333,17 +333,10 @@ async def _claims(
 
 def _trim(claims: list[dict], budget: int) -> tuple[list[dict], str, int]:
     """The best-scored claims that fit the context window, as the table the answer prompt reads."""
-    header = "id|claim|sources"
-    lines, kept, used = [header], [], count_tokens(header)
-    for claim in sorted(claims, key=lambda c: (-c["score"], c["sources"], c["claim"])):
-        line = csv_line(len(kept), claim["claim"], ", ".join(map(str, claim["sources"])))
-        cost = count_tokens(line) + 1
-        if used + cost > budget:
-            break
-        lines.append(line)
-        kept.append(claim)
-        used += cost
-    return kept, "\n".join(lines), used
+    ranked = sorted(claims, key=lambda c: (-c["score"], c["sources"], c["claim"]))
+    records = [(n, csv_line(n, c["claim"], ", ".join(map(str, c["sources"])))) for n, c in enumerate(ranked)]
+    table, packed, used = pack(records, "id|claim|sources", budget)
+    return ranked[: len(packed)], table, used
 
 
 async def _answer(chat: ChatModel, question: str, sub_questions: list[str], claims: str, response_type: str) -> str:
