@@ -9,6 +9,7 @@ import pandas as pd
 import pytest
 
 from graphrag_assets.definitions import index_assets, query_assets
+from graphrag_assets.models.client import _ANSWERED, _PROBE_FAILED
 from graphrag_assets.resources import (
     ChatModelResource,
     CorporaResource,
@@ -227,3 +228,13 @@ def no_dagster_instance_left_entered():
     from dagster._core.storage.defs_state.base import DefsStateStorage
 
     assert DefsStateStorage.get() is None, "this test left a Dagster instance entered: close its context with `with`"
+
+
+@pytest.fixture(autouse=True)
+def endpoints_start_unknown():
+    """The client remembers, per process, which endpoints answered or failed their probe lately. Each test starts its
+    own server, and a later one can get an earlier one's port: without this, it would skip the probe of a hanging
+    server, or refuse a healthy one, for what another test's server did."""
+    _ANSWERED.clear()
+    _PROBE_FAILED.clear()
+    yield
