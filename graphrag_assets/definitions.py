@@ -33,6 +33,7 @@ _OPTIONAL_SETTINGS = {
     "requests_per_minute": ("GRAPHRAG_RPM", int),
     "tokens_per_minute": ("GRAPHRAG_TPM", int),
     "timeout_seconds": ("GRAPHRAG_TIMEOUT_SECONDS", float),
+    "batch_api": ("GRAPHRAG_BATCH_API", lambda value: value.strip().lower() in ("1", "true", "yes", "on")),
 }
 
 

@@ -18,6 +18,7 @@ from pydantic import Field, PrivateAttr
 from .failures import step_failure
 from .method import imports
 from .models import EndpointError, ModelClient, ModelSettings, Usage
+from .models.batches import BatchLedger
 from .store.connection import connect, is_local_file
 from .store.tables import stage_name, use_stage
 
@@ -171,6 +172,20 @@ class ModelEndpointResource(dg.ConfigurableResource):
     cache_dir: str | None = ModelSettings.cache_dir
     prompt_price_per_million: float = 0.0
     completion_price_per_million: float = 0.0
+    batch_api: bool = Field(
+        ModelSettings.batch_api,
+        description="Index through the Batch API: half the price, answered within 24 h. Queries never use it.",
+    )
+    batch_min_requests: int = Field(
+        ModelSettings.batch_min_requests,
+        description="A round of fewer requests than this (a last level of reports, retries) is sent one at a time.",
+    )
+    batch_poll_seconds: float = Field(
+        ModelSettings.batch_poll_seconds, description="First wait between checks of a batch; doubles up to a minute."
+    )
+    batch_price_factor: float = Field(
+        ModelSettings.batch_price_factor, description="Batch price as a fraction of the list price (cost estimates)."
+    )
 
     @property
     def configured(self) -> bool:
@@ -185,17 +200,22 @@ class ModelEndpointResource(dg.ConfigurableResource):
         fields = {name: getattr(self, name) for name in ModelSettings.__dataclass_fields__ if hasattr(self, name)}
         return ModelSettings(**{**fields, **overrides})
 
-    def run(self, work: Callable[[ModelClient | None], Awaitable[T]]) -> tuple[T, Usage | None]:
+    def run(
+        self, work: Callable[[ModelClient | None], Awaitable[T]], batch_ledger: BatchLedger | None = None
+    ) -> tuple[T, Usage | None]:
         """Run async work with a fresh client in its own event loop; returns its result and the usage.
 
-        With no endpoint configured, `work` gets None (the offline engine) and the usage is None.
+        With no endpoint configured, `work` gets None (the offline engine) and the usage is None. With
+        `batch_ledger` (index steps only) and batch_api set, requests go to the Batch API.
         """
-        result, (usage,) = run_with_models([self], work)
+        result, (usage,) = run_with_models([self], work, batch_ledger)
         return result, usage
 
 
 def run_with_models(
-    endpoints: list[ModelEndpointResource], work: Callable[..., Awaitable[T]]
+    endpoints: list[ModelEndpointResource],
+    work: Callable[..., Awaitable[T]],
+    batch_ledger: BatchLedger | None = None,
 ) -> tuple[T, list[Usage | None]]:
     """Run `work(client, ...)` with one client per endpoint (None where none is configured) in one event loop.
 
@@ -206,7 +226,7 @@ def run_with_models(
     deadline = min(deadlines) if deadlines else None
 
     async def main() -> tuple[T, list[Usage | None]]:
-        clients = [ModelClient(e.settings()) if e.configured else None for e in endpoints]
+        clients = [ModelClient(e.settings(), batch_ledger=batch_ledger) if e.configured else None for e in endpoints]
         try:
             return await asyncio.wait_for(work(*clients), deadline), [c.usage if c else None for c in clients]
         finally:
@@ -223,7 +243,8 @@ def run_with_models(
     except TimeoutError:
         raise step_failure(
             f"the step's model calls passed step_deadline_seconds ({deadline:g} s); replies received "
-            "so far are cached, so a re-run continues from them",
+            "so far are cached, so a re-run continues from them"
+            + ("; submitted batches are recorded, and a re-run waits for them again" if batch_ledger else ""),
             retryable=True,
         ) from None
 

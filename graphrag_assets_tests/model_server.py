@@ -14,6 +14,7 @@ A model asked again with a note that its reply could not be used answers the ori
 from __future__ import annotations
 
 import base64
+import email.policy
 import hashlib
 import json
 import re
@@ -22,6 +23,7 @@ import threading
 import time
 from collections import Counter, deque
 from dataclasses import dataclass
+from email.parser import BytesParser
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from urllib.parse import parse_qs, urlsplit
 
@@ -57,6 +59,16 @@ class Faults:
 
 
 @dataclass
+class BatchFaults:
+    """How the Batch API misbehaves. Lines are picked by their body's hash; batches by the order they came in."""
+
+    failed_line_every: int = 0  # such lines fail with HTTP 500 in the error file (on each batch they are in)
+    expire_batches: int = 0  # the first N batches expire: the first half of their lines answered, the rest not
+    reject_batches: int = 0  # the first N batches fail validation: status "failed", no output at all
+    lose_batches: int = 0  # the first N batches are forgotten once created: retrieving them answers 404
+
+
+@dataclass
 class Served:
     kind: str
     key: str
@@ -67,6 +79,7 @@ class Served:
     completion_tokens: int = 0
     cached_tokens: int = 0
     endpoint: str = "chat"  # or "embeddings"
+    via: str = "sync"  # or "batch": answered as a line of a batch
 
 
 def _key(body: bytes) -> str:
@@ -433,6 +446,15 @@ def embedding(text: str, dimensions: int) -> list[float]:
     return [v / norm for v in vector]
 
 
+def _multipart(content_type: str, body: bytes) -> dict[str, bytes]:
+    """The fields of a multipart/form-data body, as the openai client uploads a file."""
+    message = BytesParser(policy=email.policy.HTTP).parsebytes(f"Content-Type: {content_type}\r\n\r\n".encode() + body)
+    return {
+        part.get_param("name", header="content-disposition"): part.get_payload(decode=True)
+        for part in message.iter_parts()
+    }
+
+
 class FakeOpenAIServer:
     def __init__(
         self,
@@ -448,6 +470,9 @@ class FakeOpenAIServer:
         api_key: str | None = None,
         azure_deployments: frozenset[str] = frozenset(),
         more_gleaning: bool = False,
+        batch_seconds: float = 0.0,
+        batch_faults: BatchFaults | None = None,
+        batch_api: bool = True,
     ):
         """`api_key`: answer 401 to any other key (Bearer, or Azure's api-key header). `azure_deployments`:
         serve Azure OpenAI's paths for these deployments (api-version required) instead of /v1.
@@ -456,11 +481,18 @@ class FakeOpenAIServer:
         (unless `rate_limit_headers` is False).
         `capacity`: requests processed at once; the rest queue, so latency climbs under load, as a real
         server's does. Prompts that extend one already seen report its tokens as cached (OpenAI's rule:
-        prompts of 1024 tokens or more, in steps of 128)."""
+        prompts of 1024 tokens or more, in steps of 128).
+        `batch_seconds`: how long a batch of the Batch API (/v1/files, /v1/batches) stays in progress."""
         self.faults = faults or Faults()
         self.api_key = api_key
         self.azure_deployments = azure_deployments
         self.more_gleaning = more_gleaning
+        self.batch_seconds = batch_seconds
+        self.batch_faults = batch_faults or BatchFaults()
+        self.batch_api = batch_api  # False: /files and /batches are unknown paths, as on Ollama or vLLM
+        self.files: dict[str, bytes] = {}
+        self.batches: dict[str, dict] = {}  # as created, with the time they were and the output once done
+        self.uploads = 0  # files uploaded for batches
         self.latency_seconds = latency_seconds
         self.requests_per_minute = requests_per_minute  # per rate_window_seconds, a minute unless a test shortens it
         self.tokens_per_minute = tokens_per_minute
@@ -516,9 +548,10 @@ class FakeOpenAIServer:
         prompt: str = "",
         tokens: tuple[int, int, int] = (0, 0, 0),
         endpoint: str = "chat",
+        via: str = "sync",
     ) -> None:
         with self._lock:
-            self.served.append(Served(kind, key, status, time.monotonic(), prompt, *tokens, endpoint=endpoint))
+            self.served.append(Served(kind, key, status, time.monotonic(), prompt, *tokens, endpoint=endpoint, via=via))
 
     def tokens(self, *kinds: str) -> dict[str, int]:
         """Prompt, cached prompt and completion tokens served, for the chat kinds named (all when none is)."""
@@ -602,6 +635,222 @@ class FakeOpenAIServer:
             return 0
         return sum(len(m["content"]) // 4 + 1 for m in messages[:hit]) // 128 * 128
 
+    def embeddings_response(self, request: dict, key: str, via: str = "sync") -> tuple[int, dict]:
+        """(status, body) of an embeddings request."""
+        inputs = request["input"] if isinstance(request["input"], list) else [request["input"]]
+        if "embed" in self.faults.refused_kinds and inputs != ["ping"]:
+            self._record("refused", key, 400)
+            return 400, {"error": {"message": "injected: this input is refused"}}
+        vectors = [embedding(t, self.embedding_dimensions) for t in inputs]
+        if request.get("encoding_format") == "base64":
+            vectors = [base64.b64encode(struct.pack(f"<{len(v)}f", *v)).decode() for v in vectors]
+        data = [{"object": "embedding", "index": i, "embedding": v} for i, v in enumerate(vectors)]
+        tokens = sum(len(t) // 4 + 1 for t in inputs)
+        kind = "probe" if inputs == ["ping"] else "embed"
+        self._record(kind, key, 200, tokens=(tokens, 0, 0), endpoint="embeddings", via=via)
+        return 200, {
+            "object": "list",
+            "data": data,
+            "model": request["model"],
+            "usage": {"prompt_tokens": tokens, "total_tokens": tokens},
+        }
+
+    def chat_content(self, request: dict, key: str) -> tuple[str, str, str]:
+        """(prompt kind, reply text, finish reason) of a chat request, with the content faults applied."""
+        faults = self.faults
+        kind, reply = chat_reply(request["messages"], self.more_gleaning)
+        finish_reason = "stop"
+        if kind != "probe" and any(kind.startswith(refused) for refused in faults.refused_kinds):
+            reply = REFUSAL
+        elif kind == "probe" or (faults.heeds_corrections and kind.endswith("_corrected")):
+            pass
+        elif faults.mixed_up_batches and kind.startswith("report_batch"):
+            reports = json.loads(reply)["reports"]
+            labels = [r["community"] for r in reports]
+            for report, label in zip(reports, labels[1:] + labels[:1]):
+                report["community"] = label
+            reply = json.dumps({"reports": reports})
+        elif _picked(key, faults.malformed_every) and kind not in PROSE_KINDS:
+            reply = "Here is some prose instead of what you asked for. (unbalanced <|> nonsense"
+        elif _picked(key, faults.truncated_every):
+            reply = reply[: max(1, int(len(reply) * 0.6))]
+            finish_reason = "length"
+        elif _picked(key, faults.refusal_every):
+            reply = REFUSAL
+        elif _picked(key, faults.wrong_kind_every):
+            reply = wrong_kind_reply(kind, tagged(request["messages"][0]["content"], "text")) or reply
+        return kind, reply, finish_reason
+
+    def chat_completion(
+        self, request: dict, key: str, kind: str, reply: str, finish_reason: str, via: str = "sync"
+    ) -> dict:
+        """The chat completion body for a reply, counted and recorded as served."""
+        prompt_tokens = sum(len(m["content"]) // 4 + 1 for m in request["messages"])
+        completion_tokens = len(reply) // 4 + 1
+        cached_tokens = self._cached_tokens(request["messages"], prompt_tokens)
+        if via == "sync":
+            self._count_completion(completion_tokens)
+        tokens = (prompt_tokens, completion_tokens, cached_tokens)
+        self._record(kind, key, 200, request["messages"][0]["content"], tokens, via=via)
+        return {
+            "id": f"chatcmpl-{key[:12]}",
+            "object": "chat.completion",
+            "created": 0,
+            "model": request["model"],
+            "choices": [
+                {
+                    "index": 0,
+                    "finish_reason": finish_reason,
+                    "message": {"role": "assistant", "content": reply},
+                }
+            ],
+            "usage": {
+                "prompt_tokens": prompt_tokens,
+                "completion_tokens": completion_tokens,
+                "total_tokens": prompt_tokens + completion_tokens,
+                "prompt_tokens_details": {"cached_tokens": cached_tokens},
+            },
+        }
+
+    # The Batch API: files and batches, kept in memory; a batch is processed when checked after batch_seconds.
+
+    def upload(self, content: bytes, purpose: str) -> dict:
+        with self._lock:
+            file_id = f"file-{len(self.files) + 1:06d}"
+            self.files[file_id] = content
+            self.uploads += purpose == "batch"
+        return {
+            "id": file_id,
+            "object": "file",
+            "bytes": len(content),
+            "created_at": int(time.time()),
+            "filename": "requests.jsonl",
+            "purpose": purpose,
+            "status": "processed",
+        }
+
+    def create_batch(self, request: dict) -> tuple[int, dict]:
+        if request.get("input_file_id") not in self.files:
+            return 400, {"error": {"message": f"no file {request.get('input_file_id')}"}}
+        with self._lock:
+            number = len(self.batches) + 1
+            batch = {
+                "id": f"batch_{number:06d}",
+                "object": "batch",
+                "endpoint": request["endpoint"],
+                "input_file_id": request["input_file_id"],
+                "completion_window": request.get("completion_window", "24h"),
+                "status": "in_progress",
+                "created_at": int(time.time()),
+                "metadata": request.get("metadata"),
+                "output_file_id": None,
+                "error_file_id": None,
+                "errors": None,
+                "request_counts": {
+                    "total": len(self.files[request["input_file_id"]].splitlines()),
+                    "completed": 0,
+                    "failed": 0,
+                },
+                "_number": number,
+                "_created": time.monotonic(),
+            }
+            self.batches[batch["id"]] = batch
+        return 200, self._public(batch)
+
+    def retrieve_batch(self, batch_id: str) -> tuple[int, dict]:
+        batch = self.batches.get(batch_id)
+        if batch is None or batch["_number"] <= self.batch_faults.lose_batches:
+            return 404, {"error": {"message": f"No batch found with id '{batch_id}'."}}
+        with self._lock:
+            due = batch["status"] == "in_progress" and time.monotonic() - batch["_created"] >= self.batch_seconds
+            if due:
+                batch["status"] = "finalizing"  # processed once, however many checks come at once
+        if due:
+            self._process(batch)
+        return 200, self._public(batch)
+
+    def cancel_batch(self, batch_id: str) -> tuple[int, dict]:
+        batch = self.batches.get(batch_id)
+        if batch is None:
+            return 404, {"error": {"message": f"No batch found with id '{batch_id}'."}}
+        with self._lock:
+            due = batch["status"] == "in_progress"
+            if due:
+                batch["status"] = "cancelling"
+        if due:
+            self._process(batch, cancelled=True)
+        return 200, self._public(batch)
+
+    @staticmethod
+    def _public(batch: dict) -> dict:
+        return {k: v for k, v in batch.items() if not k.startswith("_")}
+
+    def _process(self, batch: dict, cancelled: bool = False) -> None:
+        """Answer the batch's lines as the synchronous endpoints would, into an output and an error file."""
+        faults, number = self.batch_faults, batch["_number"]
+        if number <= faults.reject_batches:
+            batch.update(
+                status="failed",
+                errors={
+                    "object": "list",
+                    "data": [
+                        {"code": "invalid_request", "message": "injected: the input file failed validation", "line": 1}
+                    ],
+                },
+            )
+            return
+        lines = [json.loads(line) for line in self.files[batch["input_file_id"]].splitlines() if line.strip()]
+        expires = number <= faults.expire_batches
+        answered, failed = [], []
+        for index, line in enumerate(lines):
+            body, custom_id = line["body"], line["custom_id"]
+            key = _key(json.dumps(body, sort_keys=True).encode())
+            entry = {"id": f"batch_req_{number}_{index}", "custom_id": custom_id}
+            if cancelled or (expires and index >= len(lines) // 2):
+                code = "batch_cancelled" if cancelled else "batch_expired"
+                failed.append(entry | {"response": None, "error": {"code": code, "message": f"injected: {code}"}})
+                continue
+            if line["url"] != batch["endpoint"] or (
+                self.azure_deployments and body.get("model") not in self.azure_deployments
+            ):
+                failed.append(
+                    entry
+                    | {
+                        "response": {
+                            "status_code": 400,
+                            "body": {
+                                "error": {
+                                    "message": f"url {line['url']} or model {body.get('model')} is not the batch's"
+                                }
+                            },
+                        },
+                        "error": None,
+                    }
+                )
+                continue
+            if _picked(key, faults.failed_line_every):
+                failed.append(
+                    entry
+                    | {
+                        "response": {"status_code": 500, "body": {"error": {"message": "injected: the line failed"}}},
+                        "error": None,
+                    }
+                )
+                continue
+            if batch["endpoint"].endswith("/embeddings"):
+                status, payload = self.embeddings_response(body, key, via="batch")
+            else:
+                kind, reply, finish_reason = self.chat_content(body, key)
+                status, payload = 200, self.chat_completion(body, key, kind, reply, finish_reason, via="batch")
+            (answered if status == 200 else failed).append(
+                entry | {"response": {"status_code": status, "request_id": entry["id"], "body": payload}, "error": None}
+            )
+        for name, entries in (("output_file_id", answered), ("error_file_id", failed)):
+            if entries:
+                batch[name] = self.upload("".join(json.dumps(e) + "\n" for e in entries).encode(), "batch_output")["id"]
+        batch["request_counts"] = {"total": len(lines), "completed": len(answered), "failed": len(failed)}
+        batch["status"] = "cancelled" if cancelled else "expired" if expires else "completed"
+
     def _handler(self):
         server = self
 
@@ -663,7 +912,68 @@ class FakeOpenAIServer:
                     return 401, "invalid api key"
                 return None
 
+            def _batch_route(self) -> tuple[str, str | None] | None:
+                """(route, id) of a Batch API path of this endpoint's kind, or None for another path."""
+                url = urlsplit(self.path)
+                prefix = "/openai" if server.azure_deployments else "/v1"
+                if not server.batch_api:
+                    return None
+                if server.azure_deployments and "api-version" not in parse_qs(url.query):
+                    return None
+                for route, pattern in (
+                    ("files", r"/files"),
+                    ("file_content", r"/files/([^/]+)/content"),
+                    ("batches", r"/batches"),
+                    ("batch", r"/batches/([^/]+)"),
+                    ("cancel", r"/batches/([^/]+)/cancel"),
+                ):
+                    match = re.fullmatch(prefix + pattern, url.path)
+                    if match:
+                        return route, (match.group(1) if match.groups() else None)
+                return None
+
+            def _batch_api(self, method: str) -> bool:
+                """Answer a Batch API request; False when the path is not one."""
+                found = self._batch_route()
+                if found is None:
+                    return False
+                route, item = found
+                body = self.rfile.read(int(self.headers.get("Content-Length", 0)))
+                presented = self.headers.get("api-key") or (self.headers.get("Authorization") or "").removeprefix(
+                    "Bearer "
+                )
+                if server.api_key and presented != server.api_key:
+                    self._send(401, {"error": {"message": "invalid api key"}})
+                elif method == "POST" and route == "files":
+                    fields = _multipart(self.headers.get("Content-Type", ""), body)
+                    self._send(200, server.upload(fields["file"], fields["purpose"].decode()))
+                elif method == "GET" and route == "file_content":
+                    content = server.files.get(item)
+                    if content is None:
+                        self._send(404, {"error": {"message": f"no file {item}"}})
+                    else:
+                        self.send_response(200)
+                        self.send_header("Content-Type", "application/octet-stream")
+                        self.send_header("Content-Length", str(len(content)))
+                        self.end_headers()
+                        self.wfile.write(content)
+                elif method == "POST" and route == "batches":
+                    self._send(*server.create_batch(json.loads(body)))
+                elif method == "GET" and route == "batch":
+                    self._send(*server.retrieve_batch(item))
+                elif method == "POST" and route == "cancel":
+                    self._send(*server.cancel_batch(item))
+                else:
+                    self._send(405, {"error": {"message": f"{method} {self.path} is not allowed"}})
+                return True
+
+            def do_GET(self) -> None:
+                if not self._batch_api("GET"):
+                    self._send(404, {"error": {"message": f"no route {self.path}"}})
+
             def do_POST(self) -> None:
+                if self._batch_api("POST"):
+                    return
                 with server._lock:
                     server.in_flight += 1
                     server.max_in_flight = max(server.max_in_flight, server.in_flight)
@@ -680,12 +990,12 @@ class FakeOpenAIServer:
             def _answer(self) -> None:
                 body = self.rfile.read(int(self.headers.get("Content-Length", 0)))
                 key = _key(body)
-                request = json.loads(body)
                 faults = server.faults
                 refused = self._refusal_of_route()
                 if refused:
                     server._record("refused", key, refused[0])
                     return self._send(refused[0], {"error": {"message": refused[1]}})
+                request = json.loads(body)
                 if faults.hang:
                     server._record("hang", key, 0)
                     server._closing.wait(600)
@@ -731,83 +1041,15 @@ class FakeOpenAIServer:
                 if server.latency_seconds:
                     time.sleep(server.latency_seconds)
                 if "/embeddings" in self.path:
-                    inputs = request["input"] if isinstance(request["input"], list) else [request["input"]]
-                    if "embed" in faults.refused_kinds and inputs != ["ping"]:
-                        server._record("refused", key, 400)
-                        return self._send(400, {"error": {"message": "injected: this input is refused"}})
-                    vectors = [embedding(t, server.embedding_dimensions) for t in inputs]
-                    if request.get("encoding_format") == "base64":
-                        vectors = [base64.b64encode(struct.pack(f"<{len(v)}f", *v)).decode() for v in vectors]
-                    data = [{"object": "embedding", "index": i, "embedding": v} for i, v in enumerate(vectors)]
-                    tokens = sum(len(t) // 4 + 1 for t in inputs)
-                    kind = "probe" if inputs == ["ping"] else "embed"
-                    server._record(kind, key, 200, tokens=(tokens, 0, 0), endpoint="embeddings")
-                    return self._send(
-                        200,
-                        {
-                            "object": "list",
-                            "data": data,
-                            "model": request["model"],
-                            "usage": {"prompt_tokens": tokens, "total_tokens": tokens},
-                        },
-                        server._rate_headers(),
-                    )
-                kind, reply = chat_reply(request["messages"], server.more_gleaning)
-                finish_reason = "stop"
-                if kind != "probe" and any(kind.startswith(refused) for refused in faults.refused_kinds):
-                    reply = REFUSAL
-                elif kind == "probe" or (faults.heeds_corrections and kind.endswith("_corrected")):
-                    pass
-                elif faults.mixed_up_batches and kind.startswith("report_batch"):
-                    reports = json.loads(reply)["reports"]
-                    labels = [r["community"] for r in reports]
-                    for report, label in zip(reports, labels[1:] + labels[:1]):
-                        report["community"] = label
-                    reply = json.dumps({"reports": reports})
-                elif _picked(key, faults.malformed_every) and kind not in PROSE_KINDS:
-                    reply = "Here is some prose instead of what you asked for. (unbalanced <|> nonsense"
-                elif _picked(key, faults.truncated_every):
-                    reply = reply[: max(1, int(len(reply) * 0.6))]
-                    finish_reason = "length"
-                elif _picked(key, faults.refusal_every):
-                    reply = REFUSAL
-                elif _picked(key, faults.wrong_kind_every):
-                    reply = wrong_kind_reply(kind, tagged(request["messages"][0]["content"], "text")) or reply
+                    status, payload = server.embeddings_response(request, key)
+                    return self._send(status, payload, server._rate_headers() if status == 200 else {})
+                kind, reply, finish_reason = server.chat_content(request, key)
                 if server._first_failure(key + ":garbled", faults.garbled_every):
                     server._record("garbled", key, 200)
                     return self._send(200, {"choices": [{"message": {"content": reply}}]}, cut_body=True)
-                prompt_tokens = sum(len(m["content"]) // 4 + 1 for m in request["messages"])
-                completion_tokens = len(reply) // 4 + 1
-                cached_tokens = server._cached_tokens(request["messages"], prompt_tokens)
-                server._count_completion(completion_tokens)
-                server._record(
-                    kind,
-                    key,
-                    200,
-                    request["messages"][0]["content"],
-                    (prompt_tokens, completion_tokens, cached_tokens),
-                )
+                completion = server.chat_completion(request, key, kind, reply, finish_reason)
                 if server.latency_per_token_seconds:
-                    time.sleep(server.latency_per_token_seconds * completion_tokens)
-                completion = {
-                    "id": f"chatcmpl-{key[:12]}",
-                    "object": "chat.completion",
-                    "created": 0,
-                    "model": request["model"],
-                    "choices": [
-                        {
-                            "index": 0,
-                            "finish_reason": finish_reason,
-                            "message": {"role": "assistant", "content": reply},
-                        }
-                    ],
-                    "usage": {
-                        "prompt_tokens": prompt_tokens,
-                        "completion_tokens": completion_tokens,
-                        "total_tokens": prompt_tokens + completion_tokens,
-                        "prompt_tokens_details": {"cached_tokens": cached_tokens},
-                    },
-                }
+                    time.sleep(server.latency_per_token_seconds * completion["usage"]["completion_tokens"])
                 if request.get("stream"):
                     return self._stream(completion, server._rate_headers())
                 self._send(200, completion, server._rate_headers())

@@ -20,7 +20,8 @@ from ..method.imports import GraphRAGOutputError
 from ..method.progress import PROGRESS_TO_TERMINAL, Progress
 from ..method.prompts import prompts_version
 from ..models import Usage
-from ..resources import EmbeddingModelResource, ModelEndpointResource
+from ..resources import DuckDBStoreResource, EmbeddingModelResource, ModelEndpointResource
+from ..store.batch_ledger import DuckDBBatchLedger
 from ..store.tables import (
     Lineage,
     last_output,
@@ -77,9 +78,22 @@ def usage_metadata(model: ModelEndpointResource, usage: Usage | None) -> dict:
             "completion_tokens": figures["completion_tokens"],
         }
     )
+    batch = (
+        {
+            "batches": figures["batches"],
+            "batches_waited_for_again": figures["batches_reattached"],
+            "batch_calls": figures["batch_calls"],
+            "synchronous_calls": figures["calls"] - figures["batch_calls"],
+            "batch_lines_asked_again": figures["batch_lines_failed"],
+            "batch_wait_seconds": round(figures["batch_wait_seconds"], 1),
+        }
+        if model.batch_api and (figures["batches"] or figures["batches_reattached"] or figures["batch_calls"])
+        else {}
+    )
     return {
         "model_calls": figures["calls"],
         "cache_hits": figures["cache_hits"],
+        **batch,
         **tokens,
         "retries": figures["retries"],
         "rate_limited": figures["rate_limited"],
@@ -89,6 +103,12 @@ def usage_metadata(model: ModelEndpointResource, usage: Usage | None) -> dict:
         "failed_calls": figures["failures"],
         "estimated_cost_usd": dg.MetadataValue.float(figures["estimated_cost_usd"]),
     }
+
+
+def batch_ledger(context: dg.AssetExecutionContext, duckdb: DuckDBStoreResource) -> DuckDBBatchLedger:
+    """Where this step records the batches it submits in batch mode (the step, corpus and run go with each)."""
+    labels = {"step": context.op_handle.name, "corpus": context.partition_key, "run_id": context.run_id}
+    return DuckDBBatchLedger(duckdb.get_connection, labels, context.log.info)
 
 
 def upstream_of(context: dg.AssetExecutionContext, asset: str) -> list[str]:

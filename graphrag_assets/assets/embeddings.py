@@ -16,6 +16,7 @@ from ..store import vector_index
 from ..store.tables import read_table, row_count, write_table
 from .common import (
     MODEL_POOL,
+    batch_ledger,
     code_version,
     corpus_partitions,
     fail_if_too_many_failed,
@@ -148,7 +149,8 @@ def text_embeddings(
     local_model = None
     if embeddings.configured:
         (vectors, failed_texts), usage = embeddings.run(
-            lambda client: embed_with_model(client, texts, embeddings.batch_size, embeddings.batch_tokens)
+            lambda client: embed_with_model(client, texts, embeddings.batch_size, embeddings.batch_tokens),
+            batch_ledger(context, duckdb),
         )
         fail_if_too_many_failed(context, "texts to embed", failed_texts, len(texts), usage, config.max_failed_fraction)
         dimensions = None

@@ -21,6 +21,7 @@ from ..resources import ChatModelResource, CorporaResource, DuckDBStoreResource
 from ..store.tables import read_table
 from .common import (
     MODEL_POOL,
+    batch_ledger,
     code_version,
     corpus_partitions,
     fail_if_too_many_failed,
@@ -290,7 +291,7 @@ def entity_graph(
             **options,
         )
 
-    graph, usage = (asyncio.run(build(None)), None) if concepts else chat.run(build)
+    graph, usage = (asyncio.run(build(None)), None) if concepts else chat.run(build, batch_ledger(context, duckdb))
     engine = f"nlp ({config.method} method)" if concepts else chat.engine
     extraction, summaries = graph.extraction, graph.summaries
     limit = config.max_failed_unit_fraction
@@ -522,7 +523,8 @@ def covariates(
             config.claim_description,
             config.max_gleanings,
             step_progress(context, "text units searched for claims", len(units), client),
-        )
+        ),
+        batch_ledger(context, duckdb),
     )
     fail_if_too_many_failed(
         context, "text units", len(stats.failed_units), stats.units, usage, config.max_failed_unit_fraction

@@ -41,7 +41,9 @@ from tenacity import AsyncRetrying, retry_if_exception, stop_after_attempt, wait
 
 from ..method.graph.records import InvalidReply
 from ..method.ingest.tokens import count_tokens
+from .batches import SEND_NOW, BatchLedger, BatchQueue, BatchSettings
 from .budgets import budget
+from .errors import EndpointError
 from .pacing import AdaptiveConcurrency, endpoint_pace
 
 log = logging.getLogger(__name__)
@@ -82,6 +84,12 @@ class ModelSettings:
     cache_dir: str | None = ".graphrag/cache"
     prompt_price_per_million: float = 0.0
     completion_price_per_million: float = 0.0
+    batch_api: bool = False  # index requests go to the Batch API when the caller gives a ledger (batches.py)
+    batch_min_requests: int = BatchSettings.min_requests
+    batch_poll_seconds: float = BatchSettings.poll_seconds
+    batch_poll_max_seconds: float = BatchSettings.poll_max_seconds
+    batch_gather_seconds: float = BatchSettings.gather_seconds
+    batch_price_factor: float = 0.5  # of the list price, per token answered by a batch
 
 
 @dataclass
@@ -97,13 +105,26 @@ class Usage:
     invalid_replies: int = 0  # replies that did not parse (cut off, refused, wrong format); never cached
     reasked: int = 0  # requests sent again because the reply was invalid
     failures: int = 0  # logical calls with no valid reply after every retry
+    # Of the calls and tokens above, those answered by the Batch API (billed at batch_price_factor)
+    batch_calls: int = 0
+    batch_prompt_tokens: int = 0
+    batch_completion_tokens: int = 0
+    batches: int = 0  # submitted by this client
+    batches_reattached: int = 0  # submitted by an earlier run of the step, waited for again
+    batch_lines_failed: int = 0  # lines that failed, expired or were lost, and were asked again
+    batch_sent_alone: int = 0  # requests of rounds too small for a batch, or that failed in two batches
+    batch_wait_seconds: float = 0.0
     errors: list[str] = field(default_factory=list)
 
     def cost(self, settings: ModelSettings) -> float:
-        return (
-            self.prompt_tokens * settings.prompt_price_per_million
-            + self.completion_tokens * settings.completion_price_per_million
-        ) / 1e6
+        prompt, completion = settings.prompt_price_per_million, settings.completion_price_per_million
+        full = (self.prompt_tokens - self.batch_prompt_tokens) * prompt + (
+            self.completion_tokens - self.batch_completion_tokens
+        ) * completion
+        batch = (self.batch_prompt_tokens * prompt + self.batch_completion_tokens * completion) * (
+            settings.batch_price_factor
+        )
+        return (full + batch) / 1e6
 
     def as_metadata(self, settings: ModelSettings) -> dict:
         data = asdict(self)
@@ -126,17 +147,6 @@ def usage_scope(client: ModelClient) -> Iterator[Usage]:
         yield usage
     finally:
         _SCOPES.reset(token)
-
-
-class EndpointError(RuntimeError):
-    """The endpoint cannot serve this step: down, hanging, refusing the key, or without the model.
-
-    `retryable` is False for what waiting cannot fix (a bad key, an unknown model).
-    """
-
-    def __init__(self, message: str, retryable: bool):
-        super().__init__(message)
-        self.retryable = retryable
 
 
 @dataclass(frozen=True)
@@ -197,6 +207,19 @@ def _vector(embedding: list[float] | str) -> list[float]:
     return embedding
 
 
+def _read_response(kind: str, payload: dict) -> tuple:
+    """(result, prompt tokens, completion tokens) of a response body: a reply, or the vectors in input order."""
+    usage = payload.get("usage") or {}
+    prompt_tokens, completion_tokens = int(usage.get("prompt_tokens") or 0), int(usage.get("completion_tokens") or 0)
+    if kind == "embed":
+        data = sorted(payload["data"], key=lambda item: item["index"])
+        return [_vector(item["embedding"]) for item in data], prompt_tokens, 0
+    choice = payload["choices"][0]
+    message = choice["message"]
+    reply = _Reply(message.get("content") or "", choice.get("finish_reason"), message.get("refusal"))
+    return reply, prompt_tokens, completion_tokens
+
+
 def _retry_after_seconds(error: BaseException | None) -> float | None:
     response = getattr(error, "response", None)
     headers = getattr(response, "headers", None) or {}
@@ -213,7 +236,14 @@ def _retry_after_seconds(error: BaseException | None) -> float | None:
 class ModelClient:
     """Async chat and embeddings. Create it inside the event loop that uses it (the limiters bind to it)."""
 
-    def __init__(self, settings: ModelSettings, cache: diskcache.Cache | None = None):
+    def __init__(
+        self,
+        settings: ModelSettings,
+        cache: diskcache.Cache | None = None,
+        batch_ledger: BatchLedger | None = None,
+    ):
+        """`batch_ledger`: with settings.batch_api, requests that miss the cache go to the Batch API, and each
+        batch is recorded there; without one (queries) every request is sent on its own."""
         self.settings = settings
         self.usage = Usage()
         self._backoff = wait_random_exponential(multiplier=0.5, max=30)
@@ -242,6 +272,18 @@ class ModelClient:
             )
         else:
             self._openai = openai.AsyncOpenAI(base_url=settings.base_url, **common)
+        self._batches = None
+        if settings.batch_api and batch_ledger is not None:
+            batch_settings = BatchSettings(
+                gather_seconds=settings.batch_gather_seconds,
+                min_requests=settings.batch_min_requests,
+                poll_seconds=settings.batch_poll_seconds,
+                poll_max_seconds=settings.batch_poll_max_seconds,
+            )
+            where = f"{settings.base_url or ''}|{settings.api_version or ''}|{settings.model}"
+            self._batches = BatchQueue(
+                self._openai, where, batch_ledger, batch_settings, self.usage, bool(settings.api_version)
+            )
 
     @property
     def endpoint(self) -> str:
@@ -488,7 +530,7 @@ class ModelClient:
                 }
             estimated = sum(count_tokens(m["content"]) for m in body["messages"])
             try:
-                reply = await self._send("chat", estimated, lambda b=body: send_request(b))
+                reply = await self._by_batch_or_now("chat", body, estimated, send_request)
             except openai.OpenAIError as error:
                 self._failed(f"{type(error).__name__}: {error}")
                 return None
@@ -503,6 +545,30 @@ class ModelClient:
             return value
         self._failed(f"InvalidReply: {problem} (after {self.settings.invalid_reply_retries} re-asks)")
         return None
+
+    async def _by_batch_or_now(self, kind: str, body: dict, estimated: int, send: Callable[[dict], Awaitable[tuple]]):
+        """The reply to `body`: from the Batch API in batch mode (unless the queue says to send it alone), or sent
+        now. `send(body)` returns (result, prompt tokens, completion tokens, headers), as `_send` wants."""
+        now = lambda: self._send(kind, estimated, lambda: send(body))  # noqa: E731
+        if self._batches is None:
+            return await now()
+        await self._probe(kind)  # a dead endpoint fails the step now, by name, not after a batch upload
+        response = await self._batches.ask(kind, body)
+        if response is SEND_NOW:
+            return await now()
+        try:
+            result, prompt_tokens, completion_tokens = _read_response(kind, response)
+        except (KeyError, IndexError, TypeError, ValueError):
+            return await now()  # a line whose body is not the API's shape: ask on its own
+        self._count(
+            calls=1,
+            batch_calls=1,
+            prompt_tokens=prompt_tokens,
+            completion_tokens=completion_tokens,
+            batch_prompt_tokens=prompt_tokens,
+            batch_completion_tokens=completion_tokens,
+        )
+        return result
 
     def _embedding_key(self, text: str) -> str:
         return hashlib.sha256(json.dumps(["embed-text", self.settings.model, text]).encode()).hexdigest()
@@ -525,19 +591,16 @@ class ModelClient:
         missing = [i for i, vector in enumerate(vectors) if vector is None]
         if not missing:
             return vectors
-        request = {"model": self.settings.model, "input": [texts[i] for i in missing]}
+        # Vectors as base64 and parsed here: the openai client's typed models take seconds of CPU
+        # for a few thousand 1536-float vectors. An endpoint that ignores the format sends floats.
+        request = {"model": self.settings.model, "input": [texts[i] for i in missing], "encoding_format": "base64"}
 
-        async def send():
-            # Vectors as base64 and parsed here: the openai client's typed models take seconds of CPU
-            # for a few thousand 1536-float vectors. An endpoint that ignores the format sends floats.
-            raw = await self._openai.embeddings.with_raw_response.create(**request, encoding_format="base64")
-            payload = json.loads(raw.content)
-            data = sorted(payload["data"], key=lambda item: item["index"])
-            found = [_vector(item["embedding"]) for item in data]
-            return found, int((payload.get("usage") or {}).get("prompt_tokens") or 0), 0, raw.headers
+        async def send(body: dict):
+            raw = await self._openai.embeddings.with_raw_response.create(**body)
+            return (*_read_response("embed", json.loads(raw.content)), raw.headers)
 
         try:
-            found = await self._send("embed", sum(count_tokens(t) for t in request["input"]), send)
+            found = await self._by_batch_or_now("embed", request, sum(count_tokens(t) for t in request["input"]), send)
         except openai.OpenAIError as error:
             self._failed(f"{type(error).__name__}: {error}")
             return None

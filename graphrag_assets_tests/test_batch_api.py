@@ -1,0 +1,165 @@
+"""Indexing through the Batch API: the same index as one request at a time, at the batch price, resumable."""
+
+import json
+from collections import Counter
+
+import pandas as pd
+import pytest
+
+from graphrag_assets.store.batch_ledger import recorded_batches
+from graphrag_assets_tests.model_server import BatchFaults, FakeOpenAIServer, Faults
+
+from .conftest import SAMPLE_CORPUS, Workspace, chat_resource, embedding_resource, materialization_metadata, table
+
+INDEX_TABLES = ("entities", "relationships", "covariates", "community_reports", "text_embeddings")
+GRAPH = ["entities", "relationships"]
+# Quick rounds for tests: a batch closes after 0.2 s without a new request and is checked every 0.05 s at first.
+FAST_BATCHES = {"batch_api": True, "batch_poll_seconds": 0.05, "batch_min_requests": 5}
+
+
+def batch_resources(server: FakeOpenAIServer, workspace: Workspace, **chat_settings):
+    return {
+        "chat": chat_resource(server.base_url, workspace.cache, **{**FAST_BATCHES, **chat_settings}),
+        "embeddings": embedding_resource(server.base_url, workspace.cache, **FAST_BATCHES),
+    }
+
+
+def sample(tmp_path) -> Workspace:
+    workspace = Workspace(tmp_path)
+    workspace.add_sample_corpus()
+    workspace.materialize(SAMPLE_CORPUS, selection=["documents", "base_text_units"])
+    return workspace
+
+
+def input_lines(server: FakeOpenAIServer) -> Counter:
+    """How many batches each request (custom id) was submitted in."""
+    ids = Counter()
+    for batch in server.batches.values():
+        for line in server.files[batch["input_file_id"]].splitlines():
+            ids[json.loads(line)["custom_id"]] += 1
+    return ids
+
+
+def batches_of(workspace: Workspace) -> list[dict]:
+    import duckdb
+
+    with duckdb.connect(str(workspace.database)) as conn:
+        return recorded_batches(conn, SAMPLE_CORPUS)
+
+
+@pytest.mark.slow
+def test_a_batch_index_equals_the_synchronous_one_at_the_batch_price(llm_index, tmp_path):
+    clean, _, clean_server = llm_index
+    workspace = Workspace(tmp_path)
+    workspace.add_sample_corpus()
+    with FakeOpenAIServer(batch_seconds=0.2) as server:
+        result = workspace.materialize(
+            SAMPLE_CORPUS, **batch_resources(server, workspace, prompt_price_per_million=1.0)
+        )
+        asked = Counter(s.via for s in server.served if s.kind != "probe")
+        # A question afterwards is answered at once: queries never wait for a batch.
+        before = len(server.batches)
+        workspace.ask(
+            SAMPLE_CORPUS,
+            "global_search",
+            {"question": "What happens to Scrooge?"},
+            **batch_resources(server, workspace),
+        )
+        assert len(server.batches) == before
+    for name in INDEX_TABLES:
+        pd.testing.assert_frame_equal(table(workspace, name), table(clean, name))
+    assert set(input_lines(server).values()) == {1}  # no request went out in two batches
+    recorded = batches_of(workspace)
+    assert len(recorded) == len(server.batches) and {b["status"] for b in recorded} == {"completed"}
+    assert all(b["consumed"] and b["step"] for b in recorded)
+    entities = materialization_metadata(result, "entities")
+    assert entities["batches"] >= 2 and entities["batch_calls"] > 0.9 * entities["model_calls"]
+    # Nine in ten tokens at half the list price (a prompt token costs 1 per million here)
+    assert entities["estimated_cost_usd"] < 0.56 * entities["prompt_tokens"] / 1e6
+    assert asked["batch"] > 10 * asked["sync"], asked
+    print(f"batches: {len(server.batches)}, requests {dict(asked)}")
+
+
+def test_failed_expired_and_invalid_lines_are_asked_again_and_the_graph_is_the_same(llm_index, tmp_path):
+    clean, _, _ = llm_index
+    workspace = sample(tmp_path)
+    faults = BatchFaults(failed_line_every=5, expire_batches=1)
+    with FakeOpenAIServer(Faults(malformed_every=7), batch_seconds=0.1, batch_faults=faults) as server:
+        result = workspace.materialize(SAMPLE_CORPUS, selection=GRAPH, **batch_resources(server, workspace))
+    for name in GRAPH:
+        pd.testing.assert_frame_equal(table(workspace, name), table(clean, name))
+    metadata = materialization_metadata(result, "entities")
+    assert metadata["batch_lines_asked_again"] > 0 and metadata["invalid_replies"] > 0
+    assert metadata["failed_text_units"] == 0
+    assert {"expired", "completed"} <= {b["status"] for b in server.batches.values()}
+    # A line that failed in two batches was sent on its own: no request is in more than two batches.
+    assert max(input_lines(server).values()) == 2
+
+
+@pytest.mark.parametrize(
+    "faults,status",
+    [(BatchFaults(reject_batches=1), "failed"), (BatchFaults(lose_batches=1), "lost")],
+    ids=["rejected", "lost"],
+)
+def test_a_batch_that_fails_validation_or_is_lost_is_not_waited_on_forever(llm_index, tmp_path, faults, status):
+    clean, _, _ = llm_index
+    workspace = sample(tmp_path)
+    with FakeOpenAIServer(batch_seconds=0.1, batch_faults=faults) as server:
+        workspace.materialize(SAMPLE_CORPUS, selection=GRAPH, **batch_resources(server, workspace))
+        sent_alone = sum(s.via == "sync" and s.kind == "extract" for s in server.served)
+    for name in GRAPH:
+        pd.testing.assert_frame_equal(table(workspace, name), table(clean, name))
+    first = batches_of(workspace)[-1]
+    assert first["status"] == status and first["consumed"]
+    if status == "failed":  # a batch the endpoint refused is sent one request at a time, not as another batch
+        assert sent_alone == first["requests"]
+    else:  # a batch the endpoint forgot is submitted again
+        assert sent_alone == 0 and max(input_lines(server).values()) == 2
+
+
+def test_a_step_stopped_while_waiting_waits_for_its_batch_again_and_submits_nothing_twice(llm_index, tmp_path):
+    clean, _, _ = llm_index
+    workspace = sample(tmp_path)
+    with FakeOpenAIServer(batch_seconds=4.0) as server:
+        stopped = workspace.materialize(
+            SAMPLE_CORPUS,
+            selection=GRAPH,
+            raise_on_error=False,
+            **batch_resources(server, workspace, step_deadline_seconds=1.5),
+        )
+        failure = stopped.get_step_failure_events()[0].step_failure_data.user_failure_data.description
+        assert "a re-run waits for them again" in failure
+        recorded = batches_of(workspace)
+        assert len(recorded) == 1 and not recorded[0]["consumed"] and server.uploads == 1
+
+        resumed = workspace.materialize(SAMPLE_CORPUS, selection=GRAPH, **batch_resources(server, workspace))
+    assert materialization_metadata(resumed, "entities")["batches_waited_for_again"] == 1
+    assert set(input_lines(server).values()) == {1}  # every request was submitted once, over both runs
+    for name in GRAPH:
+        pd.testing.assert_frame_equal(table(workspace, name), table(clean, name))
+
+
+def test_azure_openai_batches_use_its_paths_api_version_and_deployment(llm_index, tmp_path):
+    clean, _, _ = llm_index
+    workspace = sample(tmp_path)
+    with FakeOpenAIServer(
+        api_key="azure-key", azure_deployments=frozenset({"gpt-4o-mini"}), batch_seconds=0.1
+    ) as server:
+        endpoint = server.base_url.removesuffix("/v1")
+        chat = chat_resource(endpoint, workspace.cache, api_version="2024-10-21", api_key="azure-key", **FAST_BATCHES)
+        result = workspace.materialize(SAMPLE_CORPUS, selection=GRAPH, chat=chat)
+    assert {b["endpoint"] for b in server.batches.values()} == {"/chat/completions"}
+    assert materialization_metadata(result, "entities")["batch_calls"] > 0
+    for name in GRAPH:
+        pd.testing.assert_frame_equal(table(workspace, name), table(clean, name))
+
+
+def test_an_endpoint_without_a_batch_api_is_one_clear_error(tmp_path):
+    workspace = sample(tmp_path)
+    with FakeOpenAIServer(batch_api=False) as server:
+        result = workspace.materialize(
+            SAMPLE_CORPUS, selection=GRAPH, raise_on_error=False, **batch_resources(server, workspace)
+        )
+    failure = result.get_step_failure_events()[0].step_failure_data.user_failure_data.description
+    assert "has no Batch API (HTTP 404 when asked to upload a batch file)" in failure
+    assert "set batch_api to false" in failure
