@@ -28,6 +28,7 @@ from dagster_shared.telemetry import get_or_set_instance_id
 
 from .automation.runs import HOST_TAG, PID_TAG, fail_runs_of_dead_processes
 from .method.progress import PROGRESS_TO_TERMINAL
+from .resources import BATCH_API_TAG
 from .store.connection import connect, is_local_file, redacted
 
 REPO = Path(__file__).resolve().parents[1]
@@ -212,7 +213,9 @@ def failure_message(result: dg.ExecuteInProcessResult) -> str:
     return f"{failures[0].step_key}: {message} (run again with --verbose for the traceback)"
 
 
-def execute(job_name: str, corpus: str, run_config: dict, verbose: bool) -> dg.ExecuteInProcessResult:
+def execute(
+    job_name: str, corpus: str, run_config: dict, verbose: bool, tags: dict[str, str] | None = None
+) -> dg.ExecuteInProcessResult:
     from .definitions import DATABASE, defs
 
     if is_local_file(DATABASE) and Path(DATABASE).exists():
@@ -224,7 +227,7 @@ def execute(job_name: str, corpus: str, run_config: dict, verbose: bool) -> dg.E
             partition_key=corpus,
             raise_on_error=False,
             run_config={**_logging(verbose), **run_config},
-            tags=_run_tags(),
+            tags={**_run_tags(), **(tags or {})},
         )
     except dg.DagsterInvalidConfigError as problem:
         details = "; ".join(error.message.split(" Expected")[0].rstrip(".") for error in problem.errors)
@@ -232,7 +235,7 @@ def execute(job_name: str, corpus: str, run_config: dict, verbose: bool) -> dg.E
         raise UserError(f"the settings are not valid for {job_name}: {details}. Steps of this job: {steps}") from None
 
 
-def index(corpora: list[str], run_config: dict, verbose: bool) -> int:
+def index(corpora: list[str], run_config: dict, verbose: bool, batch: bool | None = None) -> int:
     from .definitions import DATABASE, defs
 
     instance = _instance()
@@ -243,7 +246,8 @@ def index(corpora: list[str], run_config: dict, verbose: bool) -> int:
         defs.resources["corpora"].folder(name)  # a clear error for a name that is unsafe or has no folder
     instance.add_dynamic_partitions("corpus", [n for n in names if not instance.has_dynamic_partition("corpus", n)])
     for name in names:
-        result = execute("index_corpus", name, run_config, verbose)
+        tags = {BATCH_API_TAG: str(batch).lower()} if batch is not None else {}
+        result = execute("index_corpus", name, run_config, verbose, tags)
         print(f"{'indexed' if result.success else 'FAILED '} {name} (run {result.run_id})")
         if not result.success:
             print(f"failed: {failure_message(result)}", file=sys.stderr)
@@ -414,6 +418,13 @@ def main(argv: list[str] | None = None) -> int:
     commands = parser.add_subparsers(dest="command", required=True)
     index_parser = commands.add_parser("index", help="index corpora (all folders under data/ by default)")
     index_parser.add_argument("--corpus", action="append", default=[], help="corpus folder name; repeatable")
+    index_parser.add_argument(
+        "--batch",
+        action=argparse.BooleanOptionalAction,
+        default=None,
+        help="send the model requests to the Batch API (half the price, answered within 24 h); "
+        "default: GRAPHRAG_BATCH_API",
+    )
     ask_parser = commands.add_parser("ask", help="ask a question of an indexed corpus (a Dagster run, recorded)")
     ask_parser.add_argument("question")
     ask_parser.add_argument("--corpus", default=None, help="default: a-christmas-carol, or the followed answer's")
@@ -454,7 +465,7 @@ def main(argv: list[str] | None = None) -> int:
                 args.verbose,
                 args.follow_up,
             )
-        return index(args.corpus, run_config, args.verbose)
+        return index(args.corpus, run_config, args.verbose, args.batch)
     except (UserError, ValueError, FileNotFoundError, dg.DagsterError) as problem:
         if args.verbose:
             traceback.print_exc()

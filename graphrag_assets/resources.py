@@ -25,6 +25,8 @@ from .store.tables import stage_name, use_stage
 T = TypeVar("T")
 PUBLISHED_INDEX = "published_index"  # the index job's last step: see assets/publication.py
 PARTITION_TAG = "dagster/partition"
+# A run tag: true sends the run's index requests to the Batch API, false one at a time (assets/common.py).
+BATCH_API_TAG = "graphrag/batch_api"
 # Where the project keeps what it makes (store, response cache, vector indexes, exports), unless each is set apart.
 STATE_DIR = os.getenv("GRAPHRAG_HOME", ".graphrag")
 _SAFE_CORPUS_NAME = re.compile(r"[a-z0-9][a-z0-9_\-]{0,63}")  # fullmatch: "$" would let a trailing newline in
@@ -173,8 +175,9 @@ class ModelEndpointResource(dg.ConfigurableResource):
     prompt_price_per_million: float = 0.0
     completion_price_per_million: float = 0.0
     batch_api: bool = Field(
-        ModelSettings.batch_api,
-        description="Index through the Batch API: half the price, answered within 24 h. Queries never use it.",
+        False,
+        description="Index through the Batch API: half the price, answered within 24 h (a run's graphrag/batch_api "
+        "tag overrides it). Queries never use it.",
     )
     batch_min_requests: int = Field(
         ModelSettings.batch_min_requests,
@@ -206,7 +209,7 @@ class ModelEndpointResource(dg.ConfigurableResource):
         """Run async work with a fresh client in its own event loop; returns its result and the usage.
 
         With no endpoint configured, `work` gets None (the offline engine) and the usage is None. With
-        `batch_ledger` (index steps only) and batch_api set, requests go to the Batch API.
+        `batch_ledger` (index steps that run in batch mode), requests go to the Batch API.
         """
         result, (usage,) = run_with_models([self], work, batch_ledger)
         return result, usage

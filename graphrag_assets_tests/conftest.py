@@ -106,6 +106,7 @@ class Workspace:
         run_config: dict | None = None,
         raise_on_error: bool = True,
         instance: dg.DagsterInstance | None = None,
+        tags: dict[str, str] | None = None,
     ) -> dg.ExecuteInProcessResult:
         instance = instance or dg.DagsterInstance.ephemeral()
         instance.add_dynamic_partitions("corpus", [corpus])
@@ -120,6 +121,7 @@ class Workspace:
             selection=selection,
             run_config=run_config,
             raise_on_error=raise_on_error,
+            tags=tags,
         )
 
     def ask(

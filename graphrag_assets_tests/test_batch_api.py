@@ -163,3 +163,13 @@ def test_an_endpoint_without_a_batch_api_is_one_clear_error(tmp_path):
     failure = result.get_step_failure_events()[0].step_failure_data.user_failure_data.description
     assert "has no Batch API (HTTP 404 when asked to upload a batch file)" in failure
     assert "set batch_api to false" in failure
+
+
+@pytest.mark.parametrize("resource,tag,batched", [(False, "true", True), (True, "false", False)])
+def test_a_run_tag_chooses_batch_mode_for_the_run(tmp_path, resource, tag, batched):
+    workspace = sample(tmp_path)
+    with FakeOpenAIServer(batch_seconds=0.1) as server:
+        resources = batch_resources(server, workspace, batch_api=resource)
+        workspace.materialize(SAMPLE_CORPUS, selection=GRAPH, tags={"graphrag/batch_api": tag}, **resources)
+    assert bool(server.batches) == batched
+    assert any(s.via == "batch" for s in server.served) == batched

@@ -20,7 +20,7 @@ from ..method.imports import GraphRAGOutputError
 from ..method.progress import PROGRESS_TO_TERMINAL, Progress
 from ..method.prompts import prompts_version
 from ..models import Usage
-from ..resources import DuckDBStoreResource, EmbeddingModelResource, ModelEndpointResource
+from ..resources import BATCH_API_TAG, DuckDBStoreResource, EmbeddingModelResource, ModelEndpointResource
 from ..store.batch_ledger import DuckDBBatchLedger
 from ..store.tables import (
     Lineage,
@@ -87,7 +87,7 @@ def usage_metadata(model: ModelEndpointResource, usage: Usage | None) -> dict:
             "batch_lines_asked_again": figures["batch_lines_failed"],
             "batch_wait_seconds": round(figures["batch_wait_seconds"], 1),
         }
-        if model.batch_api and (figures["batches"] or figures["batches_reattached"] or figures["batch_calls"])
+        if figures["batches"] or figures["batches_reattached"] or figures["batch_calls"] or figures["batch_sent_alone"]
         else {}
     )
     return {
@@ -105,8 +105,18 @@ def usage_metadata(model: ModelEndpointResource, usage: Usage | None) -> dict:
     }
 
 
-def batch_ledger(context: dg.AssetExecutionContext, duckdb: DuckDBStoreResource) -> DuckDBBatchLedger:
-    """Where this step records the batches it submits in batch mode (the step, corpus and run go with each)."""
+def batch_ledger(
+    context: dg.AssetExecutionContext, duckdb: DuckDBStoreResource, model: ModelEndpointResource
+) -> DuckDBBatchLedger | None:
+    """Where this step records the batches it submits, when it runs in batch mode; None when it does not.
+
+    The run's `graphrag/batch_api` tag (true or false) decides, else the model resource's `batch_api`: one choice
+    for every model-calling step of the run, set in the launchpad's tags or by `graphrag-assets index --batch`.
+    """
+    tag = context.run.tags.get(BATCH_API_TAG)
+    wanted = tag.strip().lower() in ("1", "true", "yes", "on") if tag is not None else model.batch_api
+    if not (wanted and model.configured):
+        return None
     labels = {"step": context.op_handle.name, "corpus": context.partition_key, "run_id": context.run_id}
     return DuckDBBatchLedger(duckdb.get_connection, labels, context.log.info)
 

@@ -224,7 +224,7 @@ def community_reports(
             progress=step_progress(context, "community reports written", len(inputs["communities"]), client),
         )
 
-    (reports, stats), usage = chat.run(work, batch_ledger(context, duckdb))
+    (reports, stats), usage = chat.run(work, batch_ledger(context, duckdb, chat))
     fail_if_too_many_failed(context, "community reports", stats.failed, len(reports), usage, config.max_failed_fraction)
     top = reports[reports["status"] == "ok"].sort_values(["level", "rank"], ascending=[True, False])
     quality = {

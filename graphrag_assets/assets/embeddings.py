@@ -150,7 +150,7 @@ def text_embeddings(
     if embeddings.configured:
         (vectors, failed_texts), usage = embeddings.run(
             lambda client: embed_with_model(client, texts, embeddings.batch_size, embeddings.batch_tokens),
-            batch_ledger(context, duckdb),
+            batch_ledger(context, duckdb, embeddings),
         )
         fail_if_too_many_failed(context, "texts to embed", failed_texts, len(texts), usage, config.max_failed_fraction)
         dimensions = None

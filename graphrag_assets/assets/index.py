@@ -291,7 +291,10 @@ def entity_graph(
             **options,
         )
 
-    graph, usage = (asyncio.run(build(None)), None) if concepts else chat.run(build, batch_ledger(context, duckdb))
+    if concepts:
+        graph, usage = asyncio.run(build(None)), None
+    else:
+        graph, usage = chat.run(build, batch_ledger(context, duckdb, chat))
     engine = f"nlp ({config.method} method)" if concepts else chat.engine
     extraction, summaries = graph.extraction, graph.summaries
     limit = config.max_failed_unit_fraction
@@ -524,7 +527,7 @@ def covariates(
             config.max_gleanings,
             step_progress(context, "text units searched for claims", len(units), client),
         ),
-        batch_ledger(context, duckdb),
+        batch_ledger(context, duckdb, chat),
     )
     fail_if_too_many_failed(
         context, "text units", len(stats.failed_units), stats.units, usage, config.max_failed_unit_fraction

@@ -84,7 +84,6 @@ class ModelSettings:
     cache_dir: str | None = ".graphrag/cache"
     prompt_price_per_million: float = 0.0
     completion_price_per_million: float = 0.0
-    batch_api: bool = False  # index requests go to the Batch API when the caller gives a ledger (batches.py)
     batch_min_requests: int = BatchSettings.min_requests
     batch_poll_seconds: float = BatchSettings.poll_seconds
     batch_poll_max_seconds: float = BatchSettings.poll_max_seconds
@@ -242,8 +241,8 @@ class ModelClient:
         cache: diskcache.Cache | None = None,
         batch_ledger: BatchLedger | None = None,
     ):
-        """`batch_ledger`: with settings.batch_api, requests that miss the cache go to the Batch API, and each
-        batch is recorded there; without one (queries) every request is sent on its own."""
+        """`batch_ledger`: requests that miss the cache go to the Batch API, and each batch is recorded there;
+        without one (queries, and index runs that do not ask for batches) every request is sent on its own."""
         self.settings = settings
         self.usage = Usage()
         self._backoff = wait_random_exponential(multiplier=0.5, max=30)
@@ -273,7 +272,7 @@ class ModelClient:
         else:
             self._openai = openai.AsyncOpenAI(base_url=settings.base_url, **common)
         self._batches = None
-        if settings.batch_api and batch_ledger is not None:
+        if batch_ledger is not None:
             batch_settings = BatchSettings(
                 gather_seconds=settings.batch_gather_seconds,
                 min_requests=settings.batch_min_requests,
