@@ -181,7 +181,7 @@ class ModelEndpointResource(dg.ConfigurableResource):
     )
     batch_min_requests: int = Field(
         ModelSettings.batch_min_requests,
-        description="A round of fewer requests than this (a last level of reports, retries) is sent one at a time.",
+        description="A round of fewer chat requests than this (a last level of reports, retries) goes one at a time.",
     )
     batch_poll_seconds: float = Field(
         ModelSettings.batch_poll_seconds, description="First wait between checks of a batch; doubles up to a minute."

@@ -12,6 +12,7 @@ measured in the same run.
     .venv/bin/python scripts/benchmark.py edits
     .venv/bin/python scripts/benchmark.py prompts [--against REVISION]
     .venv/bin/python scripts/benchmark.py methods
+    .venv/bin/python scripts/benchmark.py batch [--delay 10] [--poll 1] [--latency 0.05]
 
 models: the model-calling part of the index of the sample corpus (extraction, claims, reports) against
   the test model server, concurrent (the
@@ -29,6 +30,7 @@ faults: see robustness_benchmark.py.
 compare, edits: side by side with nano-graphrag, and what edits and re-runs cost: see comparison_benchmark.py.
 prompts: prompt tokens per call against the prompts of an earlier commit: see prompt_benchmark.py.
 methods: what the standard, fast and lazy index methods cost on the sample: see methods_benchmark.py.
+batch: the index through the Batch API next to one request at a time: see batch_benchmark.py.
 graph: each non-model step (communities, node2vec, UMAP, offline text embeddings) on the sample
   corpus graph and on a synthetic graph the size of the paper's podcast graph, each in a fresh
   process for its peak memory; baseline: the bare library call on the same input.
@@ -308,6 +310,10 @@ def main() -> None:
     ingest.add_argument("--docx-megabytes", type=float, default=20, help="size of the Word file")
     commands.add_parser("methods", help="chat requests and tokens of the standard, fast and lazy index methods")
     commands.add_parser("faults", help="the index against a misbehaving endpoint next to a healthy one")
+    batch = commands.add_parser("batch", help="the index through the Batch API next to one request at a time")
+    batch.add_argument("--delay", type=float, default=10.0, help="seconds the server holds each batch")
+    batch.add_argument("--poll", type=float, default=1.0, help="first wait between checks of a batch")
+    batch.add_argument("--latency", type=float, default=0.05, help="seconds per synchronous request")
     growth = commands.add_parser("growth", help="every offline step's wall time at 5 and 50 MB, against n log n")
     growth.add_argument("--sizes", type=int, nargs=2, default=[5, 50], help="megabytes of the two text files")
     compare = commands.add_parser("compare", help="this project next to nano-graphrag 0.0.8.2 on one endpoint")
@@ -365,6 +371,10 @@ def main() -> None:
         from vector_benchmark import vectors_benchmark
 
         vectors_benchmark(args)
+    elif args.command == "batch":
+        from batch_benchmark import batch_benchmark
+
+        batch_benchmark(args)
     elif args.command == "methods":
         from methods_benchmark import methods_benchmark
 

@@ -84,6 +84,7 @@ def usage_metadata(model: ModelEndpointResource, usage: Usage | None) -> dict:
             "batches_waited_for_again": figures["batches_reattached"],
             "batch_calls": figures["batch_calls"],
             "synchronous_calls": figures["calls"] - figures["batch_calls"],
+            "batch_tokens": figures["batch_prompt_tokens"] + figures["batch_completion_tokens"],
             "batch_lines_asked_again": figures["batch_lines_failed"],
             "batch_wait_seconds": round(figures["batch_wait_seconds"], 1),
         }
@@ -118,7 +119,7 @@ def batch_ledger(
     if not (wanted and model.configured):
         return None
     labels = {"step": context.op_handle.name, "corpus": context.partition_key, "run_id": context.run_id}
-    return DuckDBBatchLedger(duckdb.get_connection, labels, context.log.info)
+    return DuckDBBatchLedger(duckdb.get_connection, labels, lambda line: tell(context, line))
 
 
 def upstream_of(context: dg.AssetExecutionContext, asset: str) -> list[str]:

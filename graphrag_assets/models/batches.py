@@ -8,8 +8,9 @@ so the number of batches follows the method's rounds, not its requests.
 
 - Every batch is recorded (`BatchLedger`, DuckDB in the index) before it is waited on. A step that died or is
   retried finds the batches that cover its requests and waits for them again instead of submitting twice.
-- Lines that failed or expired go into the next batch; a round smaller than `min_requests`, or a request on its
-  third batch, is sent one request at a time instead. A batch that failed validation is not sent again as a batch.
+- Lines that failed or expired go into the next batch; a round of fewer chat requests than `min_requests`, or a
+  request on its third batch, is sent one request at a time instead. A batch that failed validation is not sent
+  again as a batch.
 - Replies are returned to the client, which checks them exactly as it checks synchronous replies before caching:
   an invalid reply is asked for again, and so gathers into the next batch.
 """
@@ -58,7 +59,7 @@ class BatchLedger(Protocol):
 @dataclass(frozen=True)
 class BatchSettings:
     gather_seconds: float = 1.0  # quiet time that closes a round of requests
-    min_requests: int = 20  # fewer than this in a round: sent synchronously
+    min_requests: int = 20  # fewer chat requests than this in a round: sent synchronously
     poll_seconds: float = 5.0  # first wait between status checks; doubles up to poll_max_seconds
     poll_max_seconds: float = 60.0
     completion_window: str = "24h"
@@ -137,7 +138,8 @@ class BatchQueue:
             while requests:
                 # A request that already went out in two batches (a re-ask of an invalid reply included) goes alone.
                 alone = [cid for cid in requests if self._tried[cid] >= _ATTEMPTS_IN_BATCHES]
-                if len(requests) - len(alone) < self._settings.min_requests:
+                # An embedding request already carries hundreds of texts: one is worth a batch.
+                if kind == "chat" and len(requests) - len(alone) < self._settings.min_requests:
                     alone = list(requests)
                 self.usage.batch_sent_alone += len(alone)
                 for custom_id in alone:

@@ -32,12 +32,20 @@ _COLUMNS = {
 }
 
 
-def _table(conn: duckdb.DuckDBPyConnection) -> str:
+def _table(conn: duckdb.DuckDBPyConnection, create: bool = True) -> str | None:
+    """The table's qualified name (made when missing and `create`), or None when it does not exist."""
     database = conn.execute("SELECT current_database()").fetchone()[0]
     name = f'"{database}".main.model_batches'
-    columns = ", ".join(f"{column} {kind}" for column, kind in _COLUMNS.items())
-    conn.execute(f"CREATE TABLE IF NOT EXISTS {name} ({columns})")
-    return name
+    if create:
+        columns = ", ".join(f"{column} {kind}" for column, kind in _COLUMNS.items())
+        conn.execute(f"CREATE TABLE IF NOT EXISTS {name} ({columns})")
+        return name
+    found = conn.execute(
+        "SELECT count(*) FROM duckdb_tables() WHERE database_name = ? AND schema_name = 'main' "
+        "AND table_name = 'model_batches'",
+        [database],
+    ).fetchone()[0]
+    return name if found else None
 
 
 class DuckDBBatchLedger:
@@ -91,7 +99,9 @@ class DuckDBBatchLedger:
 
 def recorded_batches(conn: duckdb.DuckDBPyConnection, corpus: str | None = None) -> list[dict]:
     """The batches recorded for `corpus` (all when None), newest first, without their request ids."""
-    table = _table(conn)
+    table = _table(conn, create=False)
+    if table is None:
+        return []
     where, params = ("WHERE corpus = ?", [corpus]) if corpus else ("", [])
     rows = conn.execute(
         f"SELECT * EXCLUDE (custom_ids), len(custom_ids) AS requests FROM {table} {where} ORDER BY submitted_at DESC",
