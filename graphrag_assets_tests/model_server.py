@@ -493,6 +493,7 @@ class FakeOpenAIServer:
         self.files: dict[str, bytes] = {}
         self.batches: dict[str, dict] = {}  # as created, with the time they were and the output once done
         self.uploads = 0  # files uploaded for batches
+        self.batch_checks: Counter[str] = Counter()  # retrievals of each batch id
         self.latency_seconds = latency_seconds
         self.requests_per_minute = requests_per_minute  # per rate_window_seconds, a minute unless a test shortens it
         self.tokens_per_minute = tokens_per_minute
@@ -759,6 +760,7 @@ class FakeOpenAIServer:
 
     def retrieve_batch(self, batch_id: str) -> tuple[int, dict]:
         batch = self.batches.get(batch_id)
+        self.batch_checks[batch_id] += 1
         if batch is None or batch["_number"] <= self.batch_faults.lose_batches:
             return 404, {"error": {"message": f"No batch found with id '{batch_id}'."}}
         with self._lock:

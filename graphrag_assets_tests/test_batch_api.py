@@ -1,6 +1,11 @@
 """Indexing through the Batch API: the same index as one request at a time, at the batch price, resumable."""
 
 import json
+import os
+import signal
+import subprocess
+import sys
+import time
 from collections import Counter
 
 import pandas as pd
@@ -9,7 +14,15 @@ import pytest
 from graphrag_assets.store.batch_ledger import recorded_batches
 from graphrag_assets_tests.model_server import BatchFaults, FakeOpenAIServer, Faults
 
-from .conftest import SAMPLE_CORPUS, Workspace, chat_resource, embedding_resource, materialization_metadata, table
+from .conftest import (
+    SAMPLE_CORPUS,
+    Workspace,
+    chat_resource,
+    embedding_resource,
+    materialization_metadata,
+    open_instance,
+    table,
+)
 
 INDEX_TABLES = ("entities", "relationships", "covariates", "community_reports", "text_embeddings")
 GRAPH = ["entities", "relationships"]
@@ -139,6 +152,48 @@ def test_a_step_stopped_while_waiting_waits_for_its_batch_again_and_submits_noth
         pd.testing.assert_frame_equal(table(workspace, name), table(clean, name))
 
 
+@pytest.mark.slow
+def test_a_run_killed_while_waiting_on_a_batch_is_resumed_without_submitting_again(llm_index, tmp_path):
+    clean, _, _ = llm_index
+    workspace = sample(tmp_path)
+    home = tmp_path / "dagster_home"
+    home.mkdir()
+    with FakeOpenAIServer(batch_seconds=3.0) as server:
+        env = {
+            **os.environ,
+            "DAGSTER_HOME": str(home),
+            "GRAPHRAG_API_BASE": server.base_url,
+            "GRAPHRAG_DUCKDB": str(workspace.database),
+            "GRAPHRAG_CACHE_DIR": str(workspace.cache),
+            "GRAPHRAG_DATA_DIR": str(workspace.data),
+            "GRAPHRAG_BATCH_API": "true",
+        }
+        with open_instance(home) as instance:
+            instance.add_dynamic_partitions("corpus", [SAMPLE_CORPUS])
+        command = [sys.executable, "-m", "dagster", "asset", "materialize", "-m", "graphrag_assets.definitions"]
+        run = subprocess.Popen(
+            [*command, "--select", ",".join(GRAPH), "--partition", SAMPLE_CORPUS],
+            cwd=tmp_path,
+            env=env,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+            start_new_session=True,
+        )
+        deadline = time.monotonic() + 120
+        while not server.batch_checks:  # checked once: recorded in DuckDB, now waiting
+            assert run.poll() is None and time.monotonic() < deadline, "the run ended before it could be killed"
+            time.sleep(0.05)
+        os.killpg(run.pid, signal.SIGKILL)
+        run.wait()
+        assert server.uploads == 1 and all(b["status"] == "in_progress" for b in server.batches.values())
+
+        resumed = workspace.materialize(SAMPLE_CORPUS, selection=GRAPH, **batch_resources(server, workspace))
+    assert materialization_metadata(resumed, "entities")["batches_waited_for_again"] == 1
+    assert set(input_lines(server).values()) == {1}
+    for name in GRAPH:
+        pd.testing.assert_frame_equal(table(workspace, name), table(clean, name))
+
+
 def test_azure_openai_batches_use_its_paths_api_version_and_deployment(llm_index, tmp_path):
     clean, _, _ = llm_index
     workspace = sample(tmp_path)
@@ -173,3 +228,23 @@ def test_a_run_tag_chooses_batch_mode_for_the_run(tmp_path, resource, tag, batch
         workspace.materialize(SAMPLE_CORPUS, selection=GRAPH, tags={"graphrag/batch_api": tag}, **resources)
     assert bool(server.batches) == batched
     assert any(s.via == "batch" for s in server.served) == batched
+
+
+def test_batch_and_synchronous_runs_share_one_response_cache(tmp_path):
+    workspace = sample(tmp_path)
+    with FakeOpenAIServer(batch_seconds=0.1) as server:
+        by_batch = workspace.materialize(SAMPLE_CORPUS, selection=GRAPH, **batch_resources(server, workspace))
+        paid = sum(s.via == "batch" for s in server.served)
+        again = workspace.materialize(
+            SAMPLE_CORPUS, selection=GRAPH, **batch_resources(server, workspace, batch_api=False)
+        )
+        assert sum(s.via == "batch" for s in server.served) == paid and len(server.batches) > 0
+    first, second = (materialization_metadata(r, "entities") for r in (by_batch, again))
+    assert second["model_calls"] == 0 and second["cache_hits"] == first["model_calls"] + first["cache_hits"] - 1
+    # ... and the other way round: what a synchronous run paid for is never put in a batch
+    (tmp_path / "other").mkdir()
+    other = sample(tmp_path / "other")
+    with FakeOpenAIServer(batch_seconds=0.1) as server:
+        other.materialize(SAMPLE_CORPUS, selection=GRAPH, **batch_resources(server, other, batch_api=False))
+        other.materialize(SAMPLE_CORPUS, selection=GRAPH, **batch_resources(server, other))
+        assert not server.batches

@@ -30,6 +30,7 @@ from typing import Any, Protocol
 import openai
 from tenacity import AsyncRetrying, retry_if_exception, stop_after_attempt, wait_random_exponential
 
+from ..method.ingest.tokens import count_tokens
 from .errors import EndpointError
 
 log = logging.getLogger(__name__)
@@ -63,6 +64,7 @@ class BatchSettings:
     poll_seconds: float = 5.0  # first wait between status checks; doubles up to poll_max_seconds
     poll_max_seconds: float = 60.0
     completion_window: str = "24h"
+    prompt_price_per_million: float = 0.0  # at the batch price: what a batch's prompts will cost, said up front
 
 
 @dataclass
@@ -207,7 +209,12 @@ class BatchQueue:
             **self._labels,
         }
         self._ledger.record(batch)  # before the wait: a process that dies now leaves the batch findable
-        self._ledger.progress(f"submitted batch {created.id}: {len(requests)} {kind} requests")
+        tokens = sum(_prompt_tokens(r.body) for r in requests.values())
+        cost = tokens * self._settings.prompt_price_per_million / 1e6
+        self._ledger.progress(
+            f"submitted batch {created.id}: {len(requests)} {kind} requests, about {tokens:,} prompt tokens"
+            + (f" (${cost:.4f} at the batch price, before the replies)" if cost else "")
+        )
         return batch
 
     async def _outcome(self, batch: dict) -> _Outcome:
@@ -303,6 +310,11 @@ def _read_lines(text: str, outcome: _Outcome) -> None:
         else:
             detail = (error or {}).get("code") or (error or {}).get("message") or f"HTTP {response.get('status_code')}"
             outcome.errors[custom_id] = str(detail)
+
+
+def _prompt_tokens(body: dict) -> int:
+    texts = body.get("input") or [m.get("content") or "" for m in body.get("messages", [])]
+    return sum(count_tokens(text) for text in ([texts] if isinstance(texts, str) else texts))
 
 
 def _resolve(request: _Request, value: object) -> None:

@@ -278,6 +278,7 @@ class ModelClient:
                 min_requests=settings.batch_min_requests,
                 poll_seconds=settings.batch_poll_seconds,
                 poll_max_seconds=settings.batch_poll_max_seconds,
+                prompt_price_per_million=settings.prompt_price_per_million * settings.batch_price_factor,
             )
             where = f"{settings.base_url or ''}|{settings.api_version or ''}|{settings.model}"
             self._batches = BatchQueue(
