@@ -143,13 +143,14 @@ class ModelEndpointResource(dg.ConfigurableResource):
     api_key: str | None = None
     api_version: str | None = None
     model: str
-    max_concurrency: int = Field(
+    max_concurrency: int | None = Field(
         ModelSettings.max_concurrency,
-        description="Most requests in flight; they start at 8 and rise while the endpoint keeps up.",
+        description="Most requests in flight; they start at 8 and rise while the endpoint keeps up. Unset: twice "
+        "what the endpoint's announced rate limits sustain at its latency (64 when it announces none).",
     )
     adaptive_concurrency: bool = Field(
         ModelSettings.adaptive_concurrency,
-        description="Adapt requests in flight to 429s and latency; false keeps max_concurrency in flight.",
+        description="Adapt requests in flight to 429s and latency; false keeps the ceiling in flight.",
     )
     requests_per_minute: int | None = Field(
         ModelSettings.requests_per_minute,

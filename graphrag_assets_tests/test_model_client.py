@@ -444,3 +444,35 @@ def test_embedding_batches_hold_at_most_their_texts_and_tokens(tmp_path, batch_s
         run(settings(server, tmp_path), lambda c: embed_with_model(c, texts, batch_size, batch_tokens))
         assert server.count("embed") == requests  # the second run is answered from the cache
     assert failed == 0 and all(len(v) == 8 for v in vectors)
+
+
+def test_where_the_endpoint_announces_room_concurrency_climbs_past_64_within_a_few_round_trips():
+    """Slow start: one more per reply (doubling per round trip) up to what the limits sustain, which also sets the
+    ceiling; a 429 ends it, and growth is one per round trip again. Without announced limits nothing changes."""
+    sized = AdaptiveConcurrency(start=8, ceiling=None)
+    replies = 0
+    while sized.limit < 400 and replies < 1000:
+        sized.in_flight = int(sized.limit)
+        sized.succeeded(seconds=0.5, completion_tokens=100, room=500.0)
+        replies += 1
+    assert sized.ceiling == 1000 and replies < 400  # eight round trips of doubling, not 400 of adding one
+    sized.rate_limited()
+    halved = sized.limit
+    for _ in range(50):
+        sized.in_flight = int(sized.limit)
+        sized.succeeded(seconds=0.5, completion_tokens=100, room=500.0)
+    assert halved < sized.limit < halved + 1  # additive again: about one per round of `limit` replies
+    unannounced = AdaptiveConcurrency(start=8, ceiling=None)
+    for _ in range(200):
+        unannounced.in_flight = int(unannounced.limit)
+        unannounced.succeeded(seconds=0.5, completion_tokens=100)
+    assert unannounced.ceiling == 64 and unannounced.limit < 30
+
+
+def test_a_high_announced_limit_is_used_beyond_64_requests_in_flight_without_a_429(tmp_path):
+    prompts = [summary_request(f"H{i}", f"h{i}") for i in range(800)]
+    with FakeOpenAIServer(latency_seconds=0.5, requests_per_minute=100_000, tokens_per_minute=50_000_000) as server:
+        answers, usage = run(settings(server, tmp_path), lambda c: asyncio.gather(*(c.complete(m) for m in prompts)))
+        peak = server.max_in_flight
+    assert all(answers) and usage.rate_limited == 0
+    assert peak > 64 and usage.peak_concurrency > 64

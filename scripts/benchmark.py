@@ -13,6 +13,7 @@ measured in the same run.
     .venv/bin/python scripts/benchmark.py prompts [--against REVISION]
     .venv/bin/python scripts/benchmark.py methods
     .venv/bin/python scripts/benchmark.py batch [--delay 10] [--poll 1] [--latency 0.05]
+    .venv/bin/python scripts/benchmark.py limits [--documents 30] [--rpm 10000] [--tpm 2000000]
 
 models: the model-calling part of the index of the sample corpus (extraction, claims, reports) against
   the test model server, concurrent (the
@@ -31,6 +32,8 @@ compare, edits: side by side with nano-graphrag, and what edits and re-runs cost
 prompts: prompt tokens per call against the prompts of an earlier commit: see prompt_benchmark.py.
 methods: what the standard, fast and lazy index methods cost on the sample: see methods_benchmark.py.
 batch: the index through the Batch API next to one request at a time: see batch_benchmark.py.
+limits: a high rate limit used by the derived ceiling on requests in flight, next to a fixed 64: see
+  limits_benchmark.py.
 graph: each non-model step (communities, node2vec, UMAP, offline text embeddings) on the sample
   corpus graph and on a synthetic graph the size of the paper's podcast graph, each in a fresh
   process for its peak memory; baseline: the bare library call on the same input.
@@ -314,6 +317,12 @@ def main() -> None:
     batch.add_argument("--delay", type=float, default=10.0, help="seconds the server holds each batch")
     batch.add_argument("--poll", type=float, default=1.0, help="first wait between checks of a batch")
     batch.add_argument("--latency", type=float, default=0.05, help="seconds per synchronous request")
+    limits = commands.add_parser("limits", help="a high rate limit: derived ceiling on requests in flight vs 64")
+    limits.add_argument("--documents", type=int, default=30, help="synthetic documents of about 5,000 tokens")
+    limits.add_argument("--rpm", type=int, default=10_000)
+    limits.add_argument("--tpm", type=int, default=2_000_000)
+    limits.add_argument("--latency", type=float, default=0.4, help="seconds per request")
+    limits.add_argument("--token-latency", type=float, default=0.03, help="and per completion token")
     growth = commands.add_parser("growth", help="every offline step's wall time at 5 and 50 MB, against n log n")
     growth.add_argument("--sizes", type=int, nargs=2, default=[5, 50], help="megabytes of the two text files")
     compare = commands.add_parser("compare", help="this project next to nano-graphrag 0.0.8.2 on one endpoint")
@@ -371,6 +380,10 @@ def main() -> None:
         from vector_benchmark import vectors_benchmark
 
         vectors_benchmark(args)
+    elif args.command == "limits":
+        from limits_benchmark import limits_benchmark
+
+        limits_benchmark(args)
     elif args.command == "batch":
         from batch_benchmark import batch_benchmark
 

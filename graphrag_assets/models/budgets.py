@@ -32,8 +32,8 @@ _MAX_ENTRIES = 10_000
 class Unlimited:
     """No budget configured: the endpoint's own headers pace the calls (pacing.py)."""
 
-    async def spend(self, cost: int) -> None:
-        return None
+    async def spend(self, cost: int) -> bool:
+        return False
 
 
 class Budget:
@@ -48,12 +48,15 @@ class Budget:
         # the two counts from meeting at the window's edge.
         self._item = RateLimitItemPerSecond(self.blocks, math.ceil(window_seconds * 1.05))
 
-    async def spend(self, cost: int) -> None:
-        """Wait until `cost` more units fit in the window, then count them (a cost above the budget counts as it)."""
-        blocks = self._blocks(cost)
+    async def spend(self, cost: int) -> bool:
+        """Wait until `cost` more units fit in the window, then count them (a cost above the budget counts as it).
+        True when it had to wait: the budget, not the requests in flight, is what holds the calls back."""
+        blocks, waited = self._blocks(cost), False
         while not _limiter.hit(self._item, self.name, cost=blocks):
+            waited = True
             stats = _limiter.get_window_stats(self._item, self.name)
             await asyncio.sleep(min(max(stats.reset_time - time.time(), 0.01), 1.0))
+        return waited
 
     def count(self, cost: int) -> None:
         """Count `cost` units without waiting (they were spent already); what does not fit is dropped."""

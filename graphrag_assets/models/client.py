@@ -44,7 +44,7 @@ from ..method.ingest.tokens import count_tokens
 from .batches import SEND_NOW, BatchLedger, BatchQueue, BatchSettings
 from .budgets import budget
 from .errors import EndpointError
-from .pacing import AdaptiveConcurrency, endpoint_pace
+from .pacing import AdaptiveConcurrency, endpoint_pace, sustainable_concurrency
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
@@ -70,8 +70,10 @@ class ModelSettings:
     base_url: str | None = None
     api_key: str | None = None
     api_version: str | None = None  # set for Azure OpenAI
-    max_concurrency: int = 64  # the ceiling; requests in flight start at 8 and adapt to the endpoint's replies
-    adaptive_concurrency: bool = True  # False: always max_concurrency in flight
+    # The ceiling; requests in flight start at 8 and adapt to the endpoint's replies. None: twice what the
+    # endpoint's announced limits sustain at its latency (64 while it has announced none): see pacing.py.
+    max_concurrency: int | None = None
+    adaptive_concurrency: bool = True  # False: always the ceiling in flight
     requests_per_minute: int | None = None  # None: pace to the endpoint's x-ratelimit headers and 429s alone
     tokens_per_minute: int | None = None
     rate_window_seconds: float = 60.0  # the window the endpoint counts its limits over (a minute, for all we know)
@@ -250,7 +252,7 @@ class ModelClient:
             cache if cache is not None else (diskcache.Cache(settings.cache_dir) if settings.cache_dir else None)
         )
         self._concurrency = AdaptiveConcurrency(
-            start=min(8, settings.max_concurrency),
+            start=min(8, settings.max_concurrency or 8),
             ceiling=settings.max_concurrency,
             adaptive=settings.adaptive_concurrency,
         )
@@ -258,6 +260,12 @@ class ModelClient:
         self._pace = endpoint_pace(endpoint, settings.model, window)
         self._requests = budget(endpoint, settings.model, "requests", settings.requests_per_minute, window)
         self._tokens = budget(endpoint, settings.model, "tokens", settings.tokens_per_minute, window)
+        self._configured_limits = {
+            unit: amount / window
+            for unit, amount in (("requests", settings.requests_per_minute), ("tokens", settings.tokens_per_minute))
+            if amount
+        }
+        self._typical: tuple[float, float] | None = None  # seconds and tokens of a request, averaged over replies
         self._probe_lock = asyncio.Lock()
         self._probed = False
         key_digest = hashlib.sha256((settings.api_key or "").encode()).hexdigest()[:16]
@@ -406,9 +414,11 @@ class ModelClient:
                 async with self._concurrency:
                     if self._broken:  # checked after the wait for a slot, which outlasts a run of timeouts
                         raise self._broken
-                    await self._pace.admit(estimated_tokens)
-                    await self._requests.spend(1)
-                    await self._tokens.spend(estimated_tokens)
+                    waited = await self._pace.admit(estimated_tokens)
+                    waited |= await self._requests.spend(1)
+                    waited |= await self._tokens.spend(estimated_tokens)
+                    if waited:
+                        self._concurrency.constrained()
                     self._count(calls=1)
                     self.usage.peak_concurrency = max(self.usage.peak_concurrency, self._concurrency.in_flight)
                     started = time.monotonic()
@@ -424,13 +434,27 @@ class ModelClient:
                         raise
                     self._pace.observe(headers)
                     self._pace.count_completion(completion_tokens)
-                    self._concurrency.succeeded(time.monotonic() - started, completion_tokens)
+                    seconds = time.monotonic() - started
+                    room = self._room(seconds, (prompt_tokens or estimated_tokens) + completion_tokens)
+                    self._concurrency.succeeded(seconds, completion_tokens, room)
                     self._consecutive_unreachable = 0
                 self._count(prompt_tokens=prompt_tokens, completion_tokens=completion_tokens)
                 # The reply's tokens count against the budget too, once we know how many there were.
                 if completion_tokens:
                     await self._tokens.spend(completion_tokens)
         return result
+
+    def _room(self, seconds: float, tokens: int) -> float | None:
+        """Requests in flight that the tightest known limit (announced, or configured) sustains at the latency and
+        request size seen so far (pacing.sustainable_concurrency)."""
+        if self._typical is None:
+            self._typical = (seconds, float(tokens))
+        else:  # a moving average: steady enough to size the pool by, quick to follow a change of step
+            self._typical = tuple(0.9 * old + 0.1 * new for old, new in zip(self._typical, (seconds, tokens)))
+        limits = self._pace.limits_per_second()
+        for unit, rate in self._configured_limits.items():
+            limits[unit] = min(rate, limits.get(unit, rate))
+        return sustainable_concurrency(limits, *self._typical)
 
     def _failed(self, message: str) -> None:
         self.usage.failures += 1

@@ -10,7 +10,9 @@ the difference is counted too. An endpoint that sends no headers is paced by its
 
 `AdaptiveConcurrency` finds how many requests to keep in flight (additive increase, multiplicative
 decrease, as TCP does): one more per round of replies while latency holds and no 429 comes, half as many
-on a 429, a tenth fewer while the time per completion token stays above twice the best seen. The few
+on a 429, a tenth fewer while the time per completion token stays above twice the best seen. Where the
+endpoint announces its limits, it starts faster: up to the requests in flight those limits sustain at the
+latency seen (rate x latency), one more per reply, and its ceiling is twice that. The few
 asyncio AIMD packages on the registry are young one-person releases; this is forty lines we can read.
 """
 
@@ -39,12 +41,18 @@ class EndpointPace:
         self._budgets: dict[str, Budget] = {}
         self._lock = threading.Lock()
 
-    async def admit(self, tokens: int) -> None:
-        """Wait until one more request of `tokens` fits what the endpoint announced."""
+    async def admit(self, tokens: int) -> bool:
+        """Wait until one more request of `tokens` fits what the endpoint announced; True when it had to wait."""
+        waited = False
         for unit, cost in (("requests", 1), ("tokens", tokens)):
             budget = self._budgets.get(unit)
             if budget is not None:
-                await budget.spend(cost)
+                waited |= await budget.spend(cost)
+        return waited
+
+    def limits_per_second(self) -> dict[str, float]:
+        """What the endpoint announced it allows, per second: {"requests": ..., "tokens": ...} as far as known."""
+        return {unit: budget.amount / self._window for unit, budget in self._budgets.items()}
 
     def count_completion(self, tokens: int) -> None:
         """A reply's tokens count against the endpoint's token limit too, once known."""
@@ -86,14 +94,36 @@ def _number(value: str | None) -> int | None:
         return None
 
 
-class AdaptiveConcurrency:
-    """A semaphore whose size moves between 1 and `ceiling` with what the endpoint's replies show."""
+# Without a ceiling of the user's, the ceiling is twice the requests in flight the limits can sustain, within these
+# bounds: 64 (what an endpoint that announces nothing gets) to what the HTTP client's connection pool holds.
+DERIVED_CEILING_FLOOR = 64
+DERIVED_CEILING_CAP = 1000
 
-    def __init__(self, start: int, ceiling: int, adaptive: bool = True, clock=time.monotonic):
+
+def sustainable_concurrency(limits_per_second: Mapping[str, float], seconds: float, tokens: float) -> float | None:
+    """Requests in flight that use the limits in full (Little's law: rate x latency), for requests that take
+    `seconds` and `tokens` each; None when no limit is known."""
+    costs = {"requests": 1.0, "tokens": max(tokens, 1.0)}
+    rooms = [rate / costs[unit] * seconds for unit, rate in limits_per_second.items() if unit in costs and rate]
+    return min(rooms) if rooms else None
+
+
+class AdaptiveConcurrency:
+    """A semaphore whose size moves between 1 and `ceiling` with what the endpoint's replies show.
+
+    `ceiling=None` derives it from the endpoint's announced limits and its latency (`succeeded(room=...)`). While
+    the limits leave room and nothing has said otherwise, the size grows by one per reply (doubling per round
+    trip, as TCP's slow start does) up to that room, not by one per round trip, so a high limit is used within
+    seconds; a 429, a climbing latency or a wait on the announced budget ends that for good.
+    """
+
+    def __init__(self, start: int, ceiling: int | None, adaptive: bool = True, clock=time.monotonic):
         self._clock = clock  # a test drives a simulated endpoint with a clock of its own
-        self.ceiling = max(1, ceiling)
+        self.derived = ceiling is None
+        self.ceiling = DERIVED_CEILING_FLOOR if ceiling is None else max(1, ceiling)
         self.limit = float(min(max(1, start), self.ceiling)) if adaptive else float(self.ceiling)
         self.adaptive = adaptive
+        self._slow_start = True
         self.in_flight = 0
         self._changed = asyncio.Condition()
         self._recent: deque[float] = deque(maxlen=20)
@@ -113,7 +143,12 @@ class AdaptiveConcurrency:
             # every reply made a large corpus's extraction quadratic in its chunks (benchmark.py scale).
             self._changed.notify(max(0, int(self.limit) - self.in_flight))
 
-    def succeeded(self, seconds: float, completion_tokens: int) -> None:
+    def succeeded(self, seconds: float, completion_tokens: int, room: float | None = None) -> None:
+        """A reply came after `seconds`; `room`: the requests in flight the announced limits sustain (or None)."""
+        if room is not None and self.derived:
+            self.ceiling = int(min(DERIVED_CEILING_CAP, max(DERIVED_CEILING_FLOOR, 2 * room)))
+            if not self.adaptive:
+                self.limit = float(self.ceiling)
         if not self.adaptive:
             return
         self._last_seconds = seconds
@@ -127,13 +162,21 @@ class AdaptiveConcurrency:
                 self._decrease(0.9)
                 return
         if self.in_flight >= int(self.limit) - 1:  # only a limit that is reached has shown it holds
-            self.limit = min(self.ceiling, self.limit + 1 / self.limit)
+            if self._slow_start and room is not None and self.limit < room:
+                self.limit = min(self.ceiling, room, self.limit + 1)
+            else:
+                self.limit = min(self.ceiling, self.limit + 1 / self.limit)
+
+    def constrained(self) -> None:
+        """A request waited for the announced budget: the limit, not the requests in flight, is what binds now."""
+        self._slow_start = False
 
     def rate_limited(self) -> None:
         if self.adaptive:
             self._decrease(0.5)
 
     def _decrease(self, factor: float) -> None:
+        self._slow_start = False
         # One cut per round trip: the replies of requests sent before a cut tell of the old limit.
         now = self._clock()
         if now - self._last_decrease >= max(self._last_seconds, 0.05):

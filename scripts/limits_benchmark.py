@@ -1,0 +1,109 @@
+"""Using a high rate limit (see benchmark.py for how to run it).
+
+limits: a synthetic corpus (benchmark.py scale's, --documents of about 5,000 tokens) indexed through its
+  model-calling steps against the test server announcing --rpm and --tpm in its rate-limit headers (and
+  refusing beyond them), answering in --latency seconds plus --token-latency per completion token. Once with
+  the default settings (the ceiling on requests in flight derived from the announced limits), once with the
+  former fixed ceiling of 64 (the baseline). For each: the model steps' wall time against the rate-limit bound
+  (max of tokens / TPM and requests / RPM for the requests they made), the peak in flight at the server, the
+  tokens and requests per minute achieved, the 429s, and how long each model step waited for another to end.
+"""
+
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+MODEL_STEPS = ("entity_graph", "entity_aliases", "covariates", "community_reports")
+SELECTION = [
+    "documents",
+    "base_text_units",
+    "entities",
+    "relationships",
+    "entity_aliases",
+    "covariates",
+    "text_units",
+    "communities",
+    "community_reports",
+]
+
+
+def _index(root: Path, args, ceiling: int | None) -> dict:
+    sys.path.insert(0, str(REPO))
+    sys.path.insert(0, str(REPO / "scripts"))
+    import dagster as dg
+    from scale_benchmark import synthetic_corpus
+
+    from graphrag_assets_tests.conftest import Workspace, chat_resource
+    from graphrag_assets_tests.model_server import FakeOpenAIServer
+
+    root.mkdir()
+    workspace = Workspace(root)
+    tokens = synthetic_corpus(workspace.data / "synthetic", args.documents)
+    instance = dg.DagsterInstance.ephemeral()
+    quiet = {"loggers": {"console": {"config": {"log_level": "ERROR"}}}}
+    with FakeOpenAIServer(
+        latency_seconds=args.latency,
+        latency_per_token_seconds=args.token_latency,
+        requests_per_minute=args.rpm,
+        tokens_per_minute=args.tpm,
+    ) as server:
+        chat = chat_resource(server.base_url, workspace.cache, timeout_seconds=120, max_concurrency=ceiling)
+        result = workspace.materialize("synthetic", chat=chat, selection=SELECTION, run_config=quiet, instance=instance)
+        served = [s for s in server.served if s.status == 200 and s.kind != "probe"]
+        refused = sum(s.status == 429 for s in server.served)
+        peak = server.max_in_flight
+    assert result.success
+    stats = {s.step_key: s for s in instance.get_run_step_stats(result.run_id)}
+    model_seconds = sum(stats[step].end_time - stats[step].start_time for step in MODEL_STEPS if step in stats)
+    requests = len(served)
+    used = sum(s.prompt_tokens + s.completion_tokens for s in served)
+    bound = max(requests / args.rpm, used / args.tpm) * 60
+    # entity_graph and covariates need only the text units: the later of the two waited on the other
+    ready = stats["corpus_documents"].end_time
+    second_waited = max(stats[step].start_time - ready for step in ("entity_graph", "covariates"))
+    return {
+        "corpus_tokens": tokens,
+        "requests": requests,
+        "tokens": used,
+        "model_s": model_seconds,
+        "bound_s": bound,
+        "peak": peak,
+        "refused": refused,
+        "tpm": used / model_seconds * 60,
+        "rpm": requests / model_seconds * 60,
+        "second_waited_s": second_waited,
+    }
+
+
+def limits_benchmark(args) -> None:
+    with tempfile.TemporaryDirectory() as folder:
+        started = time.perf_counter()
+        derived = _index(Path(folder) / "derived", args, None)
+        fixed = _index(Path(folder) / "fixed", args, 64)
+        total = time.perf_counter() - started
+    print(
+        f"synthetic corpus of {derived['corpus_tokens']:,} tokens; endpoint: {args.rpm:,} RPM / {args.tpm:,} TPM "
+        f"announced, {args.latency:g} s + {args.token_latency * 1000:g} ms per completion token\n"
+    )
+    header = (
+        f"{'ceiling':<22}{'requests':>9}{'tokens':>11}{'model s':>9}{'bound s':>9}{'vs bound':>9}"
+        f"{'peak':>6}{'TPM':>11}{'RPM':>7}{'429s':>6}{'2nd step waited s':>19}"
+    )
+    print(header)
+    print("-" * len(header))
+    for name, row in (("derived (default)", derived), ("fixed 64 (baseline)", fixed)):
+        print(
+            f"{name:<22}{row['requests']:>9,}{row['tokens']:>11,}{row['model_s']:>9.1f}{row['bound_s']:>9.1f}"
+            f"{row['model_s'] / row['bound_s']:>8.2f}x{row['peak']:>6}{row['tpm']:>11,.0f}{row['rpm']:>7,.0f}"
+            f"{row['refused']:>6}{row['second_waited_s']:>19.1f}"
+        )
+    print(
+        f"\nderived vs fixed 64: model steps {fixed['model_s'] / derived['model_s']:.2f}x faster; "
+        f"benchmark wall time {total:.0f} s"
+    )
+    print(
+        "2nd step waited: entity_graph and covariates both need only the text units; how long the one that ran "
+        "second waited for the other to end (an in-process run executes one step at a time)"
+    )
