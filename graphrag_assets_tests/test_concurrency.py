@@ -5,6 +5,7 @@ import shutil
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 import dagster as dg
 import pytest
@@ -100,3 +101,46 @@ def test_two_corpora_and_a_query_in_separate_processes(offline_index, tmp_path):
         intervals = sorted(i for run in runs for i in step_intervals(instance, run.run_id).values())
     assert len(runs) == 2 and len(intervals) == 2 * len(MODEL_STEPS)
     assert all(earlier[1] <= later[0] for earlier, later in zip(intervals, intervals[1:]))
+
+
+def index_job() -> dg.JobDefinition:
+    """The index job, for a run whose steps start in processes of their own (dg.reconstructable)."""
+    from graphrag_assets.definitions import defs
+
+    return defs.resolve_job_def("index_corpus")
+
+
+@pytest.mark.slow
+def test_the_two_model_steps_that_need_only_text_units_overlap_in_one_run(tmp_path, monkeypatch):
+    """Under the multiprocess executor (runs launched from the UI, a schedule or a backfill), entity extraction
+    and claims run at once: the model pool's default of 2 lets one run use both."""
+    workspace = Workspace(tmp_path)
+    workspace.add_sample_corpus()
+    workspace.materialize(SAMPLE_CORPUS, selection=["documents", "base_text_units"])
+    home = tmp_path / "home"
+    home.mkdir()
+    shutil.copy(Path(__file__).resolve().parents[1] / "dagster.yaml", home / "dagster.yaml")
+    with FakeOpenAIServer(latency_seconds=0.05) as server:
+        for name, value in {
+            "GRAPHRAG_API_BASE": server.base_url,
+            "GRAPHRAG_DUCKDB": str(workspace.database),
+            "GRAPHRAG_CACHE_DIR": str(workspace.cache),
+            "GRAPHRAG_DATA_DIR": str(workspace.data),
+        }.items():
+            monkeypatch.setenv(name, value)
+        with open_instance(home) as instance:
+            instance.add_dynamic_partitions("corpus", [SAMPLE_CORPUS])
+            result = dg.execute_job(
+                dg.reconstructable(index_job),
+                instance=instance,
+                tags={"dagster/partition": SAMPLE_CORPUS},
+                asset_selection=[dg.AssetKey(name) for name in ("entities", "relationships", "covariates")],
+            )
+            assert result.success
+            intervals = step_intervals(instance, result.run_id)
+        claims = [s.at for s in server.served if s.kind.startswith("claims")]
+        extraction = [s.at for s in server.served if s.kind.startswith("extract")]
+    (graph_start, graph_end), (claims_start, claims_end) = intervals["entity_graph"], intervals["covariates"]
+    assert max(graph_start, claims_start) < min(graph_end, claims_end)
+    # ... and so did their requests at the endpoint
+    assert max(min(claims), min(extraction)) < min(max(claims), max(extraction))
