@@ -146,6 +146,16 @@ class Workspace:
             raise_on_error=raise_on_error,
         )
 
+    def environment(self, base_url: str | None, **more: str) -> dict[str, str]:
+        """The variables that point a Dagster process (the CLI, a step) at this workspace and a model server."""
+        return {
+            "GRAPHRAG_DUCKDB": str(self.database),
+            "GRAPHRAG_CACHE_DIR": str(self.cache),
+            "GRAPHRAG_DATA_DIR": str(self.data),
+            **({"GRAPHRAG_API_BASE": base_url} if base_url else {}),
+            **more,
+        }
+
     def sql(self, query: str, *params):
         with duckdb.connect(str(self.database), read_only=True) as conn:
             return conn.execute(query, list(params)).df()

@@ -161,12 +161,7 @@ def test_a_run_killed_while_waiting_on_a_batch_is_resumed_without_submitting_aga
     with FakeOpenAIServer(batch_seconds=3.0) as server:
         env = {
             **os.environ,
-            "DAGSTER_HOME": str(home),
-            "GRAPHRAG_API_BASE": server.base_url,
-            "GRAPHRAG_DUCKDB": str(workspace.database),
-            "GRAPHRAG_CACHE_DIR": str(workspace.cache),
-            "GRAPHRAG_DATA_DIR": str(workspace.data),
-            "GRAPHRAG_BATCH_API": "true",
+            **workspace.environment(server.base_url, DAGSTER_HOME=str(home), GRAPHRAG_BATCH_API="true"),
         }
         with open_instance(home) as instance:
             instance.add_dynamic_partitions("corpus", [SAMPLE_CORPUS])

@@ -121,12 +121,7 @@ def test_the_two_model_steps_that_need_only_text_units_overlap_in_one_run(tmp_pa
     home.mkdir()
     shutil.copy(Path(__file__).resolve().parents[1] / "dagster.yaml", home / "dagster.yaml")
     with FakeOpenAIServer(latency_seconds=0.05) as server:
-        for name, value in {
-            "GRAPHRAG_API_BASE": server.base_url,
-            "GRAPHRAG_DUCKDB": str(workspace.database),
-            "GRAPHRAG_CACHE_DIR": str(workspace.cache),
-            "GRAPHRAG_DATA_DIR": str(workspace.data),
-        }.items():
+        for name, value in workspace.environment(server.base_url).items():
             monkeypatch.setenv(name, value)
         with open_instance(home) as instance:
             instance.add_dynamic_partitions("corpus", [SAMPLE_CORPUS])

@@ -25,11 +25,7 @@ def test_a_killed_run_resumes_from_the_response_cache(tmp_path):
     with FakeOpenAIServer(latency_seconds=0.05) as server:
         env = {
             **os.environ,
-            "DAGSTER_HOME": str(home),
-            "GRAPHRAG_API_BASE": server.base_url,
-            "GRAPHRAG_DUCKDB": str(workspace.database),
-            "GRAPHRAG_CACHE_DIR": str(workspace.cache),
-            "GRAPHRAG_DATA_DIR": str(workspace.data),
+            **workspace.environment(server.base_url, DAGSTER_HOME=str(home)),
             "GRAPHRAG_MAX_CONCURRENCY": "4",
             "GRAPHRAG_RPM": "1000000",
             "GRAPHRAG_TPM": "1000000000",

@@ -16,17 +16,6 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
 MODEL_STEPS = ("entity_graph", "entity_aliases", "covariates", "community_reports")
-SELECTION = [
-    "documents",
-    "base_text_units",
-    "entities",
-    "relationships",
-    "entity_aliases",
-    "covariates",
-    "text_units",
-    "communities",
-    "community_reports",
-]
 
 
 def _index(root: Path, args, ceiling: int | None) -> dict:
@@ -35,7 +24,7 @@ def _index(root: Path, args, ceiling: int | None) -> dict:
     import dagster as dg
     from scale_benchmark import synthetic_corpus
 
-    from graphrag_assets_tests.conftest import Workspace, chat_resource
+    from graphrag_assets_tests.conftest import INDEX_ASSETS, Workspace, chat_resource
     from graphrag_assets_tests.model_server import FakeOpenAIServer
 
     root.mkdir()
@@ -50,7 +39,8 @@ def _index(root: Path, args, ceiling: int | None) -> dict:
         tokens_per_minute=args.tpm,
     ) as server:
         chat = chat_resource(server.base_url, workspace.cache, timeout_seconds=120, max_concurrency=ceiling)
-        result = workspace.materialize("synthetic", chat=chat, selection=SELECTION, run_config=quiet, instance=instance)
+        selection = list(INDEX_ASSETS[: INDEX_ASSETS.index("community_reports") + 1])
+        result = workspace.materialize("synthetic", chat=chat, selection=selection, run_config=quiet, instance=instance)
         served = [s for s in server.served if s.status == 200 and s.kind != "probe"]
         refused = sum(s.status == 429 for s in server.served)
         peak = server.max_in_flight
