@@ -9,6 +9,7 @@ from pathlib import Path
 
 import dagster as dg
 import pytest
+import yaml
 
 from graphrag_assets_tests.corpora import split_sample
 from graphrag_assets_tests.model_server import FakeOpenAIServer
@@ -103,6 +104,12 @@ def test_two_corpora_and_a_query_in_separate_processes(offline_index, tmp_path):
     assert all(earlier[1] <= later[0] for earlier, later in zip(intervals, intervals[1:]))
 
 
+def repository_concurrency() -> dict:
+    """The repository's dagster.yaml concurrency settings (its storage paths are relative to the repo)."""
+    settings = yaml.safe_load((Path(__file__).resolve().parents[1] / "dagster.yaml").read_text())
+    return {"concurrency": settings["concurrency"], "telemetry": {"enabled": False}}
+
+
 def index_job() -> dg.JobDefinition:
     """The index job, for a run whose steps start in processes of their own (dg.reconstructable)."""
     from graphrag_assets.definitions import defs
@@ -119,7 +126,7 @@ def test_the_two_model_steps_that_need_only_text_units_overlap_in_one_run(tmp_pa
     workspace.materialize(SAMPLE_CORPUS, selection=["documents", "base_text_units"])
     home = tmp_path / "home"
     home.mkdir()
-    shutil.copy(Path(__file__).resolve().parents[1] / "dagster.yaml", home / "dagster.yaml")
+    (home / "dagster.yaml").write_text(yaml.safe_dump(repository_concurrency()))
     with FakeOpenAIServer(latency_seconds=0.05) as server:
         for name, value in workspace.environment(server.base_url).items():
             monkeypatch.setenv(name, value)

@@ -446,16 +446,16 @@ def test_embedding_batches_hold_at_most_their_texts_and_tokens(tmp_path, batch_s
     assert failed == 0 and all(len(v) == 8 for v in vectors)
 
 
-def test_where_the_endpoint_announces_room_concurrency_climbs_past_64_within_a_few_round_trips():
-    """Slow start: one more per reply (doubling per round trip) up to what the limits sustain, which also sets the
-    ceiling; a 429 ends it, and growth is one per round trip again. Without announced limits nothing changes."""
+def test_where_the_endpoint_announces_room_concurrency_goes_straight_to_it():
+    """The first full round goes to what the limits sustain, which also sets the ceiling; a 429 ends that, and
+    growth is one per round trip again. Without announced limits nothing changes."""
     sized = AdaptiveConcurrency(start=8, ceiling=None)
     replies = 0
     while sized.limit < 400 and replies < 1000:
         sized.in_flight = int(sized.limit)
         sized.succeeded(seconds=0.5, completion_tokens=100, room=500.0)
         replies += 1
-    assert sized.ceiling == 1000 and replies < 400  # eight round trips of doubling, not 400 of adding one
+    assert sized.ceiling == 1000 and sized.limit == 500 and replies == 1  # not 400 round trips of adding one
     sized.rate_limited()
     halved = sized.limit
     for _ in range(50):

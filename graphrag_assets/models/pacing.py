@@ -11,8 +11,8 @@ the difference is counted too. An endpoint that sends no headers is paced by its
 `AdaptiveConcurrency` finds how many requests to keep in flight (additive increase, multiplicative
 decrease, as TCP does): one more per round of replies while latency holds and no 429 comes, half as many
 on a 429, a tenth fewer while the time per completion token stays above twice the best seen. Where the
-endpoint announces its limits, it starts faster: up to the requests in flight those limits sustain at the
-latency seen (rate x latency), one more per reply, and its ceiling is twice that. The few
+endpoint announces its limits, it starts at once from the requests in flight those limits sustain at the
+latency seen (rate x latency), and its ceiling is twice that. The few
 asyncio AIMD packages on the registry are young one-person releases; this is forty lines we can read.
 """
 
@@ -112,9 +112,10 @@ class AdaptiveConcurrency:
     """A semaphore whose size moves between 1 and `ceiling` with what the endpoint's replies show.
 
     `ceiling=None` derives it from the endpoint's announced limits and its latency (`succeeded(room=...)`). While
-    the limits leave room and nothing has said otherwise, the size grows by one per reply (doubling per round
-    trip, as TCP's slow start does) up to that room, not by one per round trip, so a high limit is used within
-    seconds; a 429, a climbing latency or a wait on the announced budget ends that for good.
+    the limits leave room and nothing has said otherwise, the size goes straight to that room when a reply comes
+    with every slot in use: at 5 s a reply, growing by one per round trip from 8 to 200 would take a quarter of an
+    hour, and doubling per round trip half a minute of every step. A 429, a climbing latency or a wait on the
+    announced budget ends that for good; the announced budgets still hold each request to what fits.
     """
 
     def __init__(self, start: int, ceiling: int | None, adaptive: bool = True, clock=time.monotonic):
@@ -123,7 +124,7 @@ class AdaptiveConcurrency:
         self.ceiling = DERIVED_CEILING_FLOOR if ceiling is None else max(1, ceiling)
         self.limit = float(min(max(1, start), self.ceiling)) if adaptive else float(self.ceiling)
         self.adaptive = adaptive
-        self._slow_start = True
+        self._starting = True
         self.in_flight = 0
         self._changed = asyncio.Condition()
         self._recent: deque[float] = deque(maxlen=20)
@@ -162,21 +163,21 @@ class AdaptiveConcurrency:
                 self._decrease(0.9)
                 return
         if self.in_flight >= int(self.limit) - 1:  # only a limit that is reached has shown it holds
-            if self._slow_start and room is not None and self.limit < room:
-                self.limit = min(self.ceiling, room, self.limit + 1)
+            if self._starting and room is not None and self.limit < room:
+                self.limit = min(self.ceiling, room)
             else:
                 self.limit = min(self.ceiling, self.limit + 1 / self.limit)
 
     def constrained(self) -> None:
         """A request waited for the announced budget: the limit, not the requests in flight, is what binds now."""
-        self._slow_start = False
+        self._starting = False
 
     def rate_limited(self) -> None:
         if self.adaptive:
             self._decrease(0.5)
 
     def _decrease(self, factor: float) -> None:
-        self._slow_start = False
+        self._starting = False
         # One cut per round trip: the replies of requests sent before a cut tell of the old limit.
         now = self._clock()
         if now - self._last_decrease >= max(self._last_seconds, 0.05):
