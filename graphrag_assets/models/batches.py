@@ -21,7 +21,6 @@ import asyncio
 import hashlib
 import io
 import json
-import logging
 import time
 from collections import Counter
 from dataclasses import dataclass, field
@@ -32,8 +31,6 @@ from tenacity import AsyncRetrying, retry_if_exception, stop_after_attempt, wait
 
 from ..method.ingest.tokens import count_tokens
 from .errors import EndpointError
-
-log = logging.getLogger(__name__)
 
 # A batch's status once nothing more will happen to it; its output then holds whatever was answered.
 FINISHED = frozenset({"completed", "failed", "expired", "cancelled"})
@@ -104,7 +101,7 @@ class BatchQueue:
 
     @staticmethod
     def custom_id(kind: str, body: dict) -> str:
-        return hashlib.sha256(json.dumps([kind, body], sort_keys=True).encode()).hexdigest()[:64]
+        return hashlib.sha256(json.dumps([kind, body], sort_keys=True).encode()).hexdigest()
 
     async def ask(self, kind: str, body: dict) -> dict | object:
         """The response body of this request once its batch is done, or SEND_NOW: send it yourself."""
