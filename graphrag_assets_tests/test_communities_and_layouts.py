@@ -488,6 +488,44 @@ def test_a_community_whose_elements_overflow_its_budget_is_written_from_its_sub_
         assert any(all(titles[child] in p for child in row.substituted_communities) for p in prompts), row.community
 
 
+def test_communities_that_fit_their_budget_are_all_written_at_once_whatever_their_level(llm_index):
+    """A community's report waits for its sub-communities' only when it uses them (a context over budget, or a
+    community carried down unchanged): with a budget every community fits, no level waits for the one below."""
+    workspace = llm_index[0]
+    tables = {name: table(workspace, name) for name in ("communities", "entities", "relationships", "covariates")}
+    units = table(workspace, "text_units")
+
+    with FakeOpenAIServer(latency_seconds=0.5) as server:
+        settings = ModelSettings(
+            model="test-model",
+            base_url=server.base_url,
+            cache_dir=str(workspace.root / "at_once"),
+            max_concurrency=1000,
+            adaptive_concurrency=False,
+        )
+
+        async def main():
+            client = ModelClient(settings)
+            try:
+                graph = (tables["communities"], tables["entities"], tables["relationships"], tables["covariates"])
+                return await generate_reports(client, *graph, units, max_context_tokens=100_000)
+            finally:
+                await client.close()
+
+        reports, stats = asyncio.run(main())
+        requests = sum(s.kind.startswith("report") for s in server.served)
+        in_flight = server.max_in_flight
+    communities = tables["communities"].set_index("community")
+
+    def carried_down(row) -> bool:
+        return len(row.children) == 1 and communities.loc[row.children[0], "carried_from"] == row.community
+
+    written_by_the_model = {row.level for row in tables["communities"].itertuples() if not carried_down(row)}
+    assert len(written_by_the_model) >= 2 and stats.reused > 0
+    assert (reports["status"] == "ok").all() and not stats.substitutions
+    assert in_flight == requests > 0  # every request was in flight at once
+
+
 def test_a_warm_start_clusters_from_the_stored_communities_not_from_scratch(tmp_path):
     """Seeds 1 and 2 partition the sample differently. With the communities of seed 2 stored as the last run's
     (seed 1's settings on record), a warm start under seed 1 keeps them (a converged partition is a fixed point),

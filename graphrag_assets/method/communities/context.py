@@ -176,12 +176,22 @@ def _pack(elements: list[Element], budget: int) -> tuple[list[Element], bool]:
     return packed, False
 
 
+def _overhead(sections) -> int:
+    return sum(count_tokens(header) + 2 for _, header in sections)
+
+
+def fits(elements: list[Element], budget: int, sections=SECTIONS) -> bool:
+    """Whether a community's own elements fit `budget`: if so, its context does not use its sub-communities'
+    reports, and it can be written before them."""
+    return sum(e.tokens for e in elements) + _overhead(sections) <= budget
+
+
 def build_context(
     elements: list[Element], budget: int, sub_communities: list[SubReport] = (), sections=SECTIONS
 ) -> CommunityContext:
     """The context of one community within `budget` tokens, given the reports of its sub-communities."""
-    overhead = sum(count_tokens(header) + 2 for _, header in sections)
-    if sum(e.tokens for e in elements) + overhead <= budget or not sub_communities:
+    overhead = _overhead(sections)
+    if fits(elements, budget, sections) or not sub_communities:
         packed, truncated = _pack(elements, budget - overhead)
         text = render(packed, sections=sections)
         return CommunityContext(text, count_tokens(text), truncated=truncated)

@@ -1,4 +1,6 @@
-"""Community reports, bottom-up: deepest level first, communities of one level concurrently."""
+"""Community reports, bottom-up where it matters: a community whose own context fits the budget is written at
+once, whatever its level; one that needs its sub-communities' reports (a context too large, or a community carried
+down unchanged) waits for the level below it."""
 
 from __future__ import annotations
 
@@ -16,7 +18,7 @@ from ..offline.extractive import extractive_report
 from ..progress import Progress
 from ..prompts import load_prompt
 from ..schema import columns
-from .context import SECTIONS, SOURCE_SECTIONS, CommunityContext, GraphIndex, SubReport, build_context
+from .context import SECTIONS, SOURCE_SECTIONS, CommunityContext, GraphIndex, SubReport, build_context, fits
 
 REPORT_COLUMNS = columns("community_reports")
 REPORT_PROMPTS = ("community_report", "community_report_batch")
@@ -225,28 +227,44 @@ async def generate_reports(
     titles_of = {n: {graph.entity[e].title for e in row.entity_ids} for n, row in by_number.items()}
     units = text_units.set_index("id")["text"].to_dict() if chat is None else {}
 
+    elements_of: dict[int, list] = {}
+
+    def elements(row) -> list:
+        if row.community not in elements_of:
+            elements_of[row.community] = (
+                graph.source_elements(list(row.entity_ids))
+                if from_sources
+                else graph.elements(list(row.entity_ids), list(row.relationship_ids))
+            )
+        return elements_of[row.community]
+
+    def carried(row) -> bool:
+        children = list(row.children)
+        return len(children) == 1 and by_number[children[0]].carried_from == row.community
+
+    def needs_sub_reports(row) -> bool:
+        if carried(row):
+            return True
+        return chat is not None and bool(len(row.children)) and not fits(elements(row), max_context_tokens, sections)
+
     def context_of(row) -> CommunityContext:
         subs = [
             SubReport(c, by_number[c].id, frozenset(titles_of[c]), reports[c]["title"], reports[c]["summary"])
             for c in row.children
             if reports.get(c, {}).get("status") == "ok"
         ]
-        elements = (
-            graph.source_elements(list(row.entity_ids))
-            if from_sources
-            else graph.elements(list(row.entity_ids), list(row.relationship_ids))
-        )
-        context = build_context(elements, max_context_tokens, subs, sections)
+        context = build_context(elements(row), max_context_tokens, subs, sections)
+        elements_of.pop(row.community)  # written once: no need to keep its elements
         if context.substituted:
             stats.substitutions.append({"community": row.community, "replaced_by_reports": context.replaced_elements})
         return context
 
-    async def write_level(rows: list) -> dict[int, dict]:
+    async def write(rows: list) -> dict[int, dict]:
         done: dict[int, dict] = {}
         contexts: dict[int, CommunityContext] = {}
         for row in rows:
             children = list(row.children)
-            if len(children) == 1 and by_number[children[0]].carried_from == row.community:
+            if carried(row):
                 stats.reused += 1
                 done[row.community] = {**reports[children[0]], "substituted_communities": []}
             elif chat is None:
@@ -288,13 +306,37 @@ async def generate_reports(
             done[number] = _written(number, contexts[number], answer, stats)
         return done
 
-    for level in sorted(communities["level"].unique(), reverse=True):
-        rows = [r for r in communities.itertuples(index=False) if r.level == level]
-        written_now = await write_level(rows)
+    async def write_level(rows: list, below: asyncio.Event | None, written: asyncio.Event) -> None:
+        """Writes the communities that need nothing from the level below at once, the others when it is done."""
+
+        async def after_the_level_below(waiting: list) -> dict[int, dict]:
+            if below is not None and waiting:
+                await below.wait()
+            return await write(waiting)
+
+        now, later = await asyncio.gather(
+            write([r for r in rows if not needs_sub_reports(r)]),
+            after_the_level_below([r for r in rows if needs_sub_reports(r)]),
+        )
+        both = {**now, **later}
         for row in rows:
-            reports[row.community] = written_now[row.community]
+            reports[row.community] = both[row.community]
             if progress:
-                progress.advance(failed=written_now[row.community]["status"] != "ok")
+                progress.advance(failed=reports[row.community]["status"] != "ok")
+        written.set()
+
+    levels = sorted(communities["level"].unique(), reverse=True)
+    written = [asyncio.Event() for _ in levels]
+    await asyncio.gather(
+        *(
+            write_level(
+                [r for r in communities.itertuples(index=False) if r.level == level],
+                written[i - 1] if i else None,
+                written[i],
+            )
+            for i, level in enumerate(levels)
+        )
+    )
 
     table = _report_table(reports, by_number)
     stats.failed = int((table["status"] == "failed").sum())  # carried-down copies of a failure count too
