@@ -226,6 +226,22 @@ def simulated_peak_concurrency(capacity: int | None, replies: int = 3000, latenc
     return peak
 
 
+def test_replies_that_grow_longer_are_not_taken_for_a_queue():
+    """An endpoint that answers in 0.4 s plus 30 ms per token, never queueing: a step whose replies go from a few
+    tokens (claims found, then "done" from their gleaning) to hundreds must not make concurrency back off."""
+    now = 0.0
+    concurrency = AdaptiveConcurrency(start=8, ceiling=64, clock=lambda: now)
+    cuts = 0
+    for tokens in [3] * 500 + [300] * 500 + [3, 300] * 250:
+        concurrency.in_flight = int(concurrency.limit)
+        seconds = 0.4 + 0.03 * tokens
+        now += seconds / concurrency.in_flight
+        before = concurrency.limit
+        concurrency.succeeded(seconds=seconds, completion_tokens=tokens)
+        cuts += concurrency.limit < before
+    assert cuts == 0 and concurrency.limit > 40
+
+
 def test_concurrency_eases_off_when_the_endpoint_queues():
     """An endpoint that works on 6 requests at a time makes the rest wait: latency climbs, and concurrency stops
     near where the wait doubles the best seen; against one that keeps up it climbs on to the ceiling."""

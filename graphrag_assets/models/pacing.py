@@ -127,8 +127,9 @@ class AdaptiveConcurrency:
         self._starting = True
         self.in_flight = 0
         self._changed = asyncio.Condition()
-        self._recent: deque[float] = deque(maxlen=20)
-        self._best = math.inf
+        self._recent: deque[float] = deque(maxlen=20)  # recent replies' latency against the best of their size
+        self._by_size: dict[int, deque[float]] = {}  # recent latencies per reply size (half an octave of tokens)
+        self._best: dict[int, float] = {}  # the lowest median latency seen per reply size
         self._last_seconds = 0.0
         self._last_decrease = -math.inf
 
@@ -153,20 +154,28 @@ class AdaptiveConcurrency:
         if not self.adaptive:
             return
         self._last_seconds = seconds
-        # Seconds per completion token (+50 for the prompt's share) over the last 20 replies: what a
-        # queueing endpoint makes climb, steady enough to compare with the best seen.
-        self._recent.append(seconds / (completion_tokens + 50))
-        if len(self._recent) == self._recent.maxlen:
-            typical = statistics.median(self._recent)
-            self._best = min(self._best, typical)
-            if typical > 2 * self._best:
-                self._decrease(0.9)
-                return
+        if self._slower(seconds, completion_tokens) > 2:
+            self._decrease(0.9)
+            return
         if self.in_flight >= int(self.limit) - 1:  # only a limit that is reached has shown it holds
             if self._starting and room is not None and self.limit < room:
                 self.limit = min(self.ceiling, room)
             else:
                 self.limit = min(self.ceiling, self.limit + 1 / self.limit)
+
+    def _slower(self, seconds: float, completion_tokens: int) -> float:
+        """How many times slower than the best seen the last 20 replies came, each against replies of its size
+        (median; 0 until known). A queueing endpoint makes this climb. Per size, because one ratio for all sizes
+        does not hold: a reply of 3 tokens costs the fixed time of a request, one of 300 mostly its tokens, and a
+        step that moves from the one to the other (claims, then their gleaning) looked like a queue."""
+        size = int(2 * math.log2(completion_tokens + 1))
+        recent = self._by_size.setdefault(size, deque(maxlen=20))
+        recent.append(seconds)
+        if len(recent) >= 5:  # a median, not one lucky reply, sets the best
+            self._best[size] = min(self._best.get(size, math.inf), statistics.median(recent))
+        if size in self._best:
+            self._recent.append(seconds / max(self._best[size], 0.001))  # no endpoint answers in under a millisecond
+        return statistics.median(self._recent) if len(self._recent) == self._recent.maxlen else 0.0
 
     def constrained(self) -> None:
         """A request waited for the announced budget: the limit, not the requests in flight, is what binds now."""
