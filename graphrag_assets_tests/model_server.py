@@ -82,6 +82,12 @@ class Served:
     via: str = "sync"  # or "batch": answered as a line of a batch
 
 
+class _Listener(ThreadingHTTPServer):
+    # The standard library's listen backlog is 5: hundreds of clients connecting at once, as a client using a high
+    # rate limit does, overflowed it and saw refused connections a real endpoint would have accepted.
+    request_queue_size = 1024
+
+
 def _key(body: bytes) -> str:
     return hashlib.sha256(body).hexdigest()
 
@@ -512,7 +518,7 @@ class FakeOpenAIServer:
         self.in_flight = 0
         self.max_in_flight = 0
         self._lock = threading.Lock()
-        self._httpd = ThreadingHTTPServer(("127.0.0.1", 0), self._handler())
+        self._httpd = _Listener(("127.0.0.1", 0), self._handler())
         self._httpd.daemon_threads = True
         self._thread = threading.Thread(target=self._httpd.serve_forever, daemon=True)
 
