@@ -404,7 +404,7 @@ def evaluate(corpus: str, run_config: dict, verbose: bool) -> int:
     for event in result.get_asset_materialization_events():
         asset, metadata = event.materialization.asset_key.path[-1], event.materialization.metadata
         for name, value in metadata.items():
-            if name.endswith("_win_rates") or name in ("mean_per_answer", "agreement_with_judges"):
+            if name.endswith(("_win_rates", "_accuracy")) or name in ("mean_per_answer", "agreement_with_judges"):
                 print(f"\n## {asset}: {name.replace('_', ' ')}\n\n{value.value}")
     print(f"\nrun {result.run_id}: the heatmaps are in the win_rates asset's metadata in the Dagster UI")
     return 0

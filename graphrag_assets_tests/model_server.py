@@ -357,6 +357,11 @@ def distinct_words(text: str) -> int:
     return len(set(re.findall(r"[a-z]+", text.lower())))
 
 
+def key_phrase(statement: str) -> str:
+    """What the scripted judge looks for in an answer: the statement's last word, in lower case."""
+    return re.findall(r"[a-z]+", statement.lower())[-1]
+
+
 def _count_asked(prompt: str) -> int:
     return int(re.search(r"(?:Name|Write) (\d+)", prompt).group(1))
 
@@ -367,6 +372,12 @@ def structured_reply(prompt: str) -> tuple[str, str] | None:
     if "<pairs>" in prompt:  # entity resolution: the same entity when both names end with the same word
         pairs = re.findall(r"^\d+\. ([^(|]+?) \(.*?\) \| ([^(]+?) \(", tagged(prompt, "pairs"), re.MULTILINE)
         return "resolve", json.dumps({"same": [a.split()[-1] == b.split()[-1] for a, b in pairs]})
+    if "<statement>" in prompt:  # assertion scoring: supported when the answer holds the statement's key phrase
+        phrase = key_phrase(tagged(prompt, "statement"))
+        supported = phrase in tagged(prompt, "answer").lower()
+        return "assertion", json.dumps(
+            {"reasoning": f"{phrase!r} {'found' if supported else 'missing'}", "supported": supported}
+        )
     if "<answer_1>" in prompt:
         first, second = distinct_words(tagged(prompt, "answer_1")), distinct_words(tagged(prompt, "answer_2"))
         winner = 1 if first > second else 2 if second > first else 0
@@ -379,10 +390,18 @@ def structured_reply(prompt: str) -> tuple[str, str] | None:
     if '{"tasks":' in prompt:
         persona = tagged(prompt, "persona").strip()
         return "tasks", json.dumps({"tasks": [f"{persona} task {i}" for i in range(_count_asked(prompt))]})
+    if '{"questions":' in prompt and "<passage>" in prompt:  # data-local: about a name the passage mentions
+        names = names_in(tagged(prompt, "passage"), limit=3) or ["the weather"]
+        asked = [f"What happens to {names[i % len(names)]} here, detail {i}?" for i in range(_count_asked(prompt))]
+        return "data_local_questions", json.dumps({"questions": asked})
+    if '{"questions":' in prompt and "<notes>" in prompt:
+        asked = [f"What recurs across the whole corpus, theme {i}?" for i in range(_count_asked(prompt))]
+        return "data_global_questions", json.dumps({"questions": asked})
     if '{"questions":' in prompt:
         who, task = tagged(prompt, "persona").strip(), tagged(prompt, "task").strip()
+        scope = "detail" if "one passage of the corpus can answer" in prompt else "theme"
         asked = [
-            f"What does the corpus say about {task.lower()} for {who.lower()}, theme {i}?"
+            f"What does the corpus say about {task.lower()} for {who.lower()}, {scope} {i}?"
             for i in range(_count_asked(prompt))
         ]
         return "sensemaking_questions", json.dumps({"questions": asked})

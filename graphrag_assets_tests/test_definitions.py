@@ -23,7 +23,15 @@ QUERY = [
 ]
 
 
-EVALUATION_ASSETS = ("evaluation_questions", "evaluation_answers", "pairwise_judgements", "win_rates", "claim_metrics")
+EVALUATION_ASSETS = (
+    "evaluation_questions",
+    "evaluation_answers",
+    "pairwise_judgements",
+    "win_rates",
+    "claim_metrics",
+    "assertion_scores",
+    "assertion_accuracy",
+)
 
 
 def test_the_asset_graph_is_what_the_readme_describes():

@@ -10,15 +10,32 @@ import asyncio
 import hashlib
 import json
 import re
+from pathlib import Path
 
 import dagster as dg
 import pandas as pd
 from pydantic import Field
 
 from ..failures import step_failure
+from ..method import assertions as scoring
 from ..method import evaluation as ev
+from ..method.question_files import (
+    QUESTION_CLASSES,
+    QUESTIONS_FOLDER,
+    UNCLASSIFIED,
+    QuestionFileError,
+    question_files,
+    read_question_files,
+)
 from ..models import usage_scope
-from ..resources import ChatModelResource, DuckDBStoreResource, EmbeddingModelResource, run_with_models
+from ..resources import (
+    ChatModelResource,
+    CorporaResource,
+    DuckDBStoreResource,
+    EmbeddingModelResource,
+    run_with_models,
+)
+from ..store.schema import TABLES
 from ..store.tables import read_table
 from .common import (
     MODEL_POOL,
@@ -35,12 +52,29 @@ GROUP = "evaluation"
 
 
 class EvaluationQuestionsConfig(dg.Config):
+    questions_file: str = Field(
+        "",
+        description="Load the questions from this file instead of generating them: BenchmarkQED's JSON format "
+        "(question_id, question_text, assertions), JSON Lines, or CSV with a question column. Empty: the files in "
+        "data/<corpus>/questions/ if there are any, else generate.",
+    )
+    question_classes: list[str] = Field(
+        ["activity_global"],
+        description="Classes to generate (BenchmarkQED's): activity_global (the paper's sensemaking questions), "
+        "activity_local, data_global, data_local.",
+    )
     corpus_description: str = Field(
         "", description="What the corpus is about, for the personas; empty: the model writes it from the root reports."
     )
     personas: int = Field(5, ge=1, description="K: kinds of users of the corpus (the paper: 5).")
     tasks_per_persona: int = Field(5, ge=1, description="N: tasks per user (the paper: 5).")
-    questions_per_task: int = Field(5, ge=1, description="M: questions per user and task (the paper: 5).")
+    questions_per_task: int = Field(
+        5, ge=1, description="M: questions per user, task and activity class (the paper: 5)."
+    )
+    sampled_text_units: int = Field(10, ge=1, description="data_local: text units sampled, one call each.")
+    questions_per_text_unit: int = Field(1, ge=1, description="data_local: questions per sampled text unit.")
+    data_global_questions: int = Field(10, ge=1, description="data_global: questions about the corpus as a whole.")
+    seed: int = Field(0, description="Which text units are sampled.")
     max_model_calls: int = Field(1000, ge=0, description="Fail before any call when more would be needed.")
 
 
@@ -60,6 +94,13 @@ class PairwiseJudgementsConfig(dg.Config):
     criteria: list[str] = Field(list(ev.CRITERIA), description=f"Any of {', '.join(ev.CRITERIA)}.")
     conditions: list[str] = Field([], description="Conditions to compare; empty: every condition answered.")
     repeats: int = Field(5, ge=1, description="Judgements per pair, order and criterion (the paper: 5).")
+    max_model_calls: int = Field(50_000, ge=0, description="Fail before any call when more would be needed.")
+    max_failed_fraction: float = Field(0.05, ge=0, le=1, description="Judgements that may fail before the step does.")
+
+
+class AssertionScoresConfig(dg.Config):
+    conditions: list[str] = Field([], description="Conditions to score; empty: every condition answered.")
+    repeats: int = Field(3, ge=1, description="Judgements per answer and assertion; the majority is kept.")
     max_model_calls: int = Field(50_000, ge=0, description="Fail before any call when more would be needed.")
     max_failed_fraction: float = Field(0.05, ge=0, le=1, description="Judgements that may fail before the step does.")
 
@@ -96,10 +137,18 @@ def row_id(*parts: object) -> str:
 
 
 @dg.asset(
-    deps=["community_reports"],
+    deps=["community_reports", "text_units"],
     partitions_def=corpus_partitions,
     group_name=GROUP,
-    code_version=code_version("evaluation_corpus", "evaluation_personas", "evaluation_tasks", "evaluation_questions"),
+    code_version=code_version(
+        "evaluation_corpus",
+        "evaluation_personas",
+        "evaluation_tasks",
+        "evaluation_questions",
+        "evaluation_questions_local",
+        "evaluation_data_local",
+        "evaluation_data_global",
+    ),
     kinds={"duckdb"},
     pool=MODEL_POOL,
 )
@@ -107,30 +156,112 @@ def evaluation_questions(
     context: dg.AssetExecutionContext,
     config: EvaluationQuestionsConfig,
     chat: ChatModelResource,
+    corpora: CorporaResource,
     duckdb: DuckDBStoreResource,
 ) -> dg.MaterializeResult:
-    """Questions that need the whole corpus, from K personas x N tasks x M questions (paper section 3.2)."""
-    require_model(chat)
+    """The questions to answer: loaded from a question file (BenchmarkQED's format, with assertions), or generated
+    in BenchmarkQED's four classes, the paper's sensemaking questions (activity_global) among them."""
+    corpus = context.partition_key
+    if config.questions_file:
+        files = [Path(config.questions_file)]
+        if not files[0].is_file():
+            raise step_failure(f"questions_file {config.questions_file} does not exist", retryable=False)
+    else:
+        folder = Path(corpora.root) / corpus / QUESTIONS_FOLDER
+        files = question_files(folder)
+    if files:
+        return loaded_questions(context, duckdb, files)
+    return generated_questions(context, config, chat, duckdb)
+
+
+def loaded_questions(context: dg.AssetExecutionContext, duckdb: DuckDBStoreResource, files: list[Path]):
+    try:
+        questions = read_question_files(files)
+    except QuestionFileError as error:
+        raise step_failure(f"{error}; fix the file and launch again", retryable=False) from None
+    context.log.info(f"{len(questions)} questions loaded from {', '.join(map(str, files))}: none generated")
+    questions = questions.assign(persona="", task="", corpus_description="")
+    with_assertions = questions["assertions"].map(lambda a: len(json.loads(a)))
     with duckdb.get_connection() as conn:
-        reports = read_table(conn, "community_reports", context.partition_key)
+        return publish(
+            context,
+            conn,
+            "evaluation_questions",
+            questions,
+            engine="file",
+            metadata={
+                "loaded_from": [str(f) for f in files],
+                "questions_per_class": questions["question_class"].value_counts().sort_index().to_dict(),
+                "questions_with_assertions": int((with_assertions > 0).sum()),
+                "assertions": int(with_assertions.sum()),
+                "questions_table": markdown_table(questions, ["id", "question_class", "question"], rows=25),
+            },
+        )
+
+
+def generated_questions(
+    context: dg.AssetExecutionContext,
+    config: EvaluationQuestionsConfig,
+    chat: ChatModelResource,
+    duckdb: DuckDBStoreResource,
+) -> dg.MaterializeResult:
+    require_model(chat)
+    classes = list(dict.fromkeys(config.question_classes))
+    unknown = [c for c in classes if c not in QUESTION_CLASSES]
+    if unknown or not classes:
+        raise step_failure(
+            f"unknown question classes {unknown}: use any of {', '.join(QUESTION_CLASSES)}", retryable=False
+        )
+    corpus = context.partition_key
+    with duckdb.get_connection() as conn:
+        reports = read_table(conn, "community_reports", corpus)
+        data = {"data_local", "data_global"} & set(classes)
+        units = read_table(conn, "text_units", corpus)[["id", "text"]] if data else None
     root = reports[(reports["level"] == 0) & (reports["status"] == "ok")].sort_values("rank", ascending=False)
-    if root.empty and not config.corpus_description:
+    needs_description = any(c != "data_local" for c in classes)
+    if needs_description and root.empty and not config.corpus_description:
         raise step_failure(
             "the corpus has no community reports to describe it from (a lazy index writes none): set "
             "corpus_description in this asset's config, in a sentence or two",
             retryable=False,
         )
-    calls = ev.generation_calls(config.personas, config.tasks_per_persona, describe=not config.corpus_description)
+    sampled = []
+    if units is not None:
+        sampled = list(units.sample(min(config.sampled_text_units, len(units)), random_state=config.seed).itertuples())
+    local = sampled if "data_local" in classes else []
+    calls = ev.generation_calls(
+        config.personas, config.tasks_per_persona, not config.corpus_description, classes, len(local)
+    )
     plan(context, calls, config.max_model_calls, "evaluation_questions")
+    activity = [c for c in classes if c in ev.ACTIVITY_PROMPTS]
 
     async def work(client):
-        description = config.corpus_description or await ev.describe_corpus(client, list(root["summary"].head(30)))
-        if not description:
-            return None, None
-        rows = await ev.sensemaking_questions(
-            client, description, config.personas, config.tasks_per_persona, config.questions_per_task
-        )
-        return description, rows
+        description = ""
+        if needs_description:
+            description = config.corpus_description or await ev.describe_corpus(client, list(root["summary"].head(30)))
+            if not description:
+                return None, None
+        parts = []
+        if activity:
+            parts.append(
+                ev.activity_questions(
+                    client,
+                    description,
+                    config.personas,
+                    config.tasks_per_persona,
+                    config.questions_per_task,
+                    activity,
+                )
+            )
+        if local:
+            parts.append(
+                ev.data_local_questions(client, [(u.id, u.text) for u in local], config.questions_per_text_unit)
+            )
+        if "data_global" in classes:  # the root reports, or for an index without reports, sampled text
+            notes = list(root["summary"].head(30)) or [u.text[:500] for u in sampled]
+            parts.append(ev.data_global_questions(client, description, notes, config.data_global_questions))
+        found = await asyncio.gather(*parts)
+        return description, [row for rows in found for row in rows or []]
 
     (description, rows), usage = chat.run(work)
     if not rows:
@@ -139,8 +270,13 @@ def evaluation_questions(
             "replies are cached, so launching again pays only for the rest",
             retryable=True,
         )
-    questions = pd.DataFrame(rows).assign(corpus_description=description)
-    questions["id"] = [row_id(r.persona, r.task, r.question) for r in questions.itertuples()]
+    questions = (
+        pd.DataFrame(rows)
+        .reindex(columns=["persona", "task", "question", "question_class", "metadata"])
+        .fillna({"persona": "", "task": "", "metadata": "{}"})
+        .assign(corpus_description=description or "", assertions="[]", source="generated")
+    )
+    questions["id"] = [row_id(r.question_class, r.persona, r.task, r.question) for r in questions.itertuples()]
     questions = questions.drop_duplicates("id")
     with duckdb.get_connection() as conn:
         return publish(
@@ -153,8 +289,11 @@ def evaluation_questions(
             usage=usage,
             metadata={
                 "planned_model_calls": calls,
-                "corpus_description": dg.MetadataValue.md(description),
-                "questions_table": markdown_table(questions, ["persona", "task", "question"], rows=25),
+                "questions_per_class": questions["question_class"].value_counts().sort_index().to_dict(),
+                "corpus_description": dg.MetadataValue.md(description or "_(not needed)_"),
+                "questions_table": markdown_table(
+                    questions, ["question_class", "persona", "task", "question"], rows=25
+                ),
             },
         )
 
@@ -318,22 +457,33 @@ def pairwise_judgements(
 
 
 @dg.asset(
-    deps=["pairwise_judgements"],
+    deps=["pairwise_judgements", "evaluation_questions"],
     partitions_def=corpus_partitions,
     group_name=GROUP,
     code_version=code_version(),
     kinds={"duckdb"},
 )
 def win_rates(context: dg.AssetExecutionContext, duckdb: DuckDBStoreResource) -> dg.MaterializeResult:
-    """Per criterion, how often the row condition beats the column condition (paper figure 4), with sign tests."""
+    """Per criterion, how often the row condition beats the column condition (paper figure 4), with sign tests:
+    over all questions (question_class "all") and per question class."""
     with duckdb.get_connection() as conn:
         judgements = read_table(conn, "pairwise_judgements", context.partition_key)
-    table = ev.win_rate_table(ev.majority_labels(judgements))
+        questions = read_table(conn, "evaluation_questions", context.partition_key)
+    labels = ev.majority_labels(judgements)
+    class_of = questions.set_index("id")["question_class"]
+    labels["question_class"] = labels["question_id"].map(class_of).fillna(UNCLASSIFIED)
+    classes = sorted(labels["question_class"].unique())
+    table = pd.concat(
+        [ev.win_rate_table(labels).assign(question_class=scoring.ALL_CLASSES)]
+        + [ev.win_rate_table(labels[labels["question_class"] == c]).assign(question_class=c) for c in classes],
+        ignore_index=True,
+    )
+    overall = table[table["question_class"] == scoring.ALL_CLASSES]
     metadata = {}
-    for criterion in sorted(table["criterion"].unique()):
-        rows = table[table["criterion"] == criterion]
+    for criterion in sorted(overall["criterion"].unique()):
+        rows = overall[overall["criterion"] == criterion]
         matrix = rows.pivot(index="row_condition", columns="column_condition", values="win_rate") * 100
-        metadata[f"{criterion}_heatmap"] = png(ev.heatmap(table, criterion), criterion)
+        metadata[f"{criterion}_heatmap"] = png(ev.heatmap(overall, criterion), criterion)
         metadata[f"{criterion}_win_rates"] = dg.MetadataValue.md(
             matrix.round(0).to_markdown()
             + "\n\nRow beats column, % of questions (ties half). Sign test p (adjusted):\n\n"
@@ -341,8 +491,115 @@ def win_rates(context: dg.AssetExecutionContext, duckdb: DuckDBStoreResource) ->
                 ["row_condition", "column_condition", "wins", "losses", "ties", "p_value", "p_adjusted"]
             ].to_markdown(index=False, floatfmt=".4f")
         )
+    if len(classes) > 1:
+        by_class = table[table["question_class"] != scoring.ALL_CLASSES].pivot_table(
+            index=["question_class", "row_condition"], columns=["criterion"], values="win_rate", aggfunc="mean"
+        )
+        metadata["mean_win_rate_per_class"] = dg.MetadataValue.md(
+            (by_class * 100).round(0).to_markdown() + "\n\nMean % of questions the condition wins, per class."
+        )
     with duckdb.get_connection() as conn:
         return publish(context, conn, "win_rates", table, engine="scipy", metadata=metadata)
+
+
+@dg.asset(
+    deps=["evaluation_answers", "evaluation_questions"],
+    partitions_def=corpus_partitions,
+    group_name=GROUP,
+    code_version=code_version("evaluation_assertion"),
+    kinds={"duckdb"},
+    pool=MODEL_POOL,
+)
+def assertion_scores(
+    context: dg.AssetExecutionContext,
+    config: AssertionScoresConfig,
+    chat: ChatModelResource,
+    judge: ChatModelResource,
+    duckdb: DuckDBStoreResource,
+) -> dg.MaterializeResult:
+    """Each answer checked against each assertion of its question (BenchmarkQED): supported or not, with the
+    judge's reason, `repeats` times with the majority kept; and the answer's accuracy, weighted by the
+    assertions' scores."""
+    model = judge if judge.configured else chat
+    require_model(model)
+    corpus = context.partition_key
+    with duckdb.get_connection() as conn:
+        answers = read_table(conn, "evaluation_answers", corpus)
+        questions = read_table(conn, "evaluation_questions", corpus)
+    if config.conditions:
+        answers = answers[answers["condition"].isin(config.conditions)]
+    planned = scoring.assertion_checks(answers, questions, config.repeats)
+    if not planned:  # generated questions have none: the evaluation job still runs the rest of the group
+        note = (
+            "no question has assertions, so nothing was scored: load questions with assertions (BenchmarkQED's "
+            "format) into evaluation_questions, from its questions_file or data/<corpus>/questions/"
+        )
+        context.log.warning(note)
+        with duckdb.get_connection() as conn:
+            empty = pd.DataFrame(columns=list(TABLES["assertion_scores"]))
+            return publish(context, conn, "assertion_scores", empty, engine="none", metadata={"note": note})
+    plan(context, len(planned), config.max_model_calls, "assertion_scores")
+
+    async def work(client):
+        return await asyncio.gather(*(scoring.check_assertion(client, c) for c in planned))
+
+    verdicts, usage = model.run(work)
+    failed = sum(v is None for v in verdicts)
+    fail_if_too_many_failed(context, "assertion checks", failed, len(planned), usage, config.max_failed_fraction)
+    scores = scoring.answer_scores(answers, questions, planned, verdicts)
+    per_condition = scores.groupby(["question_class", "condition"])["accuracy"].mean().unstack("question_class")
+    with duckdb.get_connection() as conn:
+        return publish(
+            context,
+            conn,
+            "assertion_scores",
+            scores,
+            engine=model.engine,
+            model=model,
+            usage=usage,
+            metadata={
+                "planned_model_calls": len(planned),
+                "failed_checks": failed,
+                "mean_accuracy": dg.MetadataValue.md((per_condition * 100).round(1).to_markdown()),
+                "sample": markdown_table(
+                    scores, ["condition", "question_class", "assertions_supported", "assertions", "accuracy"]
+                ),
+            },
+        )
+
+
+@dg.asset(
+    deps=["assertion_scores"],
+    partitions_def=corpus_partitions,
+    group_name=GROUP,
+    code_version=code_version(),
+    kinds={"duckdb"},
+)
+def assertion_accuracy(context: dg.AssetExecutionContext, duckdb: DuckDBStoreResource) -> dg.MaterializeResult:
+    """Per question class and condition, the mean assertion accuracy with a 95% interval, and a paired test
+    against the class's best condition; a chart per class."""
+    with duckdb.get_connection() as conn:
+        scores = read_table(conn, "assertion_scores", context.partition_key)
+    if scores["accuracy"].notna().sum() == 0:
+        with duckdb.get_connection() as conn:
+            empty = pd.DataFrame(columns=list(TABLES["assertion_accuracy"]))
+            note = "no answer was scored against assertions (see assertion_scores)"
+            return publish(context, conn, "assertion_accuracy", empty, engine="none", metadata={"note": note})
+    table = scoring.accuracy_table(scores)
+    metadata = {}
+    for question_class in table["question_class"].unique():
+        rows = table[table["question_class"] == question_class]
+        metadata[f"{question_class}_chart"] = png(
+            scoring.accuracy_chart(table, question_class, ev.condition_order), question_class
+        )
+        metadata[f"{question_class}_accuracy"] = dg.MetadataValue.md(
+            rows[["condition", "questions", "accuracy", "ci_low", "ci_high", "p_vs_best", "p_adjusted"]].to_markdown(
+                index=False, floatfmt=".3f"
+            )
+            + f"\n\nWilcoxon signed-rank test against the best condition, {rows['best_condition'].iloc[0]}."
+        )
+    with duckdb.get_connection() as conn:
+        return publish(context, conn, "assertion_accuracy", table, engine="scipy", metadata=metadata)
 
 
 @dg.asset(

@@ -35,7 +35,8 @@ evaluate_corpus_job = dg.define_asset_job(
     "evaluate_corpus",
     selection=dg.AssetSelection.groups("evaluation"),
     partitions_def=corpus_partitions,
-    description="The paper's evaluation on one indexed corpus: sensemaking questions, answers under C0-C3, TS and "
-    "SS, pairwise judgements, win rates and claim metrics. Each step says its model calls before making them.",
+    description="The paper's evaluation on one indexed corpus: questions (generated, or BenchmarkQED's from a file), "
+    "answers under C0-C3, TS, SS and lazy search, pairwise judgements, win rates, claim metrics, and scores against "
+    "the questions' assertions. Each step says its model calls before making them.",
     tags={"dagster/max_runtime": str(12 * 3600)},
 )

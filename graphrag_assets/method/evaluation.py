@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import itertools
 import json
+import re
 from dataclasses import dataclass
 
 import numpy as np
@@ -55,15 +56,19 @@ async def describe_corpus(chat: ChatModel, root_reports: list[str]) -> str | Non
     return await chat.complete(user_message("evaluation_corpus", reports=reports), parse=check_free_text)
 
 
-async def sensemaking_questions(
-    chat: ChatModel, description: str, personas: int, tasks: int, questions: int
+ACTIVITY_PROMPTS = {"activity_global": "evaluation_questions", "activity_local": "evaluation_questions_local"}
+_JSON_REPLY = {"response_format": {"type": "json_object"}}
+
+
+async def activity_questions(
+    chat: ChatModel, description: str, personas: int, tasks: int, questions: int, classes: list[str]
 ) -> list[dict] | None:
-    """K personas x N tasks x M questions that need the whole corpus (the paper's activity-based generation)."""
-    json_reply = {"response_format": {"type": "json_object"}}
+    """K personas x N tasks x M questions per activity class: the paper's sensemaking questions (activity_global,
+    needing the whole corpus) and BenchmarkQED's activity_local ones (answerable from one passage)."""
     people = await chat.complete(
         user_message("evaluation_personas", count=personas, description=description),
         parse=string_list("personas", personas),
-        **json_reply,
+        **_JSON_REPLY,
     )
     if people is None:
         return None
@@ -72,26 +77,86 @@ async def sensemaking_questions(
         return await chat.complete(
             user_message("evaluation_tasks", count=tasks, description=description, persona=persona),
             parse=string_list("tasks", tasks),
-            **json_reply,
+            **_JSON_REPLY,
         )
 
     work = await asyncio.gather(*(tasks_of(p) for p in people))
 
-    async def questions_of(persona: str, task: str):
+    async def questions_of(persona: str, task: str, question_class: str):
         asked = await chat.complete(
-            user_message("evaluation_questions", count=questions, description=description, persona=persona, task=task),
+            user_message(
+                ACTIVITY_PROMPTS[question_class], count=questions, description=description, persona=persona, task=task
+            ),
             parse=string_list("questions", questions),
-            **json_reply,
+            **_JSON_REPLY,
         )
-        return [{"persona": persona, "task": task, "question": q} for q in asked or []]
+        return [
+            {"persona": persona, "task": task, "question": q, "question_class": question_class} for q in asked or []
+        ]
 
-    pairs = [(p, t) for p, ts in zip(people, work) for t in ts or []]
-    found = await asyncio.gather(*(questions_of(p, t) for p, t in pairs))
+    asked = [(p, t, c) for p, ts in zip(people, work) for t in ts or [] for c in classes]
+    found = await asyncio.gather(*(questions_of(p, t, c) for p, t, c in asked))
     return [row for rows in found for row in rows]
 
 
-def generation_calls(personas: int, tasks: int, describe: bool) -> int:
-    return int(describe) + 1 + personas + personas * tasks
+def questions_about(passage: str, count: int):
+    """A parser for data-local questions: `count` of them, each naming something the passage mentions."""
+    from sklearn.feature_extraction.text import ENGLISH_STOP_WORDS
+
+    def content_words(text: str) -> set[str]:
+        return {w for w in re.findall(r"[a-z]{3,}", text.lower()) if w not in ENGLISH_STOP_WORDS}
+
+    in_passage = content_words(passage)
+    parse_list = string_list("questions", count)
+
+    def parse(reply: str) -> list[str]:
+        asked = parse_list(reply)
+        unrelated = [q for q in asked if not content_words(q) & in_passage]
+        if unrelated:
+            raise InvalidReply(f"these questions name nothing the passage mentions: {unrelated[:3]}")
+        return asked
+
+    return parse
+
+
+async def data_local_questions(chat: ChatModel, units: list[tuple[str, str]], count: int) -> list[dict]:
+    """`count` questions from each sampled text unit, each answerable from it (BenchmarkQED's data_local)."""
+
+    async def of(unit_id: str, text: str):
+        asked = await chat.complete(
+            user_message("evaluation_data_local", count=count, passage=text),
+            parse=questions_about(text, count),
+            **_JSON_REPLY,
+        )
+        return [
+            {"question": q, "question_class": "data_local", "metadata": json.dumps({"text_unit_id": unit_id})}
+            for q in asked or []
+        ]
+
+    found = await asyncio.gather(*(of(u, t) for u, t in units))
+    return [row for rows in found for row in rows]
+
+
+async def data_global_questions(chat: ChatModel, description: str, notes: list[str], count: int) -> list[dict]:
+    """`count` questions about the corpus as a whole, from its description and notes on its parts (BenchmarkQED's
+    data_global)."""
+    asked = await chat.complete(
+        user_message("evaluation_data_global", count=count, description=description, notes="\n\n".join(notes)),
+        parse=string_list("questions", count),
+        **_JSON_REPLY,
+    )
+    return [{"question": q, "question_class": "data_global"} for q in asked or []]
+
+
+def generation_calls(personas: int, tasks: int, describe: bool, classes: list[str], units: int = 0) -> int:
+    """Chat calls the generation of `classes` makes: the description when one is needed, personas and tasks, a
+    call per persona, task and activity class, one per sampled text unit, one for the data-global questions."""
+    activity = [c for c in classes if c in ACTIVITY_PROMPTS]
+    needs_description = bool(activity) or "data_global" in classes
+    calls = int(describe and needs_description)
+    if activity:
+        calls += 1 + personas + personas * tasks * len(activity)
+    return calls + units * ("data_local" in classes) + ("data_global" in classes)
 
 
 def lazy_budget(condition: str) -> int | None:

@@ -33,6 +33,10 @@ TABLES: dict[str, dict[str, str]] = {
         "task": "VARCHAR",
         "question": "VARCHAR",
         "corpus_description": "VARCHAR",
+        "question_class": "VARCHAR",  # data_local, data_global, activity_local, activity_global or unclassified
+        "assertions": "JSON",  # [{statement, score, rank}]: what a good answer must support (from a question file)
+        "metadata": "JSON",  # a question file's other fields; a data_local question's text unit
+        "source": "VARCHAR",  # "generated" or the question file's name
     },
     "evaluation_answers": {
         "id": "VARCHAR",
@@ -58,6 +62,7 @@ TABLES: dict[str, dict[str, str]] = {
         "reasoning": "VARCHAR",
     },
     "win_rates": {
+        "question_class": "VARCHAR",  # "all", or the questions of one class
         "criterion": "VARCHAR",
         "row_condition": "VARCHAR",
         "column_condition": "VARCHAR",
@@ -67,6 +72,29 @@ TABLES: dict[str, dict[str, str]] = {
         "ties": "INTEGER",
         "win_rate": "DOUBLE",
         "p_value": "DOUBLE",
+        "p_adjusted": "DOUBLE",
+    },
+    "assertion_scores": {
+        "id": "VARCHAR",  # the answer's: one row per answer
+        "answer_id": "VARCHAR",
+        "question_id": "VARCHAR",
+        "condition": "VARCHAR",
+        "question_class": "VARCHAR",
+        "verdicts": "JSON",  # per assertion: statement, score, rank, supported, votes_supported, votes, reasoning
+        "assertions": "INTEGER",
+        "assertions_scored": "INTEGER",  # those with at least one valid verdict
+        "assertions_supported": "INTEGER",
+        "accuracy": "DOUBLE",  # supported share of the scored assertions, weighted by their scores
+    },
+    "assertion_accuracy": {
+        "question_class": "VARCHAR",  # "all", or the questions of one class
+        "condition": "VARCHAR",
+        "questions": "INTEGER",
+        "accuracy": "DOUBLE",  # mean over the questions
+        "ci_low": "DOUBLE",
+        "ci_high": "DOUBLE",
+        "best_condition": "VARCHAR",
+        "p_vs_best": "DOUBLE",  # paired Wilcoxon signed-rank test against best_condition
         "p_adjusted": "DOUBLE",
     },
     "claim_metrics": {

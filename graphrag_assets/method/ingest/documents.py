@@ -20,6 +20,7 @@ import pandas as pd
 import pyarrow.parquet as pq
 
 from ..graph.aliases import OVERRIDES_FILE
+from ..question_files import QUESTIONS_FOLDER
 from ..schema import columns
 from .conversion import CONVERSION_VERSION, CONVERTED_SUFFIXES, MB, ConversionError, Limits, convert_file, headings
 
@@ -233,6 +234,8 @@ def read_corpus(
         if any(part.startswith(".") for part in path.relative_to(root).parts):
             continue
         if relative == OVERRIDES_FILE:  # the user's alias decisions, read by the entity_aliases asset
+            continue
+        if path.relative_to(root).parts[0] == QUESTIONS_FOLDER:  # evaluation questions, not documents
             continue
         suffix = path.suffix.lower()
         counts = result.files.setdefault(suffix or "(none)", Counter())
