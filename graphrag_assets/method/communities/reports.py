@@ -245,7 +245,10 @@ async def generate_reports(
     def needs_sub_reports(row) -> bool:
         if carried(row):
             return True
-        return chat is not None and bool(len(row.children)) and not fits(elements(row), max_context_tokens, sections)
+        if chat is None or not len(row.children) or fits(elements(row), max_context_tokens, sections):
+            return False
+        elements_of.pop(row.community)  # the largest communities: not held while they wait for the level below
+        return True
 
     def context_of(row) -> CommunityContext:
         subs = [
@@ -254,7 +257,7 @@ async def generate_reports(
             if reports.get(c, {}).get("status") == "ok"
         ]
         context = build_context(elements(row), max_context_tokens, subs, sections)
-        elements_of.pop(row.community)  # written once: no need to keep its elements
+        elements_of.pop(row.community)
         if context.substituted:
             stats.substitutions.append({"community": row.community, "replaced_by_reports": context.replaced_elements})
         return context
@@ -314,9 +317,10 @@ async def generate_reports(
                 await below.wait()
             return await write(waiting)
 
+        waits = {row.community: needs_sub_reports(row) for row in rows}
         now, later = await asyncio.gather(
-            write([r for r in rows if not needs_sub_reports(r)]),
-            after_the_level_below([r for r in rows if needs_sub_reports(r)]),
+            write([r for r in rows if not waits[r.community]]),
+            after_the_level_below([r for r in rows if waits[r.community]]),
         )
         both = {**now, **later}
         for row in rows:
