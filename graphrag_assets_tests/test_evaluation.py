@@ -1,6 +1,7 @@
 """The paper's evaluation: statistics checked by hand, and the whole group run against a scripted judge."""
 
 import json
+import shutil
 
 import dagster as dg
 import numpy as np
@@ -281,8 +282,19 @@ def test_the_corpus_questions_folder_is_read_by_the_evaluation_not_indexed(tmp_p
     assert metadata["assertions"].value == 3 and metadata["questions_with_assertions"].value == 2
 
 
+def copy_of(llm_index, root) -> Workspace:
+    """The LLM index's store and cache in a workspace of its own: other tests read the shared one's lineage."""
+    original = llm_index[0]
+    root.mkdir(exist_ok=True)
+    workspace = Workspace(root)
+    workspace.add_sample_corpus()
+    shutil.copy(original.database, workspace.database)
+    shutil.copytree(original.cache, workspace.cache)
+    return workspace
+
+
 def test_assertion_scores_follow_from_a_scripted_judge_that_looks_for_each_key_phrase(llm_index, tmp_path):
-    workspace = llm_index[0]
+    workspace = copy_of(llm_index, tmp_path / "workspace")
     file = tmp_path / "questions.json"
     # The scripted judge supports a statement when the answer holds its last word: "to" and "answer" are in every
     # scripted answer ("Answer to ..."), "scrooge" in some, "zebra" in none.
@@ -345,8 +357,8 @@ def test_assertion_scores_follow_from_a_scripted_judge_that_looks_for_each_key_p
     assert "data:image/png;base64" in metadata["assertion_accuracy"]["data_local_chart"].value
 
 
-def test_the_four_question_classes_are_generated_and_win_rates_add_up_per_class(llm_index):
-    workspace = llm_index[0]
+def test_the_four_question_classes_are_generated_and_win_rates_add_up_per_class(llm_index, tmp_path):
+    workspace = copy_of(llm_index, tmp_path)
     config = {
         "evaluation_questions": {
             "question_classes": ["activity_global", "activity_local", "data_local", "data_global"],
