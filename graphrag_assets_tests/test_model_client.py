@@ -181,6 +181,25 @@ def test_concurrency_rises_while_the_endpoint_keeps_up_and_halves_on_429():
     assert fixed.limit == 12
 
 
+def test_a_429_while_requests_wait_for_the_announced_budget_does_not_halve_concurrency():
+    """Two steps share an endpoint's minute, each pacing by its headers: a 429 while this client is already
+    waiting for that budget is the other step's spending, and the pace waits for it; a 429 when nothing waited
+    says the endpoint takes less than we send, and halves concurrency."""
+    now = 0.0
+    concurrency = AdaptiveConcurrency(start=8, ceiling=400, clock=lambda: now)
+    concurrency.in_flight = 8
+    concurrency.succeeded(seconds=5.0, completion_tokens=100, room=300)
+    assert concurrency.limit == 300
+    now += 1.0
+    concurrency.constrained()  # a request waited for the announced budget
+    now += 2.0
+    concurrency.rate_limited()
+    assert concurrency.limit == 300
+    now += 10.0  # a round trip with no wait for the budget
+    concurrency.rate_limited()
+    assert concurrency.limit == 150
+
+
 def test_a_reply_wakes_only_as_many_queued_requests_as_there_are_free_slots():
     """Thousands of requests queue for a few slots; each reply must not wake them all (that was quadratic)."""
     concurrency = AdaptiveConcurrency(start=4, ceiling=4, adaptive=False)

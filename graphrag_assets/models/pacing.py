@@ -132,6 +132,7 @@ class AdaptiveConcurrency:
         self._best: dict[int, float] = {}  # the lowest median latency seen per reply size
         self._last_seconds = 0.0
         self._last_decrease = -math.inf
+        self._budget_bound_at = -math.inf
 
     async def __aenter__(self) -> None:
         async with self._changed:
@@ -180,10 +181,19 @@ class AdaptiveConcurrency:
     def constrained(self) -> None:
         """A request waited for the announced budget: the limit, not the requests in flight, is what binds now."""
         self._starting = False
+        self._budget_bound_at = self._clock()
 
     def rate_limited(self) -> None:
-        if self.adaptive:
-            self._decrease(0.5)
+        """A 429 halves the requests in flight, unless a request waited for the announced budget within the last
+        round trip: then that budget is what binds and the pace already waits for it, and the 429 says only that
+        another client (a step running beside this one) spent some of what the headers announced. Halving then
+        left concurrency, not the limit, binding for minutes, as it grows back by one per round trip."""
+        if not self.adaptive:
+            return
+        if self._clock() - self._budget_bound_at <= max(self._last_seconds, 1.0):
+            self._starting = False
+            return
+        self._decrease(0.5)
 
     def _decrease(self, factor: float) -> None:
         self._starting = False
