@@ -11,7 +11,7 @@ measured in the same run.
     .venv/bin/python scripts/benchmark.py compare [--latency 0.05] [--token-latency 0.001] [--rpm N --tpm N]
     .venv/bin/python scripts/benchmark.py edits
     .venv/bin/python scripts/benchmark.py prompts [--against REVISION]
-    .venv/bin/python scripts/benchmark.py methods
+    .venv/bin/python scripts/benchmark.py methods [--documents 40]
     .venv/bin/python scripts/benchmark.py batch [--delay 10] [--poll 1] [--latency 0.05]
     .venv/bin/python scripts/benchmark.py limits [--documents 30] [--rpm 10000] [--tpm 2000000]
 
@@ -311,7 +311,10 @@ def main() -> None:
     ingest.add_argument("--megabytes", type=int, default=50, help="size of the text file (0: skip it)")
     ingest.add_argument("--pages", type=int, default=200, help="pages of the PDF")
     ingest.add_argument("--docx-megabytes", type=float, default=20, help="size of the Word file")
-    commands.add_parser("methods", help="chat requests and tokens of the standard, fast and lazy index methods")
+    methods = commands.add_parser("methods", help="chat requests and tokens of the standard, fast and lazy methods")
+    methods.add_argument(
+        "--documents", type=int, default=0, help="a synthetic corpus of this many documents (0: the sample)"
+    )
     commands.add_parser("faults", help="the index against a misbehaving endpoint next to a healthy one")
     batch = commands.add_parser("batch", help="the index through the Batch API next to one request at a time")
     batch.add_argument("--delay", type=float, default=10.0, help="seconds the server holds each batch")
