@@ -132,6 +132,18 @@ def plan(context: dg.AssetExecutionContext, calls: int, cap: int, what: str) -> 
         )
 
 
+def answers_to_judge(
+    context: dg.AssetExecutionContext, duckdb: DuckDBStoreResource, conditions: list[str]
+) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """The corpus's evaluation answers (of `conditions` only, when any are named) and its questions."""
+    with duckdb.get_connection() as conn:
+        answers = read_table(conn, "evaluation_answers", context.partition_key)
+        questions = read_table(conn, "evaluation_questions", context.partition_key)
+    if conditions:
+        answers = answers[answers["condition"].isin(conditions)]
+    return answers, questions
+
+
 def row_id(*parts: object) -> str:
     return hashlib.sha256("\n".join(map(str, parts)).encode()).hexdigest()[:24]
 
@@ -405,12 +417,7 @@ def pairwise_judgements(
     unknown = [c for c in config.criteria if c not in ev.CRITERIA]
     if unknown:
         raise step_failure(f"unknown criteria {unknown}: use {', '.join(ev.CRITERIA)}", retryable=False)
-    corpus = context.partition_key
-    with duckdb.get_connection() as conn:
-        answers = read_table(conn, "evaluation_answers", corpus)
-        questions = read_table(conn, "evaluation_questions", corpus)
-    if config.conditions:
-        answers = answers[answers["condition"].isin(config.conditions)]
+    answers, questions = answers_to_judge(context, duckdb, config.conditions)
     planned = ev.comparisons(answers, questions, config.criteria, config.repeats)
     plan(context, len(planned), config.max_model_calls, "pairwise_judgements")
 
@@ -522,12 +529,7 @@ def assertion_scores(
     assertions' scores."""
     model = judge if judge.configured else chat
     require_model(model)
-    corpus = context.partition_key
-    with duckdb.get_connection() as conn:
-        answers = read_table(conn, "evaluation_answers", corpus)
-        questions = read_table(conn, "evaluation_questions", corpus)
-    if config.conditions:
-        answers = answers[answers["condition"].isin(config.conditions)]
+    answers, questions = answers_to_judge(context, duckdb, config.conditions)
     planned = scoring.assertion_checks(answers, questions, config.repeats)
     if not planned:  # generated questions have none: the evaluation job still runs the rest of the group
         note = (
