@@ -133,18 +133,21 @@ def test_a_batch_that_fails_validation_or_is_lost_is_not_waited_on_forever(llm_i
 def test_a_step_stopped_while_waiting_waits_for_its_batch_again_and_submits_nothing_twice(llm_index, tmp_path):
     clean, _, _ = llm_index
     workspace = sample(tmp_path)
-    with FakeOpenAIServer(batch_seconds=4.0) as server:
+    # The batch stays in progress until the first run has stopped: the deadline only has to outlast the gathering
+    # and the upload (a 1.5 s deadline against a 4 s batch failed on a loaded machine, before anything was sent).
+    with FakeOpenAIServer(batch_seconds=3600.0) as server:
         stopped = workspace.materialize(
             SAMPLE_CORPUS,
             selection=GRAPH,
             raise_on_error=False,
-            **batch_resources(server, workspace, step_deadline_seconds=1.5),
+            **batch_resources(server, workspace, step_deadline_seconds=6.0),
         )
         failure = stopped.get_step_failure_events()[0].step_failure_data.user_failure_data.description
         assert "a re-run waits for them again" in failure
         recorded = batches_of(workspace)
         assert len(recorded) == 1 and not recorded[0]["consumed"] and server.uploads == 1
 
+        server.batch_seconds = 0.0  # the endpoint finishes the batch while no run waits for it
         resumed = workspace.materialize(SAMPLE_CORPUS, selection=GRAPH, **batch_resources(server, workspace))
     assert materialization_metadata(resumed, "entities")["batches_waited_for_again"] == 1
     assert set(input_lines(server).values()) == {1}  # every request was submitted once, over both runs
