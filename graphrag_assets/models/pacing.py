@@ -191,8 +191,7 @@ class AdaptiveConcurrency:
         if not self.adaptive:
             return
         if self._clock() - self._budget_bound_at <= max(self._last_seconds, 1.0):
-            self._starting = False
-            return
+            return  # constrained() has already ended the fast start
         self._decrease(0.5)
 
     def _decrease(self, factor: float) -> None:
