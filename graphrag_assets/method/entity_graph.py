@@ -15,6 +15,7 @@ from .graph.summaries import SummaryStats, summarize_descriptions
 from .graph.tables import finalize_graph
 from .offline.nlp_graph import extract_concept_graph, extract_nlp_graph, prune_concept_graph
 from .progress import Progress
+from .prompts import DEFAULT_PROMPTS, PromptSet
 
 # How an index builds its graph: `standard` extracts it with the chat model (the paper's method); `fast` and `lazy`
 # take noun phrases and their co-occurrence instead, with no model call (Microsoft GraphRAG's fast method, and
@@ -45,6 +46,7 @@ async def build_entity_graph(
     concept_min_edge_weight: float = 1.0,
     concept_phrases: str = "names",
     progress: Progress | None = None,
+    prompts: PromptSet = DEFAULT_PROMPTS,
 ) -> GraphBuild:
     """Extract, merge, summarize and finalize: with a chat model, or offline by noun-phrase co-occurrence.
 
@@ -61,7 +63,9 @@ async def build_entity_graph(
             )
         stats = ExtractionStats(units=len(text_units))
     else:
-        entities, relationships, stats = await extract_graph(chat, text_units, entity_types, max_gleanings, progress)
+        entities, relationships, stats = await extract_graph(
+            chat, text_units, entity_types, max_gleanings, progress, prompts
+        )
     entity_summaries, relationship_summaries = await asyncio.gather(
         summarize_descriptions(
             chat,
@@ -69,6 +73,7 @@ async def build_entity_graph(
             summary_max_input_tokens,
             summary_max_tokens,
             summarize_above_tokens,
+            prompts,
         ),
         summarize_descriptions(
             chat,
@@ -79,6 +84,7 @@ async def build_entity_graph(
             summary_max_input_tokens,
             summary_max_tokens,
             summarize_above_tokens,
+            prompts,
         ),
     )
     entities = entities.drop(columns="descriptions").assign(description=entity_summaries[0])

@@ -9,6 +9,7 @@ from functools import lru_cache
 from pathlib import Path
 
 DEFAULT_PROMPTS_DIR = Path(__file__).resolve().parents[2] / "prompts"
+CORPUS_PROMPTS_FOLDER = "prompts"  # data/<corpus>/prompts/<name>.txt: a corpus's own prompt, in place of the file here
 
 
 def prompts_dir() -> Path:
@@ -42,6 +43,25 @@ def load_prompt(name: str) -> Prompt:
     if not path.is_file():
         raise FileNotFoundError(f"prompt file {path} is missing")
     return _load(path, path.stat().st_mtime_ns)
+
+
+@dataclass(frozen=True)
+class PromptSet:
+    """The prompts an index is built with: the files in prompts/, but for those this set replaces (a corpus's tuned
+    prompts, or its own files). Passed to the operations that extract, summarize and report."""
+
+    replaced: tuple[tuple[str, str], ...] = ()
+
+    @classmethod
+    def of(cls, templates: dict[str, str]) -> PromptSet:
+        return cls(tuple(sorted(templates.items())))
+
+    def __getitem__(self, name: str) -> Prompt:
+        template = dict(self.replaced).get(name)
+        return load_prompt(name) if template is None else Prompt(name, template)
+
+
+DEFAULT_PROMPTS = PromptSet()
 
 
 def user_message(name: str, **values: object) -> list[dict]:

@@ -8,7 +8,7 @@ import asyncio
 import hashlib
 import json
 import re
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import pandas as pd
 
@@ -16,7 +16,7 @@ from .. import defaults
 from ..graph.records import ChatModel, InvalidReply, parse_json_reply
 from ..offline.extractive import extractive_report
 from ..progress import Progress
-from ..prompts import load_prompt
+from ..prompts import DEFAULT_PROMPTS, PromptSet
 from ..schema import columns
 from .context import SECTIONS, SOURCE_SECTIONS, CommunityContext, GraphIndex, SubReport, build_context, fits
 
@@ -130,11 +130,13 @@ def markdown(report: dict) -> str:
 
 @dataclass(frozen=True)
 class ReportPrompts:
-    """The prompts reports are written with, and whether a report must cite only its own community's rows."""
+    """The prompts reports are written with (names, and the set they come from), and whether a report must cite
+    only its own community's rows."""
 
     single: str = REPORT_PROMPTS[0]
     batch: str = REPORT_PROMPTS[1]
     cite_own_rows: bool = False
+    templates: PromptSet = DEFAULT_PROMPTS
 
     def parse(self, context: CommunityContext):
         rows = set(_ROW_ID.findall(context.text)) if self.cite_own_rows else None
@@ -148,7 +150,7 @@ SOURCE_REPORTS = ReportPrompts(*SOURCE_REPORT_PROMPTS, cite_own_rows=True)
 def report_messages(
     context: CommunityContext, max_report_length: int, prompts: ReportPrompts = ENTITY_REPORTS
 ) -> list[dict]:
-    prompt = load_prompt(prompts.single)
+    prompt = prompts.templates[prompts.single]
     return [{"role": "user", "content": prompt.format(input_text=context.text, max_report_length=max_report_length)}]
 
 
@@ -175,7 +177,7 @@ async def llm_reports_batch(
     if len(contexts) > 1:
         blocks = "\n\n".join(f'<community id="{n}">\n{c.text}\n</community>' for n, c in contexts.items())
         words = min(max_report_length, BATCH_REPORT_WORDS)
-        prompt = load_prompt(prompts.batch).format(communities=blocks, max_report_length=words)
+        prompt = prompts.templates[prompts.batch].format(communities=blocks, max_report_length=words)
         stats.batch_requests += 1
         together = await chat.complete(
             [{"role": "user", "content": prompt}],
@@ -211,6 +213,7 @@ async def generate_reports(
     batch_size: int = defaults.REPORT_BATCH_SIZE,
     from_sources: bool = False,
     progress: Progress | None = None,
+    templates: PromptSet = DEFAULT_PROMPTS,
 ) -> tuple[pd.DataFrame, ReportStats]:
     """One report per community; with no chat model, extractive reports from the community's text.
 
@@ -221,6 +224,7 @@ async def generate_reports(
     """
     graph = GraphIndex(entities, relationships, covariates, text_units if from_sources else None)
     prompts, sections = (SOURCE_REPORTS, SOURCE_SECTIONS) if from_sources else (ENTITY_REPORTS, SECTIONS)
+    prompts = replace(prompts, templates=templates)
     stats = ReportStats()
     reports: dict[int, dict] = {}
     by_number = {row.community: row for row in communities.itertuples(index=False)}

@@ -9,7 +9,7 @@ import pandas as pd
 
 from ..defaults import MAX_GLEANINGS
 from ..progress import Progress
-from ..prompts import load_prompt
+from ..prompts import DEFAULT_PROMPTS, PromptSet
 from ..schema import columns
 from .extraction import ExtractionStats
 from .records import (
@@ -88,8 +88,10 @@ def records_to_claims(unit_id: str, replies: list[str]) -> tuple[list[dict], int
     return claims, dropped
 
 
-def claims_prompt(text: str, entity_specs: tuple[str, ...], claim_description: str) -> str:
-    return load_prompt("extract_claims").format(
+def claims_prompt(
+    text: str, entity_specs: tuple[str, ...], claim_description: str, prompts: PromptSet = DEFAULT_PROMPTS
+) -> str:
+    return prompts["extract_claims"].format(
         entity_specs=", ".join(entity_specs),
         claim_description=claim_description,
         tuple_delimiter=TUPLE_DELIMITER,
@@ -106,16 +108,17 @@ async def extract_claims(
     claim_description: str = DEFAULT_CLAIM_DESCRIPTION,
     max_gleanings: int = MAX_GLEANINGS,
     progress: Progress | None = None,
+    prompts: PromptSet = DEFAULT_PROMPTS,
 ) -> tuple[pd.DataFrame, ExtractionStats]:
-    continue_prompt = load_prompt("extract_claims_continue").format(
+    continue_prompt = prompts["extract_claims_continue"].format(
         tuple_delimiter=TUPLE_DELIMITER, record_delimiter=RECORD_DELIMITER, completion_delimiter=COMPLETION_DELIMITER
     )
-    loop_prompt = load_prompt("gleaning_loop").template
+    loop_prompt = prompts["gleaning_loop"].template
 
     async def one(unit_id: str, text: str):
         replies = await complete_with_gleaning(
             chat,
-            claims_prompt(text, entity_specs, claim_description),
+            claims_prompt(text, entity_specs, claim_description, prompts),
             continue_prompt,
             loop_prompt,
             max_gleanings,

@@ -11,7 +11,7 @@ import pandas as pd
 
 from ..defaults import MAX_GLEANINGS
 from ..progress import Progress
-from ..prompts import load_prompt
+from ..prompts import DEFAULT_PROMPTS, PromptSet
 from .records import (
     COMPLETION_DELIMITER,
     RECORD_DELIMITER,
@@ -150,8 +150,8 @@ def merge_relationships(per_unit: list[tuple[str, list[dict]]]) -> pd.DataFrame:
     )
 
 
-def extraction_prompt(text: str, entity_types: tuple[str, ...]) -> str:
-    return load_prompt("extract_graph").format(
+def extraction_prompt(text: str, entity_types: tuple[str, ...], prompts: PromptSet = DEFAULT_PROMPTS) -> str:
+    return prompts["extract_graph"].format(
         entity_types=",".join(entity_types),
         tuple_delimiter=TUPLE_DELIMITER,
         record_delimiter=RECORD_DELIMITER,
@@ -166,16 +166,22 @@ async def extract_graph(
     entity_types: tuple[str, ...] = DEFAULT_ENTITY_TYPES,
     max_gleanings: int = MAX_GLEANINGS,
     progress: Progress | None = None,
+    prompts: PromptSet = DEFAULT_PROMPTS,
 ) -> tuple[pd.DataFrame, pd.DataFrame, ExtractionStats]:
     """Extract and merge entities and relationships from every text unit, concurrently."""
-    continue_prompt = load_prompt("extract_graph_continue").format(
+    continue_prompt = prompts["extract_graph_continue"].format(
         tuple_delimiter=TUPLE_DELIMITER, record_delimiter=RECORD_DELIMITER, completion_delimiter=COMPLETION_DELIMITER
     )
-    loop_prompt = load_prompt("gleaning_loop").template
+    loop_prompt = prompts["gleaning_loop"].template
 
     async def one(unit_id: str, text: str):
         replies = await complete_with_gleaning(
-            chat, extraction_prompt(text, entity_types), continue_prompt, loop_prompt, max_gleanings, check_graph_reply
+            chat,
+            extraction_prompt(text, entity_types, prompts),
+            continue_prompt,
+            loop_prompt,
+            max_gleanings,
+            check_graph_reply,
         )
         if progress:
             progress.advance(failed=replies is None)

@@ -6,7 +6,7 @@ import asyncio
 from dataclasses import dataclass
 
 from ..ingest.tokens import count_tokens
-from ..prompts import load_prompt
+from ..prompts import DEFAULT_PROMPTS, PromptSet
 from .records import ChatModel, check_free_text
 
 
@@ -32,9 +32,11 @@ def _batches(descriptions: list[str], max_input_tokens: int) -> list[list[str]]:
     return batches
 
 
-def summary_prompt(name: str, descriptions: list[str], max_summary_tokens: int) -> str:
+def summary_prompt(
+    name: str, descriptions: list[str], max_summary_tokens: int, prompts: PromptSet = DEFAULT_PROMPTS
+) -> str:
     # The prompt counts words; a word is about 4/3 tokens, so the reply fits its max_tokens.
-    return load_prompt("summarize_descriptions").format(
+    return prompts["summarize_descriptions"].format(
         entity_name=name,
         description_list="\n".join(f"- {d}" for d in descriptions),
         max_length=max_summary_tokens * 3 // 4,
@@ -42,14 +44,19 @@ def summary_prompt(name: str, descriptions: list[str], max_summary_tokens: int) 
 
 
 async def summarize_one(
-    chat: ChatModel, name: str, descriptions: list[str], max_input_tokens: int, max_summary_tokens: int
+    chat: ChatModel,
+    name: str,
+    descriptions: list[str],
+    max_input_tokens: int,
+    max_summary_tokens: int,
+    prompts: PromptSet = DEFAULT_PROMPTS,
 ) -> str | None:
     """Summaries of batches that fit the context window, each batch carrying the summary so far."""
     summary: str | None = None
     for batch in _batches(descriptions, max_input_tokens):
         listed = ([summary] if summary else []) + batch
         reply = await chat.complete(
-            [{"role": "user", "content": summary_prompt(name, listed, max_summary_tokens)}],
+            [{"role": "user", "content": summary_prompt(name, listed, max_summary_tokens, prompts)}],
             parse=check_free_text,
             max_tokens=max_summary_tokens,
         )
@@ -65,6 +72,7 @@ async def summarize_descriptions(
     max_input_tokens: int = 4000,
     max_summary_tokens: int = 500,
     summarize_above_tokens: int = 500,
+    prompts: PromptSet = DEFAULT_PROMPTS,
 ) -> tuple[list[str], SummaryStats]:
     """One description per item. Descriptions that together fit `summarize_above_tokens` are joined as they
     are, which costs nothing and loses nothing; longer lists get a model-written summary. Without a model
@@ -79,7 +87,11 @@ async def summarize_descriptions(
         if chat is not None and count_tokens(" ".join(descriptions)) <= summarize_above_tokens:
             stats.joined += 1
             return " ".join(descriptions)
-        summary = await summarize_one(chat, name, descriptions, max_input_tokens, max_summary_tokens) if chat else None
+        summary = (
+            await summarize_one(chat, name, descriptions, max_input_tokens, max_summary_tokens, prompts)
+            if chat
+            else None
+        )
         if summary is None:
             stats.failed += chat is not None
             return " ".join(descriptions)
