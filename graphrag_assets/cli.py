@@ -49,6 +49,8 @@ OP_OF_ASSET = {
     "entities": "entity_graph",
     "relationships": "entity_graph",
 }
+# Settings of one run as a whole, given without a step (--set prompts=tuned): the step that holds each.
+RUN_SETTINGS = {"prompts": "index_prompts"}
 
 
 class UserError(Exception):
@@ -131,12 +133,13 @@ def step_settings(config_file: str | None, settings: list[str]) -> dict:
         else:
             ops = {step: dict(value) for step, value in loaded.items()}
     for setting in settings:
-        match = re.fullmatch(r"([\w]+)\.([\w]+)=(.*)", setting, re.DOTALL)
-        if not match:
+        match = re.fullmatch(r"(?:(\w+)\.)?(\w+)=(.*)", setting, re.DOTALL)
+        if not match or not (match.group(1) or match.group(2) in RUN_SETTINGS):
             raise UserError(
                 f"--set {setting!r} is not of the form step.key=value (for example entities.max_gleanings=2)"
             )
         step, key, value = match.groups()
+        step = step or RUN_SETTINGS[key]
         ops.setdefault(step, {})[key] = yaml.safe_load(value) if value else ""
     merged: dict = {}
     for step, values in ops.items():
@@ -385,6 +388,38 @@ def check_level(corpus: str, level: int) -> None:
         raise UserError(f"--level {level} does not exist in corpus {corpus!r}: its levels are {levels[0]}-{levels[-1]}")
 
 
+def tune(corpus: str, run_config: dict, verbose: bool) -> int:
+    """Tune the corpus's prompts, then show what tuning found and how each prompt differs from prompts/."""
+    from .definitions import defs
+    from .method.tuning import prompt_diff
+
+    defs.resources["corpora"].folder(corpus)  # a clear error for a name that is unsafe or has no folder
+    instance = _instance()
+    if not instance.has_dynamic_partition("corpus", corpus):
+        instance.add_dynamic_partitions("corpus", [corpus])
+    result = execute("tune_prompts", corpus, run_config, verbose)
+    if not result.success:
+        print(f"failed: {failure_message(result)}", file=sys.stderr)
+        return 1
+    with open_store() as conn:
+        rows = conn.execute(
+            "SELECT id, template, domain, persona, language, entity_types, examples, derived_by FROM tuned_prompts "
+            "WHERE corpus = ? ORDER BY id",
+            [corpus],
+        ).fetchall()
+    for name, template, *_ in rows:
+        print(prompt_diff(name, template) or f"{name}: as in prompts/{name}.txt")
+    _, _, domain, persona, language, types, examples, derived_by = rows[0]
+    print(f"\ntuned prompts of {corpus} (run {result.run_id}), derived by {derived_by}")
+    print(f"  domain:       {domain or '(needs a model)'}")
+    print(f"  persona:      {persona or '(needs a model)'}")
+    print(f"  language:     {language}")
+    print(f"  entity types: {', '.join(json.loads(types))}")
+    print(f"  examples:     {len(json.loads(examples))} written from the corpus's text")
+    print(f"\nindex with them:  graphrag-assets index --corpus {corpus} --prompts tuned")
+    return 0
+
+
 def evaluate(corpus: str, run_config: dict, verbose: bool) -> int:
     from .definitions import defs
 
@@ -436,7 +471,17 @@ def main(argv: list[str] | None = None) -> int:
         "evaluate", help="the paper's evaluation of an indexed corpus: questions, answers, judgements, win rates"
     )
     evaluate_parser.add_argument("--corpus", default="a-christmas-carol")
-    for sub in (index_parser, ask_parser, evaluate_parser):
+    tune_parser = commands.add_parser(
+        "tune", help="tune a corpus's extraction, claim, summary and report prompts to its text, and show them"
+    )
+    tune_parser.add_argument("--corpus", required=True)
+    index_parser.add_argument(
+        "--prompts",
+        choices=("default", "tuned"),
+        default=None,
+        help="the files in prompts/, or the corpus's tuned prompts (graphrag-assets tune); default: as last time",
+    )
+    for sub in (index_parser, ask_parser, evaluate_parser, tune_parser):
         sub.add_argument("--config", help="YAML file of step settings (Dagster run config, or {step: {key: value}})")
         sub.add_argument(
             "--set",
@@ -454,6 +499,10 @@ def main(argv: list[str] | None = None) -> int:
         run_config = step_settings(args.config, args.set)
         if args.command == "evaluate":
             return evaluate(args.corpus, run_config, args.verbose)
+        if args.command == "tune":
+            return tune(args.corpus, run_config, args.verbose)
+        if getattr(args, "prompts", None):  # index only
+            run_config["ops"].setdefault("index_prompts", {"config": {}})["config"]["prompts"] = args.prompts
         if args.command == "ask":
             return ask(
                 args.corpus,

@@ -9,7 +9,7 @@ import os
 
 import dagster as dg
 
-from .automation.corpora import alias_overrides_sensor, new_corpus_sensor, nightly_reindex
+from .automation.corpora import alias_overrides_sensor, new_corpus_sensor, nightly_reindex, prompt_files_sensor
 from .automation.jobs import (
     evaluate_corpus_job,
     evaluation_assets,
@@ -17,6 +17,8 @@ from .automation.jobs import (
     index_corpus_job,
     query_assets,
     query_jobs,
+    tune_prompts_job,
+    tuning_assets,
 )
 from .automation.runs import abandoned_runs_sensor
 from .resources import STATE_DIR, ChatModelResource, CorporaResource, DuckDBStoreResource, EmbeddingModelResource
@@ -53,9 +55,9 @@ def _endpoint_settings(model_variable: str, default_model: str, base_variable: s
 
 
 defs = dg.Definitions(
-    assets=[*index_assets, *query_assets, *evaluation_assets],
-    jobs=[index_corpus_job, *query_jobs, evaluate_corpus_job],
-    sensors=[new_corpus_sensor, alias_overrides_sensor, abandoned_runs_sensor],
+    assets=[*index_assets, *query_assets, *evaluation_assets, *tuning_assets],
+    jobs=[index_corpus_job, *query_jobs, evaluate_corpus_job, tune_prompts_job],
+    sensors=[new_corpus_sensor, alias_overrides_sensor, prompt_files_sensor, abandoned_runs_sensor],
     schedules=[nightly_reindex],
     resources={
         "duckdb": DuckDBStoreResource(

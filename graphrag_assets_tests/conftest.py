@@ -26,6 +26,7 @@ SAMPLE_CORPUS = "a-christmas-carol"
 INDEX_ASSETS = (
     "documents",
     "base_text_units",
+    "index_prompts",
     "entities",
     "relationships",
     "entity_aliases",

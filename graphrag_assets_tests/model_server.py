@@ -121,10 +121,30 @@ def _between(text: str, start: str, end: str) -> str:
     return head.split(end, 1)[0] if end in head else head
 
 
-def graph_reply(text: str) -> str:
+DEFAULT_TYPES = ["PERSON", "GEO", "ORGANIZATION", "EVENT"]
+
+
+def listed_types(prompt: str) -> list[str]:
+    """The entity types an extraction prompt lists; the default four in a fixed order for the default prompt."""
+    found = re.search(r"^Entity types: (.+)$", prompt, re.MULTILINE)
+    types = [t.strip().upper() for t in found.group(1).split(",")] if found else []
+    return DEFAULT_TYPES if not types or set(types) == set(DEFAULT_TYPES) else types
+
+
+_NOT_KINDS = frozenset("other same first last whole next following former latter".split())
+
+
+def kind_words(text: str) -> list[str]:
+    """Words that follow "the" in the text, most frequent first: what a tuning reply calls the corpus's kinds."""
+    words = (w.lower() for w in re.findall(r"\b[Tt]he ([A-Za-z]{4,})\b", text))
+    counts = Counter(w for w in words if w.capitalize() not in _COMMON and w not in _NOT_KINDS)
+    return [w for w, _ in sorted(counts.items(), key=lambda kv: (-kv[1], kv[0]))]
+
+
+def graph_reply(text: str, types: list[str] = DEFAULT_TYPES) -> str:
     names = names_in(text)
     records = [
-        f'("entity"<|>{n.upper()}<|>{["PERSON", "GEO", "ORGANIZATION", "EVENT"][len(n) % 4]}<|>'
+        f'("entity"<|>{n.upper()}<|>{types[len(n) % len(types)]}<|>'
         f"{n} appears in the text: {_first_sentence_with(text, n)})"
         for n in names
     ]
@@ -136,12 +156,12 @@ def graph_reply(text: str) -> str:
     return "\n##\n".join(records) + "\n<|COMPLETE|>"
 
 
-def gleaning_reply(text: str) -> str:
+def gleaning_reply(text: str, kind: str = "EVENT") -> str:
     extra = [n for n in names_in(text, limit=8)[5:]]
     if not extra:
         return "<|COMPLETE|>"
     return (
-        "\n##\n".join(f'("entity"<|>{n.upper()}<|>EVENT<|>{n} was found on a second look)' for n in extra)
+        "\n##\n".join(f'("entity"<|>{n.upper()}<|>{kind}<|>{n} was found on a second look)' for n in extra)
         + "\n<|COMPLETE|>"
     )
 
@@ -385,6 +405,18 @@ def structured_reply(prompt: str) -> tuple[str, str] | None:
     if "<answer>" in prompt:
         claims = [c.strip() for c in re.split(r"[.;]\s+|,\s+", tagged(prompt, "answer")) if c.strip()]
         return "claims_of_answer", json.dumps({"claims": claims})
+    if '{"domain":' in prompt:  # prompt tuning: the corpus's kinds are the words that follow "the" most often
+        kinds = kind_words(tagged(prompt, "passages")) or ["thing"]
+        profile = {
+            "domain": f"passages about {' and '.join(kinds[:2])}",
+            "persona": f"A reader who follows the {kinds[0]} closely",
+            "language": "English",
+        }
+        return "tune_corpus", json.dumps(profile)
+    if '{"entity_types":' in prompt:
+        most = int(re.search(r"from 2 to (\d+)", prompt).group(1))
+        kinds = kind_words(tagged(prompt, "passages"))[:most]
+        return "tune_entity_types", json.dumps({"entity_types": kinds if len(kinds) >= 2 else ["person", "place"]})
     if '{"personas":' in prompt:
         return "personas", json.dumps({"personas": [f"Reader {i}" for i in range(_count_asked(prompt))]})
     if '{"tasks":' in prompt:
@@ -444,7 +476,9 @@ def chat_reply(messages: list[dict], more_gleaning: bool = False) -> tuple[str, 
     if "Claims to look for:" in first:
         return ("claims_gleaning", "<|COMPLETE|>") if len(messages) > 1 else ("claims", claims_reply(text))
     if "Entity types:" in first or "Entity_types:" in first:  # ours, or another GraphRAG's
-        return ("gleaning", gleaning_reply(text)) if len(messages) > 1 else ("extract", graph_reply(text))
+        if len(messages) > 1:
+            return "gleaning", gleaning_reply(text, listed_types(first)[-1])
+        return "extract", graph_reply(text, listed_types(first))
     evaluated = structured_reply(first)
     if evaluated:
         return evaluated

@@ -37,7 +37,7 @@ EVALUATION_ASSETS = (
 def test_the_asset_graph_is_what_the_readme_describes():
     repository = defs.get_repository_def()
     assert sorted(k.to_user_string() for k in repository.asset_graph.get_all_asset_keys()) == sorted(
-        INDEX_ASSETS + tuple(QUERY) + EVALUATION_ASSETS
+        INDEX_ASSETS + tuple(QUERY) + EVALUATION_ASSETS + ("tuned_prompts",)
     )
     assert sorted((c.asset_key.to_user_string(), c.name) for c in repository.asset_graph.asset_check_keys) == [
         ("communities", "one_community_per_level"),
@@ -50,10 +50,11 @@ def test_the_asset_graph_is_what_the_readme_describes():
         ("text_embeddings", "text_embeddings_complete"),
     ]
     jobs = {j.name for j in repository.get_all_jobs()} - {"__ASSET_JOB"}
-    assert jobs == {"index_corpus", "evaluate_corpus", *(f"ask_{q}" for q in QUERY)}
+    assert jobs == {"index_corpus", "evaluate_corpus", "tune_prompts", *(f"ask_{q}" for q in QUERY)}
     assert {s.name for s in repository.sensor_defs} == {
         "new_corpus_sensor",
         "alias_overrides_sensor",
+        "prompt_files_sensor",
         "abandoned_runs_sensor",
     }
     assert {s.name for s in repository.schedule_defs} == {"nightly_reindex"}

@@ -269,6 +269,17 @@ def test_editing_a_prompt_or_a_setting_marks_exactly_the_dependent_assets_stale(
         {"documents", "base_text_units", "entities", "relationships", "covariates", "communities", "graph_embeddings"}
     )
 
+    # Tuned prompts the index does not use change nothing it built. Choosing them marks stale what is extracted,
+    # summarized and reported with prompts, and nothing before or beside it; tuning again then marks index_prompts.
+    ui.run("tune_prompts")
+    assert {a for a, s in ui.staleness().items() if a in INDEX_ASSETS and s == "STALE"} == set()
+    ui.run("index_corpus", {"ops": {"index_prompts": {"config": {"prompts": "tuned"}}}}, assets=["index_prompts"])
+    # (published_index publishes every index table, index_prompts' own among them)
+    prompted = {"entities", "relationships", "covariates", "community_reports", "published_index"}
+    assert {a for a, s in ui.staleness().items() if a in INDEX_ASSETS and s == "STALE"} == prompted
+    ui.run("tune_prompts", {"ops": {"tuned_prompts": {"config": {"max_entity_types": 4}}}})
+    assert {a for a, s in ui.staleness().items() if a in INDEX_ASSETS and s == "STALE"} == {"index_prompts", *prompted}
+
     # A setting: smaller chunks give base_text_units a new data version; what is built on it is stale.
     ui.run(
         "index_corpus",

@@ -18,7 +18,7 @@ import pandas as pd
 from ..failures import step_failure
 from ..method.imports import GraphRAGOutputError
 from ..method.progress import PROGRESS_TO_TERMINAL, Progress
-from ..method.prompts import prompts_version
+from ..method.prompts import DEFAULT_PROMPTS, PromptSet, prompts_version
 from ..models import Usage
 from ..resources import BATCH_API_TAG, DuckDBStoreResource, EmbeddingModelResource, ModelEndpointResource
 from ..store.batch_ledger import DuckDBBatchLedger
@@ -31,6 +31,7 @@ from ..store.tables import (
     read_tables,
     record_lineage,
     row_count,
+    table_exists,
     write_table,
 )
 
@@ -213,6 +214,15 @@ def index_method(context: dg.AssetExecutionContext, conn: duckdb.DuckDBPyConnect
     if any(step.key == "entity_graph" for step in plan.steps):
         return run.run_config.get("ops", {}).get("entity_graph", {}).get("config", {}).get("method", "standard")
     return (last_settings(conn, "entities", context.partition_key) or {}).get("method", "standard")
+
+
+def index_prompt_set(conn: duckdb.DuckDBPyConnection, corpus: str) -> PromptSet:
+    """The prompts the index_prompts step chose for the corpus (tuned, or its own files, over prompts/); the files in
+    prompts/ in a store from before that step."""
+    if not table_exists(conn, "index_prompts"):
+        return DEFAULT_PROMPTS
+    rows = read_table(conn, "index_prompts", corpus, "source != 'default'")
+    return PromptSet.of(dict(zip(rows["id"], rows["template"])))
 
 
 def previous_output(

@@ -18,6 +18,7 @@ from .common import (
     fail_if_too_many_failed,
     from_graphrag,
     index_method,
+    index_prompt_set,
     markdown_table,
     previous_output,
     publish,
@@ -159,7 +160,7 @@ def one_community_per_level(table: pd.DataFrame) -> dg.AssetCheckResult:
 
 
 @dg.asset(
-    deps=["communities", "entities", "relationships", "covariates", "text_units", "entity_aliases"],
+    deps=["communities", "entities", "relationships", "covariates", "text_units", "entity_aliases", "index_prompts"],
     partitions_def=corpus_partitions,
     group_name="communities",
     code_version=code_version(*REPORT_PROMPTS, *SOURCE_REPORT_PROMPTS),
@@ -187,6 +188,9 @@ def community_reports(
     inputs["entities"], inputs["relationships"] = resolve(
         inputs["entities"], inputs["relationships"], inputs.pop("entity_aliases")
     )
+    inputs.pop("index_prompts")
+    with duckdb.get_connection() as conn:
+        prompts = index_prompt_set(conn, context.partition_key)
     imported = corpora.graphrag_output(context.partition_key)
     if imported:
         reports = from_graphrag(imported, imports.community_reports, inputs["communities"])
@@ -222,6 +226,7 @@ def community_reports(
             batch_size=config.batch_size,
             from_sources=method == "fast",
             progress=step_progress(context, "community reports written", len(inputs["communities"]), client),
+            templates=prompts,
         )
 
     (reports, stats), usage = chat.run(work, batch_ledger(context, duckdb, chat))

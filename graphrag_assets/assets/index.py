@@ -17,8 +17,10 @@ from ..method.graph.tables import link_text_units
 from ..method.ingest.conversion import ARCHIVE_EXPANSION, MB, Limits
 from ..method.ingest.documents import TabularColumns, read_corpus
 from ..method.ingest.text_units import chunk_documents
+from ..method.prompts import CORPUS_PROMPTS_FOLDER
+from ..method.tuning import INDEX_PROMPTS, PromptFileError, index_prompt_rows, prompt_diff
 from ..resources import ChatModelResource, CorporaResource, DuckDBStoreResource
-from ..store.tables import read_table
+from ..store.tables import last_settings, read_table, table_exists
 from .common import (
     MODEL_POOL,
     batch_ledger,
@@ -27,6 +29,7 @@ from .common import (
     fail_if_too_many_failed,
     from_graphrag,
     index_method,
+    index_prompt_set,
     markdown_table,
     publish,
     publish_imported,
@@ -67,6 +70,16 @@ class IngestConfig(dg.Config):
         False,
         description="Keep Project Gutenberg's licence header and footer, found by its '*** START/END OF THE PROJECT "
         "GUTENBERG EBOOK' markers; left out by default so they do not become entities and communities.",
+    )
+
+
+class IndexPromptsConfig(dg.Config):
+    prompts: Literal["last", "default", "tuned"] = Field(
+        "last",
+        description="default: the files in prompts/. tuned: the corpus's tuned_prompts (materialize them first: "
+        "graphrag-assets tune --corpus <name>). last: what the corpus's last index used (default on its first), so "
+        "a nightly re-index keeps the corpus's choice. Either way, a file data/<corpus>/prompts/<name>.txt replaces "
+        "that prompt.",
     )
 
 
@@ -227,18 +240,79 @@ def corpus_documents(
         )
 
 
+@dg.asset(
+    deps=["tuned_prompts"],
+    partitions_def=corpus_partitions,
+    group_name="ingest",
+    code_version=code_version(*INDEX_PROMPTS),
+    kinds={"duckdb"},
+)
+def index_prompts(
+    context: dg.AssetExecutionContext, config: IndexPromptsConfig, corpora: CorporaResource, duckdb: DuckDBStoreResource
+) -> dg.MaterializeResult:
+    """The prompts the corpus's index is built with: the files in prompts/, the corpus's tuned prompts when chosen,
+    and the corpus's own files in data/<corpus>/prompts/ over both. Its version changes when any prompt does, which
+    marks what was extracted, summarized and reported with them stale."""
+    corpus = context.partition_key
+    with duckdb.get_connection() as conn:
+        last = (last_settings(conn, "index_prompts", corpus) or {}).get("prompts", "default")
+        choice = last if config.prompts == "last" else config.prompts
+        tuned = (
+            read_table(conn, "tuned_prompts", corpus)
+            if choice == "tuned" and table_exists(conn, "tuned_prompts")
+            else None
+        )
+    if choice == "tuned" and (tuned is None or tuned.empty):
+        raise step_failure(
+            f"prompts=tuned, but corpus {corpus!r} has no tuned prompts: run `graphrag-assets tune --corpus {corpus}` "
+            "(or materialize tuned_prompts in the prompt_tuning group), then index again",
+            retryable=False,
+        )
+    tuned_templates = dict(zip(tuned["id"], tuned["template"])) if tuned is not None else {}
+    try:
+        rows = pd.DataFrame(
+            index_prompt_rows(tuned_templates, corpora.folder(corpus) / CORPUS_PROMPTS_FOLDER, f"data/{corpus}")
+        )
+    except PromptFileError as problem:
+        raise step_failure(f"{problem}; fix or remove the file and index again", retryable=False) from None
+    replaced = rows[rows["source"] != "default"]
+    diffs = "\n\n".join(
+        f"**{row.id}** ({row.source})\n\n```diff\n{prompt_diff(row.id, row.template)}```"
+        for row in replaced.itertuples(index=False)
+    )
+    tell(context, f"prompts: {choice}" + (f"; replaced: {', '.join(replaced['id'])}" if len(replaced) else ""))
+    with duckdb.get_connection() as conn:
+        return publish(
+            context,
+            conn,
+            "index_prompts",
+            rows,
+            engine="none",
+            settings=IndexPromptsConfig(prompts=choice),
+            metadata={
+                "prompts": choice,
+                "replaced": dg.MetadataValue.md(
+                    markdown_table(replaced, ["id", "source", "sha"], rows=len(replaced)).value
+                    if len(replaced)
+                    else "none: every prompt is the file in prompts/"
+                ),
+                "diff_against_defaults": dg.MetadataValue.md(diffs or "_(no differences)_"),
+            },
+        )
+
+
 @dg.multi_asset(
     specs=[
         dg.AssetSpec(
             "entities",
-            deps=["base_text_units"],
+            deps=["base_text_units", "index_prompts"],
             code_version=code_version(*EXTRACTION_PROMPTS, "summarize_descriptions"),
             kinds={"duckdb"},
             description="Entities merged by exact name, with summarized descriptions.",
         ),
         dg.AssetSpec(
             "relationships",
-            deps=["base_text_units"],
+            deps=["base_text_units", "index_prompts"],
             code_version=code_version(*EXTRACTION_PROMPTS, "summarize_descriptions"),
             kinds={"duckdb"},
             description="Relationships merged by (source, target); weight sums strengths.",
@@ -275,6 +349,7 @@ def entity_graph(
         return
     with duckdb.get_connection() as conn:
         units = read_table(conn, "base_text_units", corpus)
+        prompts = index_prompt_set(conn, corpus)
     concepts = config.method != "standard"  # the noun-phrase graph: no client, so not one request, not even a probe
     options = config.model_dump(
         exclude={"method", "entity_types", "max_failed_unit_fraction", "concept_max_unit_fraction", "concept_phrases"}
@@ -288,6 +363,7 @@ def entity_graph(
             concept_max_unit_fraction=config.concept_max_unit_fraction if concepts else None,
             concept_phrases=config.concept_phrases if concepts else "names",
             progress=step_progress(context, "text units extracted", len(units), client),
+            prompts=prompts,
             **options,
         )
 
@@ -476,7 +552,7 @@ def entity_aliases(
 
 
 @dg.asset(
-    deps=["base_text_units"],
+    deps=["base_text_units", "index_prompts"],
     partitions_def=corpus_partitions,
     group_name="graph",
     code_version=code_version(*CLAIM_PROMPTS),
@@ -518,6 +594,7 @@ def covariates(
             )
     with duckdb.get_connection() as conn:
         units = read_table(conn, "base_text_units", corpus)
+        prompts = index_prompt_set(conn, corpus)
     (claims, stats), usage = chat.run(
         lambda client: extract_claims(
             client,
@@ -526,6 +603,7 @@ def covariates(
             config.claim_description,
             config.max_gleanings,
             step_progress(context, "text units searched for claims", len(units), client),
+            prompts,
         ),
         batch_ledger(context, duckdb, chat),
     )

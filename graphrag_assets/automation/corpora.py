@@ -8,14 +8,21 @@ documents present), and only communities whose context changed get a new report.
 
 import hashlib
 import json
+from collections.abc import Callable
+from pathlib import Path
 
 import dagster as dg
 
 from ..assets.common import corpus_partitions
 from ..method.graph.aliases import OVERRIDES_FILE
+from ..method.prompts import CORPUS_PROMPTS_FOLDER
 from ..resources import CorporaResource
 from .jobs import index_assets, index_corpus_job
 
+# What a change to a corpus's prompt files touches: everything built with a prompt, and all that follows.
+PROMPTED_ASSETS = sorted(
+    dg.AssetSelection.assets("index_prompts").downstream().resolve(index_assets), key=lambda k: k.to_user_string()
+)
 # What a change to a corpus's aliases.csv touches: the aliases and everything built on the resolved graph.
 RESOLVED_GRAPH_ASSETS = sorted(
     dg.AssetSelection.assets("entity_aliases").downstream().resolve(index_assets), key=lambda k: k.to_user_string()
@@ -64,6 +71,49 @@ def nightly_reindex(context: dg.ScheduleEvaluationContext, corpora: CorporaResou
     return [dg.RunRequest(partition_key=name, run_key=f"nightly-{name}-{day}") for name in names]
 
 
+def _reruns_of_changed(
+    context: dg.SensorEvaluationContext,
+    corpora: CorporaResource,
+    digest_of: Callable[[Path], str],
+    what: str,
+    label: str,
+    selection: list[dg.AssetKey],
+) -> list[dg.RunRequest] | dg.SkipReason:
+    """A run of `selection` (run key `label-corpus-digest`) for each registered corpus whose digest of `what`
+    (digest_of(folder); "" when absent) changed since the sensor's last look, which its cursor keeps."""
+    seen = json.loads(context.cursor) if context.cursor else {}
+    present = set(corpora.names())
+    current = {
+        name: digest_of(corpora.folder(name))
+        for name in sorted(n for n in context.instance.get_dynamic_partitions(corpus_partitions.name) if n in present)
+    }
+    context.update_cursor(json.dumps(current, sort_keys=True))
+    changed = [name for name, digest in current.items() if seen.get(name, "") != digest]
+    if not changed:
+        return dg.SkipReason(f"no {what} changed in {len(current)} corpora")
+    return [
+        dg.RunRequest(
+            partition_key=name,
+            run_key=f"{label}-{name}-{current[name] or 'removed'}",
+            asset_selection=selection,
+        )
+        for name in changed
+    ]
+
+
+def _aliases_digest(folder: Path) -> str:
+    path = folder / OVERRIDES_FILE
+    return hashlib.sha256(path.read_bytes()).hexdigest()[:16] if path.is_file() else ""
+
+
+def _prompt_files_digest(folder: Path) -> str:
+    files = sorted((folder / CORPUS_PROMPTS_FOLDER).glob("*.txt"))
+    digest = hashlib.sha256()
+    for path in files:
+        digest.update(path.name.encode() + b"\0" + path.read_bytes() + b"\0")
+    return digest.hexdigest()[:16] if files else ""
+
+
 @dg.sensor(
     job=index_corpus_job,
     minimum_interval_seconds=30,
@@ -72,21 +122,16 @@ def nightly_reindex(context: dg.ScheduleEvaluationContext, corpora: CorporaResou
     "on it (communities, reports, embeddings, layouts, exports) for that corpus.",
 )
 def alias_overrides_sensor(context: dg.SensorEvaluationContext, corpora: CorporaResource):
-    seen = json.loads(context.cursor) if context.cursor else {}
-    present = set(corpora.names())
-    current = {}
-    for name in sorted(n for n in context.instance.get_dynamic_partitions(corpus_partitions.name) if n in present):
-        path = corpora.folder(name) / OVERRIDES_FILE
-        current[name] = hashlib.sha256(path.read_bytes()).hexdigest()[:16] if path.is_file() else ""
-    changed = [name for name, digest in current.items() if seen.get(name, "") != digest]
-    context.update_cursor(json.dumps(current, sort_keys=True))
-    if not changed:
-        return dg.SkipReason(f"no {OVERRIDES_FILE} changed in {len(current)} corpora")
-    return [
-        dg.RunRequest(
-            partition_key=name,
-            run_key=f"aliases-{name}-{current[name] or 'removed'}",
-            asset_selection=RESOLVED_GRAPH_ASSETS,
-        )
-        for name in changed
-    ]
+    return _reruns_of_changed(context, corpora, _aliases_digest, OVERRIDES_FILE, "aliases", RESOLVED_GRAPH_ASSETS)
+
+
+@dg.sensor(
+    job=index_corpus_job,
+    minimum_interval_seconds=30,
+    default_status=dg.DefaultSensorStatus.RUNNING,
+    description="When a prompt file in a corpus's prompts/ folder is added, edited or removed, re-runs index_prompts "
+    "and what is built with the prompts (the graph, claims, reports and all after them) for that corpus; "
+    "model calls whose prompt did not change are answered from the cache.",
+)
+def prompt_files_sensor(context: dg.SensorEvaluationContext, corpora: CorporaResource):
+    return _reruns_of_changed(context, corpora, _prompt_files_digest, "prompt file", "prompts", PROMPTED_ASSETS)

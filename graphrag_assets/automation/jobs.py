@@ -1,13 +1,14 @@
-"""Jobs: index one corpus, one job per query method, and the paper's evaluation of one corpus."""
+"""Jobs: index one corpus, one job per query method, the paper's evaluation of one corpus, and tuning its prompts."""
 
 import dagster as dg
 
-from ..assets import communities, embeddings, evaluation, exports, index, publication, query
+from ..assets import communities, embeddings, evaluation, exports, index, publication, query, tuning
 from ..assets.common import corpus_partitions
 
 index_assets = dg.load_assets_from_modules([index, communities, embeddings, exports, publication])
 query_assets = dg.load_assets_from_modules([query])
 evaluation_assets = dg.load_assets_from_modules([evaluation])
+tuning_assets = dg.load_assets_from_modules([tuning])
 
 index_corpus_job = dg.define_asset_job(
     "index_corpus",
@@ -39,4 +40,13 @@ evaluate_corpus_job = dg.define_asset_job(
     "answers under C0-C3, TS, SS and lazy search, pairwise judgements, win rates, claim metrics, and scores against "
     "the questions' assertions. Each step says its model calls before making them.",
     tags={"dagster/max_runtime": str(12 * 3600)},
+)
+
+tune_prompts_job = dg.define_asset_job(
+    "tune_prompts",
+    selection=dg.AssetSelection.groups(tuning.GROUP),
+    partitions_def=corpus_partitions,
+    description="Tune one corpus's extraction, claim, summary and report prompts from a sample of its text; an index "
+    "uses them when index_prompts is set to prompts=tuned.",
+    tags={"dagster/max_runtime": "1800"},
 )

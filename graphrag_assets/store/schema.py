@@ -26,6 +26,26 @@ TABLES: dict[str, dict[str, str]] = {
         "run_id": "VARCHAR",
         "created_at": "TIMESTAMP",
     },
+    # Prompts: the ones tuning wrote for a corpus, and the ones its index was built with.
+    "tuned_prompts": {
+        "id": "VARCHAR",  # the prompt's name: extract_graph, community_report, ...
+        "template": "VARCHAR",
+        "sha": "VARCHAR",
+        "default_sha": "VARCHAR",  # the file in prompts/ it was written from
+        "domain": "VARCHAR",
+        "persona": "VARCHAR",
+        "language": "VARCHAR",
+        "entity_types": "JSON",
+        "examples": "JSON",  # [{text_unit_id, excerpt, records}]: the extraction examples written from the corpus
+        "sampled_text_unit_ids": "JSON",
+        "derived_by": "VARCHAR",  # "model", or how the offline rule found the types
+    },
+    "index_prompts": {
+        "id": "VARCHAR",  # the prompt's name
+        "template": "VARCHAR",
+        "sha": "VARCHAR",
+        "source": "VARCHAR",  # "default" (prompts/), "tuned" (tuned_prompts) or the corpus's own file
+    },
     # The paper's evaluation: questions, answers per condition, pairwise judgements, and what follows from them.
     "evaluation_questions": {
         "id": "VARCHAR",

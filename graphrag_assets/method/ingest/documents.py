@@ -20,6 +20,7 @@ import pandas as pd
 import pyarrow.parquet as pq
 
 from ..graph.aliases import OVERRIDES_FILE
+from ..prompts import CORPUS_PROMPTS_FOLDER
 from ..question_files import QUESTIONS_FOLDER
 from ..schema import columns
 from .conversion import CONVERSION_VERSION, CONVERTED_SUFFIXES, MB, ConversionError, Limits, convert_file, headings
@@ -235,7 +236,8 @@ def read_corpus(
             continue
         if relative == OVERRIDES_FILE:  # the user's alias decisions, read by the entity_aliases asset
             continue
-        if path.relative_to(root).parts[0] == QUESTIONS_FOLDER:  # evaluation questions, not documents
+        parts = path.relative_to(root).parts
+        if len(parts) > 1 and parts[0] in (QUESTIONS_FOLDER, CORPUS_PROMPTS_FOLDER):  # questions and prompts: no text
             continue
         suffix = path.suffix.lower()
         counts = result.files.setdefault(suffix or "(none)", Counter())
