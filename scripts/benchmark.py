@@ -14,6 +14,7 @@ measured in the same run.
     .venv/bin/python scripts/benchmark.py methods [--documents 40]
     .venv/bin/python scripts/benchmark.py batch [--delay 10] [--poll 1] [--latency 0.05]
     .venv/bin/python scripts/benchmark.py limits [--documents 30] [--rpm 10000] [--tpm 2000000]
+    .venv/bin/python scripts/benchmark.py tuning [--documents 30]
 
 models: the model-calling part of the index of the sample corpus (extraction, claims, reports) against
   the test model server, concurrent (the
@@ -34,6 +35,7 @@ methods: what the standard, fast and lazy index methods cost on the sample: see 
 batch: the index through the Batch API next to one request at a time: see batch_benchmark.py.
 limits: a high rate limit used by the derived ceiling on requests in flight, next to a fixed 64: see
   limits_benchmark.py.
+tuning: a corpus of another domain indexed with default and with tuned prompts: see tuning_benchmark.py.
 graph: each non-model step (communities, node2vec, UMAP, offline text embeddings) on the sample
   corpus graph and on a synthetic graph the size of the paper's podcast graph, each in a fresh
   process for its peak memory; baseline: the bare library call on the same input.
@@ -326,6 +328,8 @@ def main() -> None:
     limits.add_argument("--tpm", type=int, default=2_000_000)
     limits.add_argument("--latency", type=float, default=0.4, help="seconds per request")
     limits.add_argument("--token-latency", type=float, default=0.03, help="and per completion token")
+    tuning = commands.add_parser("tuning", help="a contracts corpus indexed with default and with tuned prompts")
+    tuning.add_argument("--documents", type=int, default=30, help="fictional supply agreements")
     growth = commands.add_parser("growth", help="every offline step's wall time at 5 and 50 MB, against n log n")
     growth.add_argument("--sizes", type=int, nargs=2, default=[5, 50], help="megabytes of the two text files")
     compare = commands.add_parser("compare", help="this project next to nano-graphrag 0.0.8.2 on one endpoint")
@@ -391,6 +395,10 @@ def main() -> None:
         from batch_benchmark import batch_benchmark
 
         batch_benchmark(args)
+    elif args.command == "tuning":
+        from tuning_benchmark import tuning_benchmark
+
+        tuning_benchmark(args)
     elif args.command == "methods":
         from methods_benchmark import methods_benchmark
 
