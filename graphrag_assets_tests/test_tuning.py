@@ -180,6 +180,7 @@ def test_replies_that_do_not_answer_the_tuning_prompts_are_refused():
         f'("entity"{R}BEXLEY GRAIN{R}COMPANY{R}A miller)<|COMPLETE|>',  # a name the text does not hold
         good + f'("relationship"{R}HARROW MILLS{R}FLOUR{R}sells{R}5)<|COMPLETE|>',  # FLOUR is no entity
         good,  # cut off: no completion marker
+        f'("entity"{R}HARROW MILLS{R}COMPANY{R}Sells {{input_text}})<|COMPLETE|>',  # a field the prompt fills in
     ):
         with pytest.raises(InvalidReply):
             check(wrong)

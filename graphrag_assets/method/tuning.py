@@ -45,6 +45,8 @@ OFFLINE = "offline"
 _JSON_REPLY = {"response_format": {"type": "json_object"}}
 _TYPE = re.compile(r"[^\W\d_][^\W\d_ '&/-]*(?:[ '&/-][^\W\d_]+)*")
 _PLACEHOLDER = re.compile(r"\{(\w+)\}")
+# What the index fills in when it sends the tuned extraction prompt.
+_RUNTIME_FIELDS = {"tuple_delimiter", "record_delimiter", "completion_delimiter", "input_text", "entity_types"}
 # Placeholders a corpus's own prompt may write out instead of keeping (its delimiters, types, lengths).
 _WRITABLE_OUT = {
     "tuple_delimiter",
@@ -200,7 +202,12 @@ def example_records(text: str, entity_types: list[str]):
         stray = [f"{r['source']} -> {r['target']}" for r in relationships if not {r["source"], r["target"]} <= names]
         if stray:
             raise InvalidReply(f"the example relates names that are none of its entities: {stray[:3]}")
-        return render_records(entities, relationships)
+        rendered = render_records(entities, relationships)
+        fields = sorted(set(_PLACEHOLDER.findall(text + rendered)) & _RUNTIME_FIELDS)
+        if fields:  # the index would fill them in inside the example
+            named = ", ".join("{" + f + "}" for f in fields)
+            raise InvalidReply(f"the example holds {named}, which the prompt fills in")
+        return rendered
 
     return parse
 
