@@ -14,6 +14,7 @@ from graphrag_assets.method.graph.records import check_free_text
 from graphrag_assets.method.graph.summaries import summary_prompt
 from graphrag_assets.method.ingest.tokens import count_tokens
 from graphrag_assets.models import EndpointError, ModelClient, ModelSettings
+from graphrag_assets.models.budgets import Budget
 from graphrag_assets.models.pacing import AdaptiveConcurrency
 from graphrag_assets_tests.model_server import REFUSAL, FakeOpenAIServer, Faults, claims_reply, tagged
 
@@ -511,3 +512,15 @@ def test_a_high_announced_limit_is_used_beyond_64_requests_in_flight_without_a_4
         peak = server.max_in_flight
     assert all(answers) and usage.rate_limited == 0
     assert peak > 64 and usage.peak_concurrency > 64
+
+
+def test_a_large_token_budget_counts_what_was_spent_not_whole_blocks_per_request():
+    """A 2M-token budget counts in blocks of 200 tokens; 300-token replies counted as two blocks each used to make
+    it spend a quarter less than the endpoint allowed. What a cost leaves over a block is carried to the next."""
+    tokens = Budget("test|carry", 2_000_000, 60)
+    for _ in range(1000):
+        tokens.count(300)
+    assert tokens.spent() == 300_000
+    for _ in range(999):
+        asyncio.run(tokens.spend(1_250))
+    assert 300_000 + 999 * 1_250 - tokens.block < tokens.spent() <= 300_000 + 999 * 1_250
