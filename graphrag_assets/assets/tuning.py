@@ -11,7 +11,7 @@ from pydantic import Field
 from ..failures import step_failure
 from ..method import defaults
 from ..method.embeddings.text import LocalEmbedder, embed_with_model
-from ..method.ingest.documents import TabularColumns, read_corpus
+from ..method.ingest.documents import read_corpus
 from ..method.ingest.text_units import chunk_documents
 from ..method.prompts import Prompt, load_prompt
 from ..method.tuning import (
@@ -49,7 +49,7 @@ class TuningConfig(dg.Config):
 def corpus_text_units(corpora: CorporaResource, corpus: str) -> pd.DataFrame:
     """The corpus's text units as a default index cuts them (same ids), read from its folder: tuning needs no index."""
     with corpora.conversion_cache() as conversions:
-        read = read_corpus(corpora.folder(corpus), TabularColumns("text", "title", ()), conversions=conversions)
+        read = read_corpus(corpora.folder(corpus), conversions=conversions)
     if read.documents.empty:
         raise step_failure(f"corpus folder {corpora.folder(corpus)} has no readable documents", retryable=False)
     units, _ = chunk_documents(read.documents, defaults.CHUNK_SIZE, defaults.CHUNK_OVERLAP)
