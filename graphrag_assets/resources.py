@@ -173,6 +173,11 @@ class ModelEndpointResource(dg.ConfigurableResource):
         None, description="Fail a step whose model calls take longer than this; replies so far stay cached."
     )
     cache_dir: str | None = ModelSettings.cache_dir
+    rate_limits_file: str | None = Field(
+        f"{STATE_DIR}/rate-limits.sqlite",
+        description="Where the processes on this machine (a run's steps, concurrent runs) count what they spent of "
+        "each endpoint's limits, so that together they stay within them (None: each process counts its own).",
+    )
     prompt_price_per_million: float = 0.0
     completion_price_per_million: float = 0.0
     batch_api: bool = Field(

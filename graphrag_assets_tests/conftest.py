@@ -63,12 +63,18 @@ def chat_resource(base_url: str | None, cache_dir: Path, **overrides) -> ChatMod
     return ChatModelResource(
         base_url=base_url,
         cache_dir=str(cache_dir),
+        rate_limits_file=str(cache_dir.parent / "rate-limits.sqlite"),
         **{"max_retries": 4, "timeout_seconds": 10, **overrides},
     )
 
 
 def embedding_resource(base_url: str | None, cache_dir: Path, **overrides) -> EmbeddingModelResource:
-    return EmbeddingModelResource(base_url=base_url, cache_dir=str(cache_dir), **overrides)
+    return EmbeddingModelResource(
+        base_url=base_url,
+        cache_dir=str(cache_dir),
+        rate_limits_file=str(cache_dir.parent / "rate-limits.sqlite"),
+        **overrides,
+    )
 
 
 class Workspace:
@@ -152,6 +158,7 @@ class Workspace:
         return {
             "GRAPHRAG_DUCKDB": str(self.database),
             "GRAPHRAG_CACHE_DIR": str(self.cache),
+            "GRAPHRAG_RATE_LIMITS_FILE": str(self.root / "rate-limits.sqlite"),
             "GRAPHRAG_DATA_DIR": str(self.data),
             **({"GRAPHRAG_API_BASE": base_url} if base_url else {}),
             **more,

@@ -1,6 +1,7 @@
 """The model client against a real HTTP server: limits, retries, timeouts, checked replies, cache, usage, secrets."""
 
 import asyncio
+import multiprocessing
 import re
 import time
 
@@ -14,7 +15,7 @@ from graphrag_assets.method.graph.records import check_free_text
 from graphrag_assets.method.graph.summaries import summary_prompt
 from graphrag_assets.method.ingest.tokens import count_tokens
 from graphrag_assets.models import EndpointError, ModelClient, ModelSettings
-from graphrag_assets.models.budgets import Budget
+from graphrag_assets.models.budgets import Budget, ledger
 from graphrag_assets.models.pacing import AdaptiveConcurrency
 from graphrag_assets_tests.model_server import REFUSAL, FakeOpenAIServer, Faults, claims_reply, tagged
 
@@ -199,6 +200,21 @@ def test_a_429_while_requests_wait_for_the_announced_budget_does_not_halve_concu
     now += 10.0  # a round trip with no wait for the budget
     concurrency.rate_limited()
     assert concurrency.limit == 150
+
+
+def test_after_waiting_for_the_shared_budget_concurrency_still_follows_the_room_the_limits_leave():
+    """Extraction and claims share the endpoint's minute, so each waits for the budget; when claims finish, the
+    room left to extraction doubles, and it must take it at once, not grow into it by one per round trip."""
+    concurrency = AdaptiveConcurrency(start=8, ceiling=None)
+    concurrency.in_flight = 8
+    concurrency.succeeded(seconds=5.0, completion_tokens=100, room=150)
+    assert concurrency.limit == 150
+    concurrency.constrained()  # a request waited for the budget the two steps share
+    concurrency.in_flight = 150
+    concurrency.succeeded(seconds=5.0, completion_tokens=100, room=300)  # the other step has finished
+    assert concurrency.limit == 300
+    concurrency.rate_limited()  # a 429 while the budget binds is not the endpoint taking less than we send
+    assert concurrency.limit == 300
 
 
 def test_a_reply_wakes_only_as_many_queued_requests_as_there_are_free_slots():
@@ -514,13 +530,37 @@ def test_a_high_announced_limit_is_used_beyond_64_requests_in_flight_without_a_4
     assert peak > 64 and usage.peak_concurrency > 64
 
 
-def test_a_large_token_budget_counts_what_was_spent_not_whole_blocks_per_request():
-    """A 2M-token budget counts in blocks of 200 tokens; 300-token replies counted as two blocks each used to make
-    it spend a quarter less than the endpoint allowed. What a cost leaves over a block is carried to the next."""
-    tokens = Budget("test|carry", 2_000_000, 60)
+def test_a_large_token_budget_counts_exactly_what_was_spent(tmp_path):
+    """Counted in blocks, 300-token replies once made a 2M-token budget spend a quarter less than it allowed."""
+    tokens = Budget("test|exact", 2_000_000, 60, ledger(str(tmp_path / "limits.sqlite")))
     for _ in range(1000):
         tokens.count(300)
-    assert tokens.spent() == 300_000
     for _ in range(999):
         asyncio.run(tokens.spend(1_250))
-    assert 300_000 + 999 * 1_250 - tokens.block < tokens.spent() <= 300_000 + 999 * 1_250
+    assert tokens.spent() == 300_000 + 999 * 1_250
+    tokens.catch_up(1_000_000)  # the endpoint says it counted less than we did: nothing to add
+    tokens.catch_up(1_600_000)
+    assert tokens.spent() == 1_600_000
+    tokens.count(500_000)  # what does not fit is dropped
+    assert tokens.spent() == 2_000_000
+
+
+def _spend_in_another_process(path: str, units: int) -> None:
+    Budget("test|shared", 100, 60, ledger(path)).count(units)
+
+
+def test_processes_on_one_machine_spend_one_budget(tmp_path):
+    """A run launched from the UI runs each step in a process of its own: what one step spent of an endpoint's
+    limit must hold back the other, or the two together exceed it (and each counts the other's spending late)."""
+    path = str(tmp_path / "limits.sqlite")
+    process = multiprocessing.get_context("spawn").Process(target=_spend_in_another_process, args=(path, 80))
+    process.start()
+    process.join(60)
+    assert process.exitcode == 0
+    here = Budget("test|shared", 100, 60, ledger(path))
+    assert here.spent() == 80
+    assert asyncio.run(asyncio.wait_for(here.spend(20), 5)) is False  # fits: counted at once
+    with pytest.raises(TimeoutError):  # the window is full until the other process's units leave it
+        asyncio.run(asyncio.wait_for(here.spend(1), 2))
+    alone = Budget("test|shared", 100, 60, ledger(None))  # a budget of this process alone knows nothing of them
+    assert alone.spent() == 0

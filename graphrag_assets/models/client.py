@@ -2,7 +2,7 @@
 
 - pacing: the endpoint's own rate-limit headers and a concurrency that adapts to its replies (pacing.py),
   and, when configured, requests-per-minute and tokens-per-minute budgets counted over a moving minute
-  and shared by the process (budgets.py);
+  and shared by the processes on the machine (budgets.py);
 - retries with exponential backoff on 429, 5xx, timeouts and dropped connections,
   honouring Retry-After (tenacity); the openai client's own retries are off so every
   attempt is counted here;
@@ -77,6 +77,8 @@ class ModelSettings:
     requests_per_minute: int | None = None  # None: pace to the endpoint's x-ratelimit headers and 429s alone
     tokens_per_minute: int | None = None
     rate_window_seconds: float = 60.0  # the window the endpoint counts its limits over (a minute, for all we know)
+    # Where every process on the machine counts what it spent of each endpoint's limits (None: this process only)
+    rate_limits_file: str | None = None
     max_retries: int = 6
     invalid_reply_retries: int = 2  # re-asks after a reply that does not parse: once as it was, then corrected
     circuit_breaker_failures: int = 5  # consecutive connection failures or timeouts that stop the client
@@ -256,10 +258,10 @@ class ModelClient:
             ceiling=settings.max_concurrency,
             adaptive=settings.adaptive_concurrency,
         )
-        endpoint, window = settings.base_url or "", settings.rate_window_seconds
-        self._pace = endpoint_pace(endpoint, settings.model, window)
-        self._requests = budget(endpoint, settings.model, "requests", settings.requests_per_minute, window)
-        self._tokens = budget(endpoint, settings.model, "tokens", settings.tokens_per_minute, window)
+        endpoint, window, shared = settings.base_url or "", settings.rate_window_seconds, settings.rate_limits_file
+        self._pace = endpoint_pace(endpoint, settings.model, window, shared)
+        self._requests = budget(endpoint, settings.model, "requests", settings.requests_per_minute, window, shared)
+        self._tokens = budget(endpoint, settings.model, "tokens", settings.tokens_per_minute, window, shared)
         self._configured_limits = {
             unit: amount / window
             for unit, amount in (("requests", settings.requests_per_minute), ("tokens", settings.tokens_per_minute))

@@ -26,18 +26,20 @@ import time
 from collections import deque
 from collections.abc import Mapping
 
-from .budgets import Budget
+from .budgets import Budget, ledger
 
 _lock = threading.Lock()
 _paces: dict[tuple, EndpointPace] = {}
 
 
 class EndpointPace:
-    """The limits one endpoint and model announce, as budgets shared by every client of them in the process."""
+    """The limits one endpoint and model announce, as budgets shared by every client of them: in the process, and
+    through `shared_file` by the other processes on the machine (a UI-launched run's steps, other runs)."""
 
-    def __init__(self, name: str, window_seconds: float):
+    def __init__(self, name: str, window_seconds: float, shared_file: str | None = None):
         self._name = name
         self._window = window_seconds
+        self._ledger = ledger(shared_file)
         self._budgets: dict[str, Budget] = {}
         self._lock = threading.Lock()
 
@@ -71,19 +73,19 @@ class EndpointPace:
             with self._lock:
                 budget = self._budgets.get(unit)
                 if budget is None or budget.amount != limit:
-                    budget = Budget(f"{self._name}|announced {unit}", limit, self._window)
+                    budget = Budget(f"{self._name}|announced {unit}", limit, self._window, self._ledger)
                     self._budgets[unit] = budget
             remaining = _number(headers.get(f"x-ratelimit-remaining-{unit}"))
             if remaining is not None:
                 budget.catch_up(limit - remaining)
 
 
-def endpoint_pace(endpoint: str, model: str, window_seconds: float) -> EndpointPace:
+def endpoint_pace(endpoint: str, model: str, window_seconds: float, shared_file: str | None = None) -> EndpointPace:
     """The process-wide record of what one endpoint and model announced of their limits."""
     with _lock:
-        key = (endpoint, model, window_seconds)
+        key = (endpoint, model, window_seconds, shared_file)
         if key not in _paces:
-            _paces[key] = EndpointPace("|".join(map(str, key)), window_seconds)
+            _paces[key] = EndpointPace("|".join(map(str, key[:3])), window_seconds, shared_file)
         return _paces[key]
 
 
@@ -114,8 +116,11 @@ class AdaptiveConcurrency:
     `ceiling=None` derives it from the endpoint's announced limits and its latency (`succeeded(room=...)`). While
     the limits leave room and nothing has said otherwise, the size goes straight to that room when a reply comes
     with every slot in use: at 5 s a reply, growing by one per round trip from 8 to 200 would take a quarter of an
-    hour, and doubling per round trip half a minute of every step. A 429, a climbing latency or a wait on the
-    announced budget ends that for good; the announced budgets still hold each request to what fits.
+    hour, and doubling per round trip half a minute of every step. A 429 or a climbing latency ends that for good.
+    A wait on the announced budget does not: the budget, shared by every process on the machine (budgets.py), holds
+    each request to what fits, and once a step running beside this one finishes, the room it leaves is used at
+    once. When a wait ended it, the step left alone grew back by one per round trip and used two thirds of the
+    limit for a minute (benchmark.py limits).
     """
 
     def __init__(self, start: int, ceiling: int | None, adaptive: bool = True, clock=time.monotonic):
@@ -180,7 +185,6 @@ class AdaptiveConcurrency:
 
     def constrained(self) -> None:
         """A request waited for the announced budget: the limit, not the requests in flight, is what binds now."""
-        self._starting = False
         self._budget_bound_at = self._clock()
 
     def rate_limited(self) -> None:
@@ -191,7 +195,7 @@ class AdaptiveConcurrency:
         if not self.adaptive:
             return
         if self._clock() - self._budget_bound_at <= max(self._last_seconds, 1.0):
-            return  # constrained() has already ended the fast start
+            return
         self._decrease(0.5)
 
     def _decrease(self, factor: float) -> None:
