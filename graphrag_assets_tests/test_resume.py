@@ -136,8 +136,10 @@ def test_a_dead_endpoint_fails_the_step_fast_and_retries_only_what_time_can_fix(
     failure = result.get_step_failure_events()[0]
     assert words in failure.step_failure_data.user_failure_data.description
     assert server.base_url in failure.step_failure_data.user_failure_data.description
-    assert elapsed < 2 * 2 + 2 * run_start  # under twice the request timeout, plus a run's start as measured here
-    assert requests <= 2  # the probe, not one request per text unit
+    # Two request timeouts, with one more to spare on a busy machine, and a run's start as measured here: not one
+    # timeout per text unit (that is also why the endpoint saw no more than the probe).
+    assert elapsed < 3 * 2 + 2 * run_start
+    assert requests <= 2
     tags = result.dagster_run.tags
     assert (NO_RUN_RETRY_TAG not in tags) == retried
 
