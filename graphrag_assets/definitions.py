@@ -26,7 +26,6 @@ from .resources import STATE_DIR, ChatModelResource, CorporaResource, DuckDBStor
 DATABASE = os.getenv("GRAPHRAG_DUCKDB", f"{STATE_DIR}/graphrag.duckdb")  # or ducklake:<catalog>: store/connection.py
 DUCKLAKE_DATA_PATH = os.getenv("GRAPHRAG_DUCKLAKE_DATA_PATH")
 CACHE_DIR = os.getenv("GRAPHRAG_CACHE_DIR", f"{STATE_DIR}/cache")
-RATE_LIMITS_FILE = os.getenv("GRAPHRAG_RATE_LIMITS_FILE", f"{STATE_DIR}/rate-limits.sqlite")
 
 
 # Optional settings from the environment; what is unset keeps the resource's default.
@@ -35,6 +34,7 @@ _OPTIONAL_SETTINGS = {
     "max_concurrency": ("GRAPHRAG_MAX_CONCURRENCY", int),
     "requests_per_minute": ("GRAPHRAG_RPM", int),
     "tokens_per_minute": ("GRAPHRAG_TPM", int),
+    "rate_limits_file": ("GRAPHRAG_RATE_LIMITS_FILE", str),
     "timeout_seconds": ("GRAPHRAG_TIMEOUT_SECONDS", float),
     "batch_api": ("GRAPHRAG_BATCH_API", lambda value: value.strip().lower() in ("1", "true", "yes", "on")),
 }
@@ -47,7 +47,6 @@ def _endpoint_settings(model_variable: str, default_model: str, base_variable: s
         api_key=dg.EnvVar("GRAPHRAG_API_KEY") if os.getenv("GRAPHRAG_API_KEY") else None,
         model=os.getenv(model_variable, default_model),
         cache_dir=CACHE_DIR,
-        rate_limits_file=RATE_LIMITS_FILE,
         **{
             field: kind(os.environ[variable])
             for field, (variable, kind) in _OPTIONAL_SETTINGS.items()
