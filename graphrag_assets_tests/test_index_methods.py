@@ -115,26 +115,32 @@ def test_the_noun_phrase_chunker_finds_common_concepts_and_leaves_generic_nouns_
     sentence = "The old miser Ebenezer Scrooge kept nothing in his counting-house, and the clerk warmed his hands."
     # "nothing" is left out; the tagger's lexicon does not know "counting-house" and takes it for an adjective.
     assert noun_phrases(sentence) == ["old miser Ebenezer Scrooge", "clerk", "hands"]
+    # The concept graph's phrases name something particular: a lone common noun does not.
+    assert noun_phrases(sentence, particular_only=True) == ["old miser Ebenezer Scrooge"]
+    assert noun_phrases("Scrooge sat by a well-kept fire.", particular_only=True) == ["Scrooge", "well-kept fire"]
     units = pd.DataFrame(
         {
             "id": ["u1", "u2"],
             "text": [
-                "The clerk warmed his cold hands at the candle. The clerk had a small fire.",
-                "Scrooge watched the clerk and the small fire. Nothing was warm in the counting-house.",
+                "The head clerk warmed his cold hands. The head clerk had a small fire. The fire crackled.",
+                "Scrooge watched the head clerk and the small fire. The fire was out. Nothing was warm in the house.",
             ],
         }
     )
     entities, relationships = extract_concept_graph(units, min_mentions=2)
-    assert set(entities["title"]) == {"CLERK", "SMALL FIRE"}  # mentioned twice; "nothing" names nothing
-    assert relationships[["source", "target"]].values.tolist() == [["CLERK", "SMALL FIRE"]]
+    # Mentioned twice: "fire" too, but alone it names no particular thing; "nothing" names nothing.
+    assert set(entities["title"]) == {"HEAD CLERK", "SMALL FIRE"}
+    assert relationships[["source", "target"]].values.tolist() == [["HEAD CLERK", "SMALL FIRE"]]
     assert relationships["weight"].tolist() == [2.0]  # two sentences share them
 
 
 def test_a_lazy_index_of_noun_phrases_is_chosen_at_launch(workspace):
     folder = workspace.data / "office"
     folder.mkdir()
-    (folder / "a.txt").write_text("The clerk warmed his cold hands at the candle. The clerk had a small fire.")
-    (folder / "b.txt").write_text("Scrooge watched the clerk and the small fire. The small fire went out.")
+    (folder / "a.txt").write_text(
+        "The head clerk warmed his cold hands at the candle. The head clerk had a small fire."
+    )
+    (folder / "b.txt").write_text("Scrooge watched the head clerk and the small fire. The small fire went out.")
     graph = {"method": "lazy", "concept_phrases": "noun_phrases"}
     result = workspace.materialize(
         "office",
@@ -143,7 +149,7 @@ def test_a_lazy_index_of_noun_phrases_is_chosen_at_launch(workspace):
     )
     assert materialization_metadata(result, "entities")["engine"] == "nlp (lazy method)"
     titles = set(workspace.sql("SELECT title FROM entities WHERE corpus = 'office'")["title"])
-    assert {"CLERK", "SMALL FIRE"} <= titles  # common nouns, which the names rule never finds
+    assert {"HEAD CLERK", "SMALL FIRE"} <= titles  # common nouns, which the names rule never finds
 
 
 def test_a_report_citing_a_passage_of_another_community_is_refused():

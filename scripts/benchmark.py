@@ -11,7 +11,7 @@ measured in the same run.
     .venv/bin/python scripts/benchmark.py compare [--latency 0.05] [--token-latency 0.001] [--rpm N --tpm N]
     .venv/bin/python scripts/benchmark.py edits
     .venv/bin/python scripts/benchmark.py prompts [--against REVISION]
-    .venv/bin/python scripts/benchmark.py methods [--documents 40]
+    .venv/bin/python scripts/benchmark.py methods [--documents 40] [--concept-phrases noun_phrases]
     .venv/bin/python scripts/benchmark.py batch [--delay 10] [--poll 1] [--latency 0.05]
     .venv/bin/python scripts/benchmark.py limits [--documents 30] [--rpm 10000] [--tpm 2000000]
     .venv/bin/python scripts/benchmark.py tuning [--documents 30]
@@ -316,6 +316,12 @@ def main() -> None:
     methods = commands.add_parser("methods", help="chat requests and tokens of the standard, fast and lazy methods")
     methods.add_argument(
         "--documents", type=int, default=0, help="a synthetic corpus of this many documents (0: the sample)"
+    )
+    methods.add_argument(
+        "--concept-phrases",
+        choices=("names", "noun_phrases"),
+        default="names",
+        help="the fast and lazy methods' concepts (entity_graph.concept_phrases)",
     )
     commands.add_parser("faults", help="the index against a misbehaving endpoint next to a healthy one")
     batch = commands.add_parser("batch", help="the index through the Batch API next to one request at a time")

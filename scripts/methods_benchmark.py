@@ -19,7 +19,7 @@ REPO = Path(__file__).resolve().parents[1]
 METHODS = ("standard", "fast", "lazy")
 
 
-def _index(root: Path, method: str, documents: int) -> dict:
+def _index(root: Path, method: str, documents: int, phrases: str) -> dict:
     sys.path.insert(0, str(REPO))
     sys.path.insert(0, str(REPO / "scripts"))
     from scale_benchmark import synthetic_corpus
@@ -44,7 +44,7 @@ def _index(root: Path, method: str, documents: int) -> dict:
             run_config={
                 **quiet,
                 "ops": {
-                    "entity_graph": {"config": {"method": method}},
+                    "entity_graph": {"config": {"method": method, "concept_phrases": phrases}},
                     "graphml_export": export,
                     "parquet_export": export,
                 },
@@ -130,9 +130,10 @@ def methods_benchmark(args) -> None:
     with tempfile.TemporaryDirectory(prefix="graphrag-methods-") as work:
         for method in METHODS:
             (Path(work) / method).mkdir()
-            figures[method] = _index(Path(work) / method, method, args.documents)
+            figures[method] = _index(Path(work) / method, method, args.documents, args.concept_phrases)
     base = figures["standard"]
-    print(f"corpus: {f'synthetic, {args.documents} documents' if args.documents else 'the sample'}\n")
+    corpus = f"synthetic, {args.documents} documents" if args.documents else "the sample"
+    print(f"corpus: {corpus}; fast and lazy concepts: {args.concept_phrases}\n")
     header = (
         f"{'method':<10}{'chat req':>9}{'chat tokens':>12}{'x std':>7}{'embed req':>10}{'embed tokens':>13}"
         f"{'wall s':>8}{'entities':>9}{'relations':>10}{'communities':>12}{'reports':>8}{'claims':>7}"

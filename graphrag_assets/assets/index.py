@@ -126,9 +126,9 @@ class GraphConfig(dg.Config):
     concept_phrases: Literal["names", "noun_phrases"] = Field(
         "names",
         description="fast and lazy methods: which phrases become concepts. names: capitalised names (people, places, "
-        "titles). noun_phrases: every noun phrase, found by TextBlob's part-of-speech chunker: a richer graph, "
-        "with many more communities (and, for fast, reports: about 2x the standard index's chat tokens on the "
-        "sample).",
+        "titles). noun_phrases: the noun phrases (found by TextBlob's part-of-speech chunker) that name something "
+        "particular: a proper noun, two words or more, or a hyphenated compound. A richer graph, with more "
+        "communities (and, for fast, reports: about half the standard index's chat tokens on the sample).",
     )
     concept_min_edge_weight: float = Field(
         defaults.CONCEPT_MIN_EDGE_WEIGHT,

@@ -52,7 +52,7 @@ async def build_entity_graph(
 
     `concept_max_unit_fraction` (set for the fast and lazy methods) prunes the co-occurrence graph: see
     prune_concept_graph. `concept_phrases`: "names" (capitalised names, the offline engine's rule) or "noun_phrases"
-    (every noun phrase, by a part-of-speech chunker)."""
+    (the noun phrases a part-of-speech chunker finds that name something particular)."""
     pruned: dict = {}
     if chat is None:
         extract = extract_concept_graph if concept_phrases == "noun_phrases" else extract_nlp_graph

@@ -134,9 +134,13 @@ GENERIC_NOUNS = frozenset(
 )
 
 
-def noun_phrases(sentence: str) -> list[str]:
+def noun_phrases(sentence: str, particular_only: bool = False) -> list[str]:
     """The noun phrases of a sentence, from TextBlob's rule-based tagger and chunker (its lexicon ships with it; no
-    model is downloaded): each noun-phrase chunk's adjectives and nouns, through its last noun."""
+    model is downloaded): each noun-phrase chunk's adjectives and nouns, through its last noun.
+
+    `particular_only` keeps the phrases that name something particular, as Microsoft GraphRAG's fast extractor
+    does: one with a proper noun, of two words or more, or a hyphenated compound. A lone common noun ("clerk",
+    "fire") is in too many unrelated passages to say where a topic is."""
     from textblob.en import parse  # imports nltk: only the fast and lazy methods pay for it
 
     chunks: list[list[tuple[str, str]]] = []
@@ -150,13 +154,13 @@ def noun_phrases(sentence: str) -> list[str]:
     for chunk in chunks:
         while chunk and not chunk[-1][1].startswith("NN"):
             chunk.pop()
-        words = [w for w, _ in chunk if _KEYWORD.fullmatch(w.replace("-", "")) and w.lower() not in STOPWORDS]
+        kept = [(w, t) for w, t in chunk if _KEYWORD.fullmatch(w.replace("-", "")) and w.lower() not in STOPWORDS]
+        words = [w for w, _ in kept]
         phrase = " ".join(words)
-        if (
-            words
-            and phrase.lower() not in GENERIC_NOUNS
-            and not (_STRUCTURE.search(phrase) or _ROMAN.fullmatch(words[0]))
-        ):
+        if not words or phrase.lower() in GENERIC_NOUNS or _STRUCTURE.search(phrase) or _ROMAN.fullmatch(words[0]):
+            continue
+        particular = len(words) > 1 or "-" in phrase.strip("-") or any(t.startswith("NNP") for _, t in kept)
+        if particular or not particular_only:
             phrases.append(phrase)
     return phrases
 
@@ -164,11 +168,12 @@ def noun_phrases(sentence: str) -> list[str]:
 def extract_concept_graph(
     text_units: pd.DataFrame, min_mentions: int = MIN_MENTIONS
 ) -> tuple[pd.DataFrame, pd.DataFrame]:
-    """The fast and lazy methods' graph: noun phrases found by a part-of-speech chunker (common nouns too, not only
-    names), related when they share a sentence; phrases mentioned fewer than `min_mentions` times are left out."""
+    """The fast and lazy methods' graph: the noun phrases that name something particular (see noun_phrases), found
+    by a part-of-speech chunker, common nouns too, not only names; related when they share a sentence. Phrases
+    mentioned fewer than `min_mentions` times are left out."""
     sentences_by_unit = {unit.id: split_sentences(unit.text) for unit in text_units.itertuples(index=False)}
     phrases_by_sentence = {
-        (unit_id, number): [p.lower() for p in noun_phrases(sentence)]
+        (unit_id, number): [p.lower() for p in noun_phrases(sentence, particular_only=True)]
         for unit_id, sentences in sentences_by_unit.items()
         for number, sentence in enumerate(sentences)
     }
