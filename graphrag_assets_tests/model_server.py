@@ -189,19 +189,29 @@ def summary_reply(prompt: str) -> str:
     return f"{name}: " + " ".join(sorted(descriptions))[:400]
 
 
-def report_reply(prompt: str) -> str:
-    return community_report(tagged(prompt, "community"))
+def report_reply(prompt: str, full: bool = False) -> str:
+    return community_report(tagged(prompt, "community"), full)
 
 
-def report_batch_reply(prompt: str) -> str:
+def report_batch_reply(prompt: str, full: bool = False) -> str:
     """One report on each community of the request, in order."""
     blocks = re.findall(r'<community id="(\d+)">\n(.*?)\n</community>', prompt, re.DOTALL)
-    return json.dumps({"reports": [{"community": int(n), **json.loads(community_report(data))} for n, data in blocks]})
+    return json.dumps(
+        {"reports": [{"community": int(n), **json.loads(community_report(data, full, 5))} for n, data in blocks]}
+    )
 
 
-def community_report(data: str) -> str:
+PARAGRAPH = 600  # characters, about 100 words: 10 such findings stay under the prompt's 1,500 words
+
+
+def community_report(data: str, full: bool = False, most: int = 10) -> str:
+    """A report on a community's context. A finding is one row's description; `full`: as many findings as the
+    report prompt asks of a model (`most`: 10, or 5 for a report of a batch), each a paragraph of the rows it
+    cites (a relationship's description, then its two entities'), so that what global search reads per report is
+    as long as a model's."""
     entities = _between(data, "-----Entities-----\nid,entity,description,degree\n", "\n\n").splitlines()
     names = [line.split(",")[1] for line in entities if line.count(",") >= 3]
+    described = {line.split(",")[1]: line.split(",")[2] for line in entities if line.count(",") >= 3}
     reports = (
         _between(data, "-----Reports-----\ncommunity,title,report\n", "\n\n").splitlines()
         if "-----Reports-----" in data
@@ -212,12 +222,18 @@ def community_report(data: str) -> str:
         if "-----Relationships-----" in data
         else []
     )
+
+    def paragraph(row: list[str]) -> str:
+        if not full:
+            return row[3]
+        return " ".join([row[3], described.get(row[1], ""), described.get(row[2], "")])[:PARAGRAPH]
+
     findings = [
         {
             "summary": f"{r.split(',')[1]} and {r.split(',')[2]}",
-            "explanation": f"{r.split(',')[3]} [Data: Relationships ({r.split(',')[0]})]",
+            "explanation": f"{paragraph(r.split(','))} [Data: Relationships ({r.split(',')[0]})]",
         }
-        for r in relationships[:5]
+        for r in relationships[: most if full else 5]
         if r.count(",") >= 4
     ]
     findings += [
@@ -230,9 +246,10 @@ def community_report(data: str) -> str:
         findings += [
             {
                 "summary": f"Passage {r.split(',')[0]}",
-                "explanation": f"{r.split(',', 1)[1][:160]} [Data: Sources ({r.split(',')[0]})]",
+                "explanation": f"{r.split(',', 1)[1][: PARAGRAPH if full else 160]} "
+                f"[Data: Sources ({r.split(',')[0]})]",
             }
-            for r in sources[:5]
+            for r in sources[: most if full else 5]
             if "," in r
         ]
     title = "Community of " + " and ".join(n.title() for n in names[:2]) if names else "Community of sub-communities"
@@ -460,10 +477,11 @@ def wrong_kind_reply(kind: str, text: str) -> str | None:
     return None
 
 
-def chat_reply(messages: list[dict], more_gleaning: bool = False) -> tuple[str, str]:
-    """(kind, reply) for a conversation. `more_gleaning`: answer Y when asked whether entities were missed."""
+def chat_reply(messages: list[dict], more_gleaning: bool = False, full_reports: bool = False) -> tuple[str, str]:
+    """(kind, reply) for a conversation. `more_gleaning`: answer Y when asked whether entities were missed.
+    `full_reports`: community reports as long as the prompt asks (see community_report)."""
     if len(messages) > 2 and CORRECTION_MARK in messages[-1]["content"]:
-        kind, reply = chat_reply(messages[:-2], more_gleaning)
+        kind, reply = chat_reply(messages[:-2], more_gleaning, full_reports)
         return f"{kind}_corrected", reply
     first, last = messages[0]["content"], messages[-1]["content"]
     if messages[0]["role"] == "system" and ("---Data tables---" in first or "---Analyst Reports---" in first):
@@ -483,9 +501,9 @@ def chat_reply(messages: list[dict], more_gleaning: bool = False) -> tuple[str, 
     if evaluated:
         return evaluated
     if '<community id="' in first:
-        return ("report_batch_repair" if len(messages) > 1 else "report_batch"), report_batch_reply(first)
+        return ("report_batch_repair" if len(messages) > 1 else "report_batch"), report_batch_reply(first, full_reports)
     if "<community>" in first:
-        return ("report_repair" if len(messages) > 1 else "report"), report_reply(first)
+        return ("report_repair" if len(messages) > 1 else "report"), report_reply(first, full_reports)
     if "# Real Data" in first and "report" in first:  # another GraphRAG's report prompt (the comparison benchmark)
         return "report", generic_report_reply(_between(first, "# Real Data", "Output:"))
     if "<descriptions>" in first or "Description List:" in first:
@@ -529,6 +547,7 @@ class FakeOpenAIServer:
         api_key: str | None = None,
         azure_deployments: frozenset[str] = frozenset(),
         more_gleaning: bool = False,
+        full_reports: bool = False,
         batch_seconds: float = 0.0,
         batch_faults: BatchFaults | None = None,
         batch_api: bool = True,
@@ -541,11 +560,13 @@ class FakeOpenAIServer:
         `capacity`: requests processed at once; the rest queue, so latency climbs under load, as a real
         server's does. Prompts that extend one already seen report its tokens as cached (OpenAI's rule:
         prompts of 1024 tokens or more, in steps of 128).
-        `batch_seconds`: how long a batch of the Batch API (/v1/files, /v1/batches) stays in progress."""
+        `batch_seconds`: how long a batch of the Batch API (/v1/files, /v1/batches) stays in progress.
+        `full_reports`: community reports as long as the report prompt asks a model for (see community_report)."""
         self.faults = faults or Faults()
         self.api_key = api_key
         self.azure_deployments = azure_deployments
         self.more_gleaning = more_gleaning
+        self.full_reports = full_reports
         self.batch_seconds = batch_seconds
         self.batch_faults = batch_faults or BatchFaults()
         self.batch_api = batch_api  # False: /files and /batches are unknown paths, as on Ollama or vLLM
@@ -718,7 +739,7 @@ class FakeOpenAIServer:
     def chat_content(self, request: dict, key: str) -> tuple[str, str, str]:
         """(prompt kind, reply text, finish reason) of a chat request, with the content faults applied."""
         faults = self.faults
-        kind, reply = chat_reply(request["messages"], self.more_gleaning)
+        kind, reply = chat_reply(request["messages"], self.more_gleaning, self.full_reports)
         finish_reason = "stop"
         if kind != "probe" and any(kind.startswith(refused) for refused in faults.refused_kinds):
             reply = REFUSAL

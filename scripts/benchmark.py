@@ -11,7 +11,7 @@ measured in the same run.
     .venv/bin/python scripts/benchmark.py compare [--latency 0.05] [--token-latency 0.001] [--rpm N --tpm N]
     .venv/bin/python scripts/benchmark.py edits
     .venv/bin/python scripts/benchmark.py prompts [--against REVISION]
-    .venv/bin/python scripts/benchmark.py methods [--documents 40] [--concept-phrases noun_phrases]
+    .venv/bin/python scripts/benchmark.py methods [--documents 40] [--concept-phrases noun_phrases] [--full-reports]
     .venv/bin/python scripts/benchmark.py batch [--delay 10] [--poll 1] [--latency 0.05]
     .venv/bin/python scripts/benchmark.py limits [--documents 30] [--rpm 10000] [--tpm 2000000]
     .venv/bin/python scripts/benchmark.py tuning [--documents 30]
@@ -322,6 +322,12 @@ def main() -> None:
         choices=("names", "noun_phrases"),
         default="names",
         help="the fast and lazy methods' concepts (entity_graph.concept_phrases)",
+    )
+    methods.add_argument(
+        "--full-reports",
+        action="store_true",
+        help="the test server writes reports as long as the report prompt asks a model for (up to 10 findings of a "
+        "paragraph), not one row per finding",
     )
     commands.add_parser("faults", help="the index against a misbehaving endpoint next to a healthy one")
     batch = commands.add_parser("batch", help="the index through the Batch API next to one request at a time")

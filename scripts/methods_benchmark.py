@@ -8,6 +8,9 @@ methods: the sample corpus indexed with the standard, fast and lazy methods, eac
   --documents N indexes benchmark.py scale's synthetic corpus of N documents (about 5,000 tokens each) instead:
   global search maps over every report of its level, so its cost grows with the corpus, while lazy search's
   stays near its relevance budget; the sample (92 text units) is too small to show that.
+  --full-reports: the test server writes each community report as long as the report prompt asks a model for
+  (up to 10 findings of a paragraph each) instead of one row per finding; global search reads every report of
+  its level, so its cost follows their length.
 """
 
 import sys
@@ -19,11 +22,12 @@ REPO = Path(__file__).resolve().parents[1]
 METHODS = ("standard", "fast", "lazy")
 
 
-def _index(root: Path, method: str, documents: int, phrases: str) -> dict:
+def _index(root: Path, method: str, documents: int, phrases: str, full_reports: bool) -> dict:
     sys.path.insert(0, str(REPO))
     sys.path.insert(0, str(REPO / "scripts"))
     from scale_benchmark import synthetic_corpus
 
+    from graphrag_assets.method.ingest.tokens import count_tokens
     from graphrag_assets_tests.conftest import Workspace, chat_resource, embedding_resource
     from graphrag_assets_tests.model_server import FakeOpenAIServer
 
@@ -35,7 +39,7 @@ def _index(root: Path, method: str, documents: int, phrases: str) -> dict:
         corpus = workspace.add_sample_corpus()
     quiet = {"loggers": {"console": {"config": {"log_level": "ERROR"}}}}
     export = {"config": {"folder": str(root / "exports")}}
-    with FakeOpenAIServer() as server:
+    with FakeOpenAIServer(full_reports=full_reports) as server:
         started = time.perf_counter()
         result = workspace.materialize(
             corpus,
@@ -60,7 +64,11 @@ def _index(root: Path, method: str, documents: int, phrases: str) -> dict:
         name: int(workspace.sql(f"SELECT count(*) AS n FROM {name}")["n"][0])
         for name in ("entities", "relationships", "communities", "community_reports", "covariates")
     }
+    # What global search maps over: a model's reports run longer than the test server's rule-written ones.
+    reports = workspace.sql("SELECT full_content FROM community_reports WHERE status = 'ok'")["full_content"]
+    report_tokens = sum(count_tokens(text) for text in reports) / len(reports) if len(reports) else 0
     return {
+        "report_tokens": report_tokens,
         "queries": queries,
         "chat_requests": len(chat),
         "chat_tokens": sum(s.prompt_tokens + s.completion_tokens for s in chat),
@@ -130,13 +138,17 @@ def methods_benchmark(args) -> None:
     with tempfile.TemporaryDirectory(prefix="graphrag-methods-") as work:
         for method in METHODS:
             (Path(work) / method).mkdir()
-            figures[method] = _index(Path(work) / method, method, args.documents, args.concept_phrases)
+            figures[method] = _index(
+                Path(work) / method, method, args.documents, args.concept_phrases, args.full_reports
+            )
     base = figures["standard"]
     corpus = f"synthetic, {args.documents} documents" if args.documents else "the sample"
-    print(f"corpus: {corpus}; fast and lazy concepts: {args.concept_phrases}\n")
+    reports = "as long as the prompt asks (--full-reports)" if args.full_reports else "one row per finding"
+    print(f"corpus: {corpus}; fast and lazy concepts: {args.concept_phrases}; test-server reports: {reports}\n")
     header = (
         f"{'method':<10}{'chat req':>9}{'chat tokens':>12}{'x std':>7}{'embed req':>10}{'embed tokens':>13}"
-        f"{'wall s':>8}{'entities':>9}{'relations':>10}{'communities':>12}{'reports':>8}{'claims':>7}"
+        f"{'wall s':>8}{'entities':>9}{'relations':>10}{'communities':>12}{'reports':>8}{'report tok':>11}"
+        f"{'claims':>7}"
     )
     print(header)
     print("-" * len(header))
@@ -145,7 +157,7 @@ def methods_benchmark(args) -> None:
         print(
             f"{method:<10}{f['chat_requests']:>9}{f['chat_tokens']:>12,}{ratio:>7.3f}{f['embedding_requests']:>10}"
             f"{f['embedding_tokens']:>13,}{f['wall_s']:>8.1f}{f['entities']:>9}{f['relationships']:>10}"
-            f"{f['communities']:>12}{f['community_reports']:>8}{f['covariates']:>7}"
+            f"{f['communities']:>12}{f['community_reports']:>8}{f['report_tokens']:>11.0f}{f['covariates']:>7}"
         )
     print("\nqueries: chat requests / tokens per question (global, local), each with an empty cache")
     header = f"{'query':<12}" + "".join(f"{method + ' ' + kind:>24}" for method in figures for kind in QUESTIONS)
@@ -167,5 +179,7 @@ def methods_benchmark(args) -> None:
     print(
         "\nx std: chat tokens against the standard index's (targets: fast at most 0.15, lazy at most 0.01). Every "
         "run starts with an empty response cache; the test server's replies are written by rule, so answer "
-        "quality needs a real model: run the evaluation group with one."
+        "quality needs a real model: run the evaluation group with one. report tok: a report's average length, "
+        "what global search reads per community; the report prompt asks a model for 5 to 10 findings of a "
+        "paragraph or more."
     )
