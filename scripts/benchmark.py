@@ -319,9 +319,7 @@ def main() -> None:
     )
     methods.add_argument(
         "--concept-phrases",
-        choices=("names", "noun_phrases"),
-        default="names",
-        help="the fast and lazy methods' concepts (entity_graph.concept_phrases)",
+        help="the fast and lazy methods' concepts, a value of entity_graph.concept_phrases (unset: its default)",
     )
     methods.add_argument(
         "--full-reports",

@@ -22,7 +22,7 @@ REPO = Path(__file__).resolve().parents[1]
 METHODS = ("standard", "fast", "lazy")
 
 
-def _index(root: Path, method: str, documents: int, phrases: str, full_reports: bool) -> dict:
+def _index(root: Path, method: str, documents: int, phrases: str | None, full_reports: bool) -> dict:
     sys.path.insert(0, str(REPO))
     sys.path.insert(0, str(REPO / "scripts"))
     from scale_benchmark import synthetic_corpus
@@ -39,6 +39,7 @@ def _index(root: Path, method: str, documents: int, phrases: str, full_reports: 
         corpus = workspace.add_sample_corpus()
     quiet = {"loggers": {"console": {"config": {"log_level": "ERROR"}}}}
     export = {"config": {"folder": str(root / "exports")}}
+    graph = {"method": method, **({"concept_phrases": phrases} if phrases else {})}
     with FakeOpenAIServer(full_reports=full_reports) as server:
         started = time.perf_counter()
         result = workspace.materialize(
@@ -48,7 +49,7 @@ def _index(root: Path, method: str, documents: int, phrases: str, full_reports: 
             run_config={
                 **quiet,
                 "ops": {
-                    "entity_graph": {"config": {"method": method, "concept_phrases": phrases}},
+                    "entity_graph": {"config": graph},
                     "graphml_export": export,
                     "parquet_export": export,
                 },
@@ -144,7 +145,8 @@ def methods_benchmark(args) -> None:
     base = figures["standard"]
     corpus = f"synthetic, {args.documents} documents" if args.documents else "the sample"
     reports = "as long as the prompt asks (--full-reports)" if args.full_reports else "one row per finding"
-    print(f"corpus: {corpus}; fast and lazy concepts: {args.concept_phrases}; test-server reports: {reports}\n")
+    concepts = args.concept_phrases or "the default"
+    print(f"corpus: {corpus}; fast and lazy concepts: {concepts}; test-server reports: {reports}\n")
     header = (
         f"{'method':<10}{'chat req':>9}{'chat tokens':>12}{'x std':>7}{'embed req':>10}{'embed tokens':>13}"
         f"{'wall s':>8}{'entities':>9}{'relations':>10}{'communities':>12}{'reports':>8}{'report tok':>11}"
