@@ -13,23 +13,15 @@ import json
 import logging
 import os
 import re
+import shutil
 import socket
 import sys
 import time
 import traceback
 from pathlib import Path
 
-import dagster as dg
-import duckdb
-import yaml
-from dagster._core.definitions.repository_definition.valid_definitions import SINGLETON_REPOSITORY_NAME
-from dagster._core.storage.tags import REPOSITORY_LABEL_TAG
-from dagster_shared.telemetry import get_or_set_instance_id
-
-from .automation.runs import HOST_TAG, PID_TAG, fail_runs_of_dead_processes
-from .method.progress import PROGRESS_TO_TERMINAL
-from .resources import BATCH_API_TAG
-from .store.connection import connect, is_local_file, redacted
+# Only the standard library at import: `--help` and a mistyped argument answer at once. Dagster, DuckDB and the
+# method are imported by the commands that use them.
 
 REPO = Path(__file__).resolve().parents[1]
 INDEX_TABLES = ("documents", "text_units", "entities", "relationships", "covariates")
@@ -81,7 +73,12 @@ class _WithoutConfigNotice(logging.Filter):
 
 
 @functools.cache
-def _instance() -> dg.DagsterInstance:
+def _instance():
+    import dagster as dg
+    from dagster_shared.telemetry import get_or_set_instance_id
+
+    from .automation.runs import fail_runs_of_dead_processes
+
     # The project's dagster.yaml is the instance config unless the user points DAGSTER_HOME elsewhere.
     os.environ.setdefault("DAGSTER_HOME", str(Path.cwd() if (Path.cwd() / "dagster.yaml").is_file() else REPO))
     home = Path(os.environ["DAGSTER_HOME"])
@@ -107,6 +104,11 @@ CODE_LOCATION = "graphrag_assets"  # workspace.yaml and pyproject.toml's [tool.d
 def _run_tags() -> dict:
     """Who runs this run (a later command fails it if this process dies without saying so), and where its job
     lives: the UI lists a job's runs by this label, which runs launched from the UI get from their origin."""
+    from dagster._core.definitions.repository_definition.valid_definitions import SINGLETON_REPOSITORY_NAME
+    from dagster._core.storage.tags import REPOSITORY_LABEL_TAG
+
+    from .automation.runs import HOST_TAG, PID_TAG
+
     return {
         PID_TAG: str(os.getpid()),
         HOST_TAG: socket.gethostname(),
@@ -120,6 +122,8 @@ def _logging(verbose: bool) -> dict:
 
 def step_settings(config_file: str | None, settings: list[str]) -> dict:
     """Run config for `ops` from a YAML file and key=value overrides."""
+    import yaml
+
     ops: dict = {}
     if config_file:
         try:
@@ -161,7 +165,8 @@ def _command_line(pid: int) -> str:
 
 def open_store(read_only: bool = True):
     """The configured store; a local DuckDB file is opened once no run of ours holds it."""
-    from .definitions import DATABASE, DUCKLAKE_DATA_PATH
+    from .settings import DATABASE, DUCKLAKE_DATA_PATH
+    from .store.connection import connect, is_local_file
 
     if is_local_file(DATABASE):
         database = Path(DATABASE).resolve()
@@ -171,7 +176,7 @@ def open_store(read_only: bool = True):
     return connect(DATABASE, data_path=DUCKLAKE_DATA_PATH, read_only=read_only)
 
 
-def connect_when_free(database: Path, read_only: bool = False) -> duckdb.DuckDBPyConnection:
+def connect_when_free(database: Path, read_only: bool = False):
     """Connect to a DuckDB file, waiting while one of our runs holds it; one clear message when anything else does.
 
     Runs of this project hold the file only while they read or write, so one of them is waited for; any other
@@ -179,6 +184,8 @@ def connect_when_free(database: Path, read_only: bool = False) -> duckdb.DuckDBP
     The connection itself is the check: a separate check before connecting leaves a gap another process can
     take the lock in.
     """
+    import duckdb
+
     deadline = time.monotonic() + _STORE_WAIT_SECONDS
     while True:
         try:
@@ -202,7 +209,7 @@ def store_locked(database: Path | str, problem: Exception) -> str:
     )
 
 
-def failure_message(result: dg.ExecuteInProcessResult) -> str:
+def failure_message(result) -> str:
     failures = result.get_step_failure_events()
     if not failures:
         return "the run failed before any step ran"
@@ -216,10 +223,11 @@ def failure_message(result: dg.ExecuteInProcessResult) -> str:
     return f"{failures[0].step_key}: {message} (run again with --verbose for the traceback)"
 
 
-def execute(
-    job_name: str, corpus: str, run_config: dict, verbose: bool, tags: dict[str, str] | None = None
-) -> dg.ExecuteInProcessResult:
+def execute(job_name: str, corpus: str, run_config: dict, verbose: bool, tags: dict[str, str] | None = None):
+    import dagster as dg
+
     from .definitions import DATABASE, defs
+    from .store.connection import is_local_file
 
     if is_local_file(DATABASE) and Path(DATABASE).exists():
         connect_when_free(Path(DATABASE).resolve()).close()
@@ -240,6 +248,8 @@ def execute(
 
 def index(corpora: list[str], run_config: dict, verbose: bool, batch: bool | None = None) -> int:
     from .definitions import DATABASE, defs
+    from .resources import BATCH_API_TAG
+    from .store.connection import is_local_file, redacted
 
     instance = _instance()
     names = corpora or defs.resources["corpora"].names()
@@ -273,47 +283,40 @@ def index(corpora: list[str], run_config: dict, verbose: bool, batch: bool | Non
     else:
         print(f"store: {redacted(DATABASE)}")
     print(f"Dagster UI:   DAGSTER_HOME={os.environ['DAGSTER_HOME']} .venv/bin/dg dev   then open http://127.0.0.1:3000")
+    _flush_queued_answers()
     return 0
 
 
-# The method names query_answers stores, back to the CLI's.
-METHOD_OF_STORED = {
+def _flush_queued_answers() -> None:
+    """Answers asked while a run held the store wait in a queue: write them now that it is free."""
+    from .answers.service import AnswerService, observe_in_dagster
+    from .settings import DATABASE
+
+    observe = functools.partial(observe_in_dagster, instance=_instance())
+    written = AnswerService(DATABASE, observe=observe).flush(wait=5)
+    if written:
+        print(f"recorded {written} answer(s) that waited while the store was busy")
+
+
+# The CLI's method names, and the names the answering path (and query_answers) uses.
+METHODS = {
     "global": "global",
     "local": "local",
     "drift": "drift",
     "basic": "basic",
-    "text_summary": "text-summary",
+    "text-summary": "text_summary",
+    "lazy": "lazy",
+    "questions": "question_generation",
 }
 
 
-def earlier_turns(answer_id: str) -> tuple[str, str, int | None, list[dict]]:
-    """(corpus, method, level, conversation) of a stored answer, its own question and answer appended."""
-    from .definitions import DATABASE
-
-    with open_store() as conn:
-        tables = {row[0] for row in conn.execute("SELECT table_name FROM information_schema.tables").fetchall()}
-        row = (
-            conn.execute(
-                "SELECT corpus, method, community_level, question, answer, conversation "
-                "FROM query_answers WHERE id = ?",
-                [answer_id],
-            ).fetchone()
-            if "query_answers" in tables
-            else None
-        )
-    if row is None or row[1] not in METHOD_OF_STORED:
-        raise UserError(
-            f"no answer {answer_id!r} to follow up in {redacted(DATABASE)}: use the answer id an `ask` printed (or the "
-            "answer_id in its metadata) of a global, local, drift, basic or text-summary question"
-        )
-    corpus, method, level, question, answer, conversation = row
-    turns = json.loads(conversation) if conversation else []
-    return (
-        corpus,
-        METHOD_OF_STORED[method],
-        level,
-        [*turns, {"role": "user", "content": question}, {"role": "assistant", "content": answer}],
-    )
+def _command() -> str:
+    """This command as a user can type it again: by name where the shell finds it, else by its path."""
+    found = shutil.which("graphrag-assets")
+    here = Path(sys.argv[0]).resolve() if sys.argv and sys.argv[0].endswith("graphrag-assets") else None
+    if found and (here is None or Path(found).resolve() == here):
+        return "graphrag-assets"
+    return str(here) if here else f"{sys.executable} -m graphrag_assets.cli"
 
 
 def ask(
@@ -326,66 +329,99 @@ def ask(
     verbose: bool,
     follow_up: str | None = None,
 ) -> int:
+    """Answer in this process, from the published index, and record the answer (no Dagster run per question: the
+    answer shows in Dagster as an observation of its query asset)."""
     if not question.strip():
         raise UserError('the question is empty: ask something, for example `graphrag-assets ask "Who is Scrooge?"`')
     if level is not None and level < 0:
         raise UserError(f"--level {level} is not a community level: levels count from 0 (the root) down")
-    conversation: list[dict] = []
-    if follow_up:
-        stored_corpus, stored_method, stored_level, conversation = earlier_turns(follow_up)
-        corpus, method = corpus or stored_corpus, method or stored_method
-        level = level if level is not None else stored_level
-    corpus, method = corpus or "a-christmas-carol", method or "global"
-    instance = _instance()
-    if not instance.has_dynamic_partition("corpus", corpus):
-        raise UserError(
-            f"corpus {corpus!r} was never indexed here: run `graphrag-assets index --corpus {corpus}` first"
+    instance = _instance()  # sweeps runs left behind by dead processes, and is where the answer is observed
+    from .answers.asking import AnswerFailed
+    from .answers.options import METHODS as ANSWERING
+    from .answers.service import AnswerService, endpoint_settings_from_environment, observe_in_dagster
+    from .settings import DATABASE
+
+    chat, embeddings = endpoint_settings_from_environment()
+    observe = functools.partial(observe_in_dagster, instance=instance)
+    service = AnswerService(DATABASE, chat=chat, embeddings=embeddings, observe=observe)
+    if not follow_up:
+        corpus, method = corpus or "a-christmas-carol", method or "global"
+    name = METHODS[method] if method else None
+    settings = run_config.get("ops", {}).get(ANSWERING[name].asset, {}).get("config", {}) if name else {}
+    try:
+        found = service.ask(
+            corpus,
+            question,
+            name,
+            level=level,
+            dynamic=dynamic,
+            follow_up=follow_up,
+            asked_by="cli",
+            **settings,
         )
-    if level is not None:
-        check_level(corpus, level)
-    asset = METHODS[method]
-    config: dict = {"previous_questions": [question]} if method == "questions" else {"question": question}
-    if level is not None and method in ("global", "local", "drift", "questions"):
-        config["community_level"] = level
-    if dynamic:
-        config["dynamic_community_selection"] = True
-    if conversation:
-        config["conversation"] = conversation
-    ops = run_config.get("ops", {})
-    ops[asset] = {"config": {**ops.get(asset, {}).get("config", {}), **config}}
-    result = execute(f"ask_{asset}", corpus, {"ops": ops}, verbose)
-    if not result.success:
-        print(f"failed: {failure_message(result)}", file=sys.stderr)
+    except AnswerFailed as failure:
+        print(f"failed: {failure}", file=sys.stderr)
         return 1
-    metadata = {k: v.value for k, v in result.get_asset_materialization_events()[0].materialization.metadata.items()}
-    print(metadata["answer"])
-    print(f"\n--- sources ---\n{metadata['sources']}")
+    recorded = service.flush(wait=5)
+    show_answer(found)
     print(
-        f"\n{method} search, context {metadata['context_tokens']} tokens, "
-        f"{metadata.get('model_calls', 0)} model calls, "
-        f"run {result.run_id}\ntrace it: {metadata['trace_sql']}"
+        f"\n{found.method.replace('_', ' ')} search of {found.corpus}, {found.usage['model_calls']} model calls, "
+        f"{found.usage['prompt_tokens'] + found.usage['completion_tokens']} chat tokens, {found.seconds:.2f} s"
     )
-    if method in METHOD_OF_STORED.values():  # question generation keeps no conversation to continue
-        print(f'continue the conversation: graphrag-assets ask --follow-up {metadata["answer_id"]} "..."')
+    if recorded:
+        print(f"trace it: SELECT * FROM answer_sources WHERE answer_id = '{found.id}'")
+    else:
+        print("the store is busy (an index run is writing it): the answer is queued, and the next command records it")
+    if found.method != "question_generation":  # suggested questions keep no conversation to continue
+        print(f'continue the conversation: {_command()} ask --follow-up {found.id} "..."')
     return 0
 
 
-def check_level(corpus: str, level: int) -> None:
-    """Refuse a community level the corpus's index does not have, before a run is launched for it."""
-    with open_store() as conn:
-        try:
-            levels = [
-                row[0]
-                for row in conn.execute(
-                    "SELECT DISTINCT level FROM communities WHERE corpus = ? ORDER BY level", [corpus]
-                ).fetchall()
-            ]
-        except duckdb.CatalogException:
-            levels = []
-    if not levels:
-        raise UserError(f"corpus {corpus!r} has no communities yet: run `graphrag-assets index --corpus {corpus}`")
-    if level not in levels:
-        raise UserError(f"--level {level} does not exist in corpus {corpus!r}: its levels are {levels[0]}-{levels[-1]}")
+def show_answer(found) -> None:
+    """The answer rendered for a terminal (markdown, wrapped to its width), or as plain text when piped; then its
+    sources, one line each."""
+    from .answers.sources import where
+
+    if sys.stdout.isatty():
+        from rich.console import Console
+        from rich.markdown import Markdown
+
+        Console().print(Markdown(found.text))
+    else:
+        print(found.text)
+    if not found.sources:
+        print("\nno sources: nothing relevant was found")
+        return
+    print("\nsources:")
+    labels = {"report": "Reports", "text_unit": "Sources", "entity": "Entities", "relationship": "Relationships"}
+    for source in found.sources:
+        place = where(source) if source["kind"] == "text_unit" else source["title"]
+        excerpt = " ".join(str(source["text"]).split())[:100]
+        print(f"  [{labels[source['kind']]} {source['number']}] {place}: {excerpt}")
+
+
+def serve(host: str, port: int, keys: str | None, cors: list[str], poll_seconds: float, rate: int) -> int:
+    from .server.app import ServerSettings, run
+
+    return run(
+        ServerSettings(host=host, port=port, keys_file=keys, cors_origins=cors, poll_seconds=poll_seconds, rate=rate)
+    )
+
+
+def mcp_stdio() -> int:
+    from .server.mcp_tools import run_stdio
+
+    run_stdio()
+    return 0
+
+
+def new_key(name: str, corpora: list[str], per_minute: int | None) -> int:
+    from .server.keys import new_key_entry
+
+    key, entry = new_key_entry(name, corpora or ["*"], per_minute)
+    print(f"key for {name} (shown once; give it to them, keep only the entry below):\n\n  {key}\n")
+    print(f"add to your keys file (GRAPHRAG_SERVER_KEYS, or serve --keys FILE):\n\n{entry}")
+    return 0
 
 
 def tune(corpus: str, run_config: dict, verbose: bool) -> int:
@@ -445,6 +481,31 @@ def evaluate(corpus: str, run_config: dict, verbose: bool) -> int:
     return 0
 
 
+def _is_user_error(problem: Exception) -> bool:
+    """Something the user can fix, said in one line: a bad argument or setting, an unknown corpus or answer, a
+    refused question, or a store another process holds."""
+    if isinstance(problem, (UserError, ValueError, LookupError, FileNotFoundError)):
+        return True
+    dagster = sys.modules.get("dagster")
+    if dagster is not None and isinstance(problem, dagster.DagsterError):
+        return True
+    from .answers.service import StoreBusy
+
+    return isinstance(problem, StoreBusy)
+
+
+def _store_error(problem: Exception) -> str | None:
+    """A lock taken by another process at any point of the command, in one paragraph; None for anything else."""
+    duckdb = sys.modules.get("duckdb")
+    if duckdb is None or not isinstance(problem, duckdb.IOException):
+        return None
+    from .settings import DATABASE
+    from .store.connection import redacted
+
+    locked = _LOCK_HOLDER.search(str(problem)) or "lock" in str(problem).lower()
+    return store_locked(redacted(DATABASE), problem) if locked else str(problem)
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         prog="graphrag-assets", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
@@ -460,13 +521,35 @@ def main(argv: list[str] | None = None) -> int:
         help="send the model requests to the Batch API (half the price, answered within 24 h); "
         "default: GRAPHRAG_BATCH_API",
     )
-    ask_parser = commands.add_parser("ask", help="ask a question of an indexed corpus (a Dagster run, recorded)")
+    ask_parser = commands.add_parser("ask", help="ask a question of an indexed corpus (answered here, recorded)")
     ask_parser.add_argument("question")
     ask_parser.add_argument("--corpus", default=None, help="default: a-christmas-carol, or the followed answer's")
     ask_parser.add_argument("--method", choices=sorted(METHODS), default=None, help="default: global, or as followed")
     ask_parser.add_argument("--follow-up", metavar="ANSWER_ID", help="continue the conversation of a stored answer")
     ask_parser.add_argument("--level", type=int, default=None, help="community level (0 = root)")
     ask_parser.add_argument("--dynamic", action="store_true", help="global search: dynamic community selection")
+    serve_parser = commands.add_parser(
+        "serve", help="answer over HTTP: a JSON API, an OpenAI-compatible API, MCP at /mcp and a chat page at /"
+    )
+    serve_parser.add_argument(
+        "--host", default="127.0.0.1", help="address to listen on (another than localhost needs keys)"
+    )
+    serve_parser.add_argument("--port", type=int, default=8000)
+    serve_parser.add_argument(
+        "--keys", default=os.getenv("GRAPHRAG_SERVER_KEYS"), help="keys file (default: GRAPHRAG_SERVER_KEYS)"
+    )
+    serve_parser.add_argument(
+        "--cors-origin", action="append", default=[], help="a web origin allowed to call the API; repeatable"
+    )
+    serve_parser.add_argument("--poll-seconds", type=float, default=1.0, help="how often to look for new indexes")
+    serve_parser.add_argument(
+        "--rate", type=int, default=60, help="questions a minute per key, unless its entry says otherwise"
+    )
+    commands.add_parser("mcp", help="an MCP server on standard input and output, for desktop MCP clients")
+    key_parser = commands.add_parser("key", help="make an API key for `serve` and print its keys-file entry")
+    key_parser.add_argument("name", help="who the key is for: answers record it")
+    key_parser.add_argument("--corpus", action="append", default=[], help="a corpus it may read; repeatable (all)")
+    key_parser.add_argument("--per-minute", type=int, default=None, help="its own rate of questions a minute")
     evaluate_parser = commands.add_parser(
         "evaluate", help="the paper's evaluation of an indexed corpus: questions, answers, judgements, win rates"
     )
@@ -490,12 +573,21 @@ def main(argv: list[str] | None = None) -> int:
             metavar="STEP.KEY=VALUE",
             help="one setting, e.g. entities.max_gleanings=2 or covariates.enabled=false; repeatable",
         )
+    for sub in (index_parser, ask_parser, evaluate_parser, tune_parser, serve_parser):
         sub.add_argument("--verbose", action="store_true", default=argparse.SUPPRESS, help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     enter_project()
     if not args.verbose:  # verbose shows Dagster's log, progress included
+        from .method.progress import PROGRESS_TO_TERMINAL
+
         os.environ[PROGRESS_TO_TERMINAL] = "1"
     try:
+        if args.command == "serve":
+            return serve(args.host, args.port, args.keys, args.cors_origin, args.poll_seconds, args.rate)
+        if args.command == "mcp":
+            return mcp_stdio()
+        if args.command == "key":
+            return new_key(args.name, args.corpus, args.per_minute)
         run_config = step_settings(args.config, args.set)
         if args.command == "evaluate":
             return evaluate(args.corpus, run_config, args.verbose)
@@ -515,18 +607,13 @@ def main(argv: list[str] | None = None) -> int:
                 args.follow_up,
             )
         return index(args.corpus, run_config, args.verbose, args.batch)
-    except (UserError, ValueError, FileNotFoundError, dg.DagsterError) as problem:
+    except Exception as problem:
+        message = _store_error(problem) or (str(problem) if _is_user_error(problem) else None)
+        if message is None:
+            raise
         if args.verbose:
             traceback.print_exc()
-        print(f"error: {problem}", file=sys.stderr)
-        return 2
-    except duckdb.IOException as problem:  # a lock taken by another process at any point of the command
-        if args.verbose:
-            traceback.print_exc()
-        from .definitions import DATABASE
-
-        locked = _LOCK_HOLDER.search(str(problem)) or "lock" in str(problem).lower()
-        print(f"error: {store_locked(redacted(DATABASE), problem) if locked else problem}", file=sys.stderr)
+        print(f"error: {message}", file=sys.stderr)
         return 2
 
 

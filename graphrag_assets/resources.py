@@ -1,7 +1,6 @@
 """Dagster resources: the corpora folder and the model endpoints."""
 
 import asyncio
-import os
 import re
 from collections.abc import Awaitable, Callable
 from contextlib import contextmanager
@@ -19,6 +18,7 @@ from .failures import step_failure
 from .method import imports
 from .models import EndpointError, ModelClient, ModelSettings, Usage
 from .models.batches import BatchLedger
+from .settings import RATE_LIMITS_FILE, STATE_DIR
 from .store.connection import connect, is_local_file
 from .store.tables import stage_name, use_stage
 
@@ -27,8 +27,6 @@ PUBLISHED_INDEX = "published_index"  # the index job's last step: see assets/pub
 PARTITION_TAG = "dagster/partition"
 # A run tag: true sends the run's index requests to the Batch API, false one at a time (assets/common.py).
 BATCH_API_TAG = "graphrag/batch_api"
-# Where the project keeps what it makes (store, response cache, vector indexes, exports), unless each is set apart.
-STATE_DIR = os.getenv("GRAPHRAG_HOME", ".graphrag")
 _SAFE_CORPUS_NAME = re.compile(r"[a-z0-9][a-z0-9_\-]{0,63}")  # fullmatch: "$" would let a trailing newline in
 
 
@@ -174,7 +172,7 @@ class ModelEndpointResource(dg.ConfigurableResource):
     )
     cache_dir: str | None = ModelSettings.cache_dir
     rate_limits_file: str | None = Field(
-        f"{STATE_DIR}/rate-limits.sqlite",
+        RATE_LIMITS_FILE,
         description="Where the processes on this machine (a run's steps, concurrent runs) count what they spent of "
         "each endpoint's limits, so that together they stay within them (None: each process counts its own).",
     )

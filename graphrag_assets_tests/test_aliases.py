@@ -5,7 +5,7 @@ import asyncio
 import duckdb
 import pandas as pd
 
-from graphrag_assets.assets.query import load_index
+from graphrag_assets.answers.published import load_index
 from graphrag_assets.method.graph import aliases
 from graphrag_assets.method.search.context import embed_query, nearest
 from graphrag_assets.method.search.local_search import local_context_for

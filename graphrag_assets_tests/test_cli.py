@@ -88,7 +88,7 @@ def test_arguments_are_refused_in_one_line_before_any_run_starts(tmp_path):
         (("ask", "--level", "-1", "Who?"), "--level -1 is not a community level"),
         (("ask", "   "), "the question is empty"),
         (("evaluate", "--corpus", "tiny"), "the evaluation needs a chat model"),  # offline: nothing to judge with
-        (("ask", "--corpus", "tiny", "Who?"), "corpus 'tiny' was never indexed here"),
+        (("ask", "--corpus", "tiny", "Who?"), "corpus 'tiny' has no published index"),
     ):
         refused = cli.run(*args)
         assert refused.returncode == 2, refused.stderr
@@ -114,7 +114,7 @@ def test_the_cli_uses_the_project_it_is_run_inside(tmp_path):
         timeout=300,
     )
     assert f"note: using the project at {project}" in refused.stderr
-    assert "corpus 'notes' was never indexed here" in refused.stderr and refused.returncode == 2
+    assert "corpus 'notes' has no published index" in refused.stderr and refused.returncode == 2
     assert (project / ".dagster").is_dir() and not (project / "data" / "notes" / ".dagster").exists()
 
 
@@ -181,11 +181,21 @@ def test_the_cli_takes_settings_and_says_what_is_wrong_in_one_line(tmp_path):
     try:
         assert holder.stdout.readline().strip() == "open"
         started = time.monotonic()
-        locked = cli.run("ask", "--corpus", "tiny", "Who wrote letters?")
+        # A reader does not stop a question: the answer is given, and its record waits in the queue.
+        queued = cli.run("ask", "--corpus", "tiny", "Who wrote letters, while the store is held?")
         assert time.monotonic() - started < 30  # not dagster-duckdb's 100 s of retries
     finally:
         holder.kill()
-    assert locked.returncode == 2 and f"is locked by process {holder.pid}" in locked.stderr
+        holder.wait()
+    assert queued.returncode == 0, queued.stderr
+    assert "the answer is queued, and the next command records it" in queued.stdout
+    recorded = cli.run("ask", "--corpus", "tiny", "--method", "basic", "Who wrote letters?")
+    assert recorded.returncode == 0 and "trace it:" in recorded.stdout
+    with duckdb.connect(str(cli.database), read_only=True) as conn:
+        (held,) = conn.execute(
+            "SELECT count(*) FROM query_answers WHERE question = 'Who wrote letters, while the store is held?'"
+        ).fetchone()
+    assert held == 1
 
 
 @pytest.mark.slow

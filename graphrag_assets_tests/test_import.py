@@ -7,7 +7,7 @@ import dagster as dg
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from graphrag_assets.assets.query import cited
+from graphrag_assets.answers.sources import cited
 from graphrag_assets.method.exports import GRAPHRAG_SCHEMAS
 from graphrag_assets_tests.model_server import FakeOpenAIServer
 

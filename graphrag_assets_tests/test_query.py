@@ -10,7 +10,8 @@ import sys
 import duckdb
 import pytest
 
-from graphrag_assets.assets.query import cited, load_index
+from graphrag_assets.answers.published import load_index
+from graphrag_assets.answers.sources import cited
 from graphrag_assets.method.ingest.tokens import count_tokens
 from graphrag_assets.method.search.global_search import reduce_points, select_communities
 from graphrag_assets_tests.model_server import FakeOpenAIServer

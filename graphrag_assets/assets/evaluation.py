@@ -16,6 +16,8 @@ import dagster as dg
 import pandas as pd
 from pydantic import Field
 
+from ..answers.asking import QuestionRefused, check_embeddings
+from ..answers.published import NotIndexed, load_index
 from ..failures import step_failure
 from ..method import assertions as scoring
 from ..method import evaluation as ev
@@ -46,7 +48,6 @@ from .common import (
     png,
     publish,
 )
-from .query import load_index, validate
 
 GROUP = "evaluation"
 
@@ -333,10 +334,13 @@ def evaluation_answers(
         raise step_failure(
             f"unknown conditions {unknown}: use C<level>, TS, SS or LGR<relevance budget> (LGR100)", retryable=False
         )
-    with duckdb.get_connection() as conn:
-        questions = read_table(conn, "evaluation_questions", corpus)
-        index = load_index(conn, corpus, duckdb.vector_index_dir)
-    validate(None, None, index, embeddings)
+    try:
+        with duckdb.get_connection() as conn:
+            questions = read_table(conn, "evaluation_questions", corpus)
+            index = load_index(conn, corpus, duckdb.vector_index_dir)
+        check_embeddings(index, embeddings.configured)
+    except (NotIndexed, QuestionRefused) as problem:
+        raise step_failure(str(problem), retryable=False) from None
     # Global search needs reports of its level: a level the corpus lacks, or a lazy index (no reports), skips it.
     no_reports = index.reports.empty
     skipped = [c for c in config.conditions if c.startswith("C") and (no_reports or int(c[1:]) not in index.levels)]

@@ -7,7 +7,8 @@ import dagster as dg
 from pydantic import Field
 
 from ..method import exports
-from ..resources import STATE_DIR, DuckDBStoreResource
+from ..resources import DuckDBStoreResource
+from ..settings import STATE_DIR
 from ..store.tables import record_lineage
 from .common import code_version, corpus_partitions, lineage_for, read_inputs
 

@@ -1,5 +1,22 @@
-"""Chat and embedding clients for any OpenAI-compatible endpoint: limits, retries, cache, usage."""
+"""Chat and embedding clients for any OpenAI-compatible endpoint: limits, retries, cache, usage.
 
-from .client import EndpointError, ModelClient, ModelSettings, Usage, usage_scope
+The client is imported when first used (PEP 562): it brings the openai package, which an offline answer and a
+quick command do without.
+"""
 
-__all__ = ["EndpointError", "ModelClient", "ModelSettings", "Usage", "usage_scope"]
+from importlib import import_module
+
+_WHERE = {
+    "EndpointError": ".errors",
+    "ModelClient": ".client",
+    "ModelSettings": ".client",
+    "Usage": ".client",
+    "usage_scope": ".client",
+}
+__all__ = list(_WHERE)
+
+
+def __getattr__(name: str):
+    if name not in _WHERE:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    return getattr(import_module(_WHERE[name], __name__), name)

@@ -23,8 +23,12 @@ TABLES: dict[str, dict[str, str]] = {
         "completion_tokens": "BIGINT",
         "embedding_tokens": "BIGINT",
         "latency_seconds": "DOUBLE",
-        "run_id": "VARCHAR",
+        "run_id": "VARCHAR",  # the Dagster run that answered; none for the CLI and the server
         "created_at": "TIMESTAMP",
+        "cost_usd": "DOUBLE",  # at the configured prices
+        "asked_by": "VARCHAR",  # the server's key name, "local" (the server without keys), "cli" or "dagster"
+        "sources": "JSON",  # [{kind, id, number, title, text, document, ...}]: what the answer shows as its sources
+        "index_version": "VARCHAR",  # the publication of the corpus's index that answered
     },
     # Prompts: the ones tuning wrote for a corpus, and the ones its index was built with.
     "tuned_prompts": {

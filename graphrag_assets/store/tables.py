@@ -243,16 +243,31 @@ def _insert(conn: duckdb.DuckDBPyConnection, table: str, corpus: str, df: pd.Dat
         conn.unregister("_incoming")
 
 
-def append_rows(conn: duckdb.DuckDBPyConnection, table: str, corpus: str, df: pd.DataFrame, view: str = "") -> None:
-    """Add rows (no replacement), for logs such as query_answers, and (re)create a view over them."""
+def append_rows(conn: duckdb.DuckDBPyConnection, table: str, corpus: str, df: pd.DataFrame, view: str = "") -> int:
+    """Add rows to a log such as query_answers, and (re)create a view over them; returns how many were new.
+
+    A row whose id the table holds already is left out, so rows written again after a crash (a queue replayed)
+    appear once."""
+    added = 0
 
     def append() -> None:
+        nonlocal added
         ensure_table(conn, table)
-        _insert(conn, table, corpus, df)
+        present = {
+            row_id
+            for (row_id,) in conn.execute(
+                f'SELECT id FROM "{table}" WHERE list_contains(?, id)', [df["id"].tolist()]
+            ).fetchall()
+        }
+        new = df[~df["id"].isin(present)]
+        if len(new):
+            _insert(conn, table, corpus, new)
         if view:
             conn.execute(view)
+        added = len(new)
 
     in_transaction(conn, append)
+    return added
 
 
 def table_exists(conn: duckdb.DuckDBPyConnection, table: str) -> bool:

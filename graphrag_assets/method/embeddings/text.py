@@ -9,6 +9,9 @@ same way in both cases. The fitted offline model is kept, as plain arrays and a 
 from __future__ import annotations
 
 import asyncio
+import functools
+import re
+from collections import Counter
 from dataclasses import dataclass
 
 import numpy as np
@@ -39,6 +42,15 @@ def embedding_inputs(entities: pd.DataFrame, text_units: pd.DataFrame, reports: 
 
 # Words of one letter or more: a tiny corpus may have few words of the default two.
 _TOKEN_PATTERN = r"(?u)\b\w+\b"
+_TOKENS = re.compile(_TOKEN_PATTERN)
+
+
+def _unit_rows(matrix: np.ndarray) -> np.ndarray:
+    """Rows scaled to length 1 (a row of zeros stays zeros), as scikit-learn's normalize does."""
+    norms = np.linalg.norm(matrix, axis=1, keepdims=True)
+    return matrix / np.where(norms == 0, 1.0, norms)
+
+
 MIN_SVD_DIMENSIONS = 2
 
 
@@ -85,23 +97,29 @@ class LocalEmbedder:
             components = svd.components_.astype(np.float32)
         return cls(vocabulary, vectorizer.idf_.astype(np.float64), components, stop_words)
 
-    def embed(self, texts: list[str]) -> np.ndarray:
-        from sklearn.feature_extraction.text import CountVectorizer
-        from sklearn.preprocessing import normalize
+    @functools.cached_property
+    def _columns(self) -> dict[str, int]:
+        return {term: column for column, term in enumerate(self.vocabulary)}
 
-        counts = (
-            CountVectorizer(
-                vocabulary=self.vocabulary,
-                stop_words="english" if self.stop_words else None,
-                token_pattern=_TOKEN_PATTERN,
-            )
-            .transform(texts)
-            .astype(np.float64)
-        )
-        counts.data = 1.0 + np.log(counts.data)
-        tfidf = normalize(counts.multiply(self.idf).tocsr())
+    def embed(self, texts: list[str]) -> np.ndarray:
+        """Vectors of new texts in the fitted space, as scikit-learn's vectorizer would count them: lowercased
+        words of the token pattern, those of the vocabulary (which holds no stop words when they were left out, and
+        only single words, so dropping stop words first would change nothing). Without scikit-learn: importing it
+        costs a question a second and more."""
+        from scipy.sparse import csr_matrix, diags
+
+        columns, rows, counts = self._columns, [], []
+        for text in texts:
+            found = Counter(c for c in map(columns.get, _TOKENS.findall(text.lower())) if c is not None)
+            rows.append(sorted(found.items()))
+        indptr = np.cumsum([0, *(len(row) for row in rows)])
+        indices = np.fromiter((c for row in rows for c, _ in row), dtype=np.int64, count=int(indptr[-1]))
+        counts = np.fromiter((n for row in rows for _, n in row), dtype=np.float64, count=int(indptr[-1]))
+        tfidf = csr_matrix(((1.0 + np.log(counts)) * self.idf[indices], indices, indptr), (len(texts), len(columns)))
+        lengths = np.sqrt(np.asarray(tfidf.multiply(tfidf).sum(axis=1)).ravel())
+        tfidf = diags(1.0 / np.where(lengths == 0, 1.0, lengths)) @ tfidf
         vectors = tfidf @ self.components.T if self.components is not None else tfidf.toarray()
-        return normalize(np.asarray(vectors)).astype(np.float32)
+        return _unit_rows(np.asarray(vectors)).astype(np.float32)
 
     def to_row(self) -> dict:
         return {

@@ -25,7 +25,7 @@ from ..ingest.tokens import count_tokens, truncate_to_tokens
 from ..offline.answers import best_sentences, extractive_answer, overlap_score, terms_in_order
 from ..prompts import user_message
 from ..words import split_sentences
-from .context import NO_ANSWER, Index, SearchResult, csv_line, embed_query, pack
+from .context import NO_ANSWER, Index, SearchResult, csv_line, embed_query, pack, with_recent_turns
 
 # Offline, a unit is relevant when it holds this share of a sub-question's content words.
 OFFLINE_RELEVANT_OVERLAP = 0.5
@@ -223,10 +223,12 @@ async def lazy_search(
     snippet_tokens: int,
     claim_passage_tokens: int,
     max_context_tokens: int,
+    conversation: list[dict] | None = None,
 ) -> SearchResult:
     number = index.citation_numbers("text_units")
     unit_text = dict(zip(index.text_units["id"], index.text_units["text"]))
-    sub_questions = await _refine(chat, index, question, max_sub_questions)
+    # A follow-up ("and what happens to him?") is split and ranked with the user's last turns, which name its subject.
+    sub_questions = await _refine(chat, index, with_recent_turns(question, conversation), max_sub_questions)
     queries = [await embed_query(embedder, index, q) for q in sub_questions]
     tree, top = community_tree(index, rank_units(index, queries))
 

@@ -1,0 +1,62 @@
+"""What the environment sets: where the project keeps its state, and each model endpoint.
+
+Read without importing Dagster, so that the answering service and quick commands start fast; definitions.py
+builds its resources from the same values.
+"""
+
+from __future__ import annotations
+
+import os
+
+# Where the project keeps what it makes (store, response cache, vector indexes, exports), unless each is set apart.
+STATE_DIR = os.getenv("GRAPHRAG_HOME", ".graphrag")
+DATABASE = os.getenv("GRAPHRAG_DUCKDB", f"{STATE_DIR}/graphrag.duckdb")  # or ducklake:<catalog>: store/connection.py
+DUCKLAKE_DATA_PATH = os.getenv("GRAPHRAG_DUCKLAKE_DATA_PATH")
+CACHE_DIR = os.getenv("GRAPHRAG_CACHE_DIR", f"{STATE_DIR}/cache")
+VECTOR_INDEX_DIR = os.getenv("GRAPHRAG_VECTOR_INDEX_DIR", f"{STATE_DIR}/vector-index")
+DATA_DIR = os.getenv("GRAPHRAG_DATA_DIR", "data")
+RATE_LIMITS_FILE = f"{STATE_DIR}/rate-limits.sqlite"
+
+
+def answer_queue_path(database: str = DATABASE) -> str:
+    """Where answers wait while the store is busy: beside a local DuckDB file, else in the state folder."""
+    from .store.connection import is_local_file
+
+    return f"{database}.answers.sqlite" if is_local_file(database) else f"{STATE_DIR}/answers.sqlite"
+
+
+# Optional settings from the environment; what is unset keeps the resource's default.
+_OPTIONAL_SETTINGS = {
+    "api_version": ("GRAPHRAG_API_VERSION", str),
+    "max_concurrency": ("GRAPHRAG_MAX_CONCURRENCY", int),
+    "requests_per_minute": ("GRAPHRAG_RPM", int),
+    "tokens_per_minute": ("GRAPHRAG_TPM", int),
+    "rate_limits_file": ("GRAPHRAG_RATE_LIMITS_FILE", str),
+    "timeout_seconds": ("GRAPHRAG_TIMEOUT_SECONDS", float),
+    "batch_api": ("GRAPHRAG_BATCH_API", lambda value: value.strip().lower() in ("1", "true", "yes", "on")),
+}
+# Each endpoint: the variable naming its model, the model when unset, and the variable of a base URL of its own.
+ENDPOINTS = {
+    "chat": ("GRAPHRAG_CHAT_MODEL", "gpt-4o-mini", "GRAPHRAG_API_BASE"),
+    "judge": ("GRAPHRAG_JUDGE_MODEL", "gpt-4o-mini", "GRAPHRAG_API_BASE"),
+    # A server of its own for embeddings where one server serves one model (vLLM, llama.cpp's server).
+    "embeddings": ("GRAPHRAG_EMBEDDING_MODEL", "text-embedding-3-small", "GRAPHRAG_EMBEDDING_API_BASE"),
+}
+API_KEY_VARIABLE = "GRAPHRAG_API_KEY"
+
+
+def endpoint_settings(endpoint: str, api_key: object) -> dict:
+    """The fields of one endpoint's resource from the environment; `api_key` is what stands for the key there
+    (a Dagster EnvVar in definitions.py, so the key never reaches the UI or the run config)."""
+    model_variable, default_model, base_variable = ENDPOINTS[endpoint]
+    return dict(
+        base_url=os.getenv(base_variable) or os.getenv("GRAPHRAG_API_BASE"),
+        api_key=api_key if os.getenv(API_KEY_VARIABLE) else None,
+        model=os.getenv(model_variable, default_model),
+        cache_dir=CACHE_DIR,
+        **{
+            field: kind(os.environ[variable])
+            for field, (variable, kind) in _OPTIONAL_SETTINGS.items()
+            if os.getenv(variable)
+        },
+    )
