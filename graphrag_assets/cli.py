@@ -336,6 +336,8 @@ def ask(
     if level is not None and level < 0:
         raise UserError(f"--level {level} is not a community level: levels count from 0 (the root) down")
     instance = _instance()  # sweeps runs left behind by dead processes, and is where the answer is observed
+    if not verbose:  # a failed answer ends in one line that says why; each failed call's warning is for --verbose
+        logging.getLogger("graphrag_assets.models").setLevel(logging.ERROR)
     from .answers.asking import AnswerFailed
     from .answers.options import METHODS as ANSWERING
     from .answers.service import AnswerService, endpoint_settings_from_environment, observe_in_dagster
@@ -401,17 +403,19 @@ def show_answer(found) -> None:
 
 
 def serve(host: str, port: int, keys: str | None, cors: list[str], poll_seconds: float, rate: int) -> int:
-    from .server.app import ServerSettings, run
+    from .server.app import ServerSettings, load_keys, run
 
-    return run(
-        ServerSettings(host=host, port=port, keys_file=keys, cors_origins=cors, poll_seconds=poll_seconds, rate=rate)
+    settings = ServerSettings(
+        host=host, port=port, keys_file=keys, cors_origins=cors, poll_seconds=poll_seconds, rate=rate
     )
+    load_keys(settings)  # refused in one line before anything loads
+    return run(settings, instance=_instance())
 
 
 def mcp_stdio() -> int:
     from .server.mcp_tools import run_stdio
 
-    run_stdio()
+    run_stdio(instance=_instance())
     return 0
 
 

@@ -151,7 +151,7 @@ def test_the_cli_takes_settings_and_says_what_is_wrong_in_one_line(tmp_path):
     assert method == "local" and [t["role"] for t in json.loads(turns)] == ["user", "assistant"]
     assert json.loads(turns)[0]["content"] == "Who wrote letters?"
     unknown = cli.run("ask", "--follow-up", "no-such-answer", "And then?")
-    assert unknown.returncode == 2 and "no answer 'no-such-answer' to follow up" in unknown.stderr
+    assert unknown.returncode == 2 and "no answer 'no-such-answer' is recorded" in unknown.stderr
 
     with open_instance(cli.home) as instance:  # the UI lists a job's runs by this label, as for its own runs
         labels = {run.tags.get(REPOSITORY_LABEL_TAG) for run in instance.get_runs()}
@@ -160,7 +160,7 @@ def test_the_cli_takes_settings_and_says_what_is_wrong_in_one_line(tmp_path):
     bad_level = cli.run("ask", "--corpus", "tiny", "--level", "7", "Who wrote letters?")
     assert bad_level.returncode == 2 and cli.runs() == runs  # refused before a run was launched
     assert bad_level.stderr.strip().splitlines() == [
-        "error: --level 7 does not exist in corpus 'tiny': its levels are 0-0"
+        "error: community level 7 does not exist: this corpus has levels 0..0"
     ]
     questions = cli.run("ask", "--corpus", "tiny", "--method", "questions", "Who wrote letters?")
     assert questions.returncode == 0 and "--follow-up" not in questions.stdout  # nothing there to follow up

@@ -123,6 +123,23 @@ def check_free_text(reply: str) -> str:
     return reply.strip()
 
 
+# A model declining the request itself ("I'm sorry, I can't help with that."), as opposed to an answer that says
+# the data does not hold what was asked, which an answer may well say.
+_DECLINED = re.compile(
+    r"^\W*(?:(?:I'?m|I am) sorry|sorry|apologies)?[\s,.!]*(?:but\s+)?(?:as an AI,?\s+)?I\s+"
+    r"(?:can(?:no|')t|can not|won'?t|am unable to|'m unable to|am not able to)\s+"
+    r"(?:help|assist|comply|do that|answer (?:that|this)|provide (?:that|this|an answer))\b",
+    re.IGNORECASE,
+)
+
+
+def check_answer_text(reply: str) -> str:
+    """An answer to a question, in prose: it may say the data does not tell, but it must not decline to answer."""
+    if _DECLINED.match(reply):
+        raise InvalidReply(f"the model declined to answer ({reply.strip()[:80]!r})")
+    return reply.strip()
+
+
 _FENCE = re.compile(r"^\s*```(?:json)?\s*(.*?)\s*```\s*$", re.DOTALL)
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 import re
 
-from ..graph.records import ChatModel, Embedder, InvalidReply, parse_json_reply
+from ..graph.records import ChatModel, Embedder, InvalidReply, check_answer_text, parse_json_reply
 from ..prompts import user_message
 from .context import (
     EXTRACTIVE_LABEL,
@@ -125,7 +125,8 @@ async def drift_search(
             question=question,
             response_type=response_type,
             conversation=conversation_block(conversation),
-        )
+        ),
+        parse=check_answer_text,
     )
     return SearchResult(answer or reduce_text, False, tokens, context, details)
 

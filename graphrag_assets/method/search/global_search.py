@@ -11,7 +11,7 @@ from __future__ import annotations
 import asyncio
 import random
 
-from ..graph.records import ChatModel, Embedder, InvalidReply, parse_json_reply
+from ..graph.records import ChatModel, Embedder, InvalidReply, check_answer_text, parse_json_reply
 from ..offline.answers import BROAD_WORDS, best_sentences, clean_sentence, extractive_answer, terms, terms_in_order
 from ..prompts import load_prompt, user_message
 from ..words import split_sentences
@@ -182,7 +182,8 @@ async def _reduce(
             question=question,
             response_type=response_type,
             conversation=conversation_block(conversation),
-        )
+        ),
+        parse=check_answer_text,
     )
     return answer or "The reduce step failed after retries; the scored points are in the context."
 

@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from ..graph.records import ChatModel, Embedder, InvalidReply, parse_json_reply
+from ..graph.records import ChatModel, Embedder, InvalidReply, check_answer_text, parse_json_reply
 from ..ingest.tokens import count_tokens, truncate_to_tokens
 from ..offline.answers import best_sentences, extractive_answer, overlap_score, terms_in_order
 from ..prompts import user_message
@@ -346,7 +346,10 @@ async def _answer(chat: ChatModel, question: str, sub_questions: list[str], clai
     failed = "The model call failed after retries; the claims it would have read are recorded."
     partial = await asyncio.gather(
         *(
-            chat.complete(user_message("lazy_answer", question=q, claims=claims, response_type=response_type))
+            chat.complete(
+                user_message("lazy_answer", question=q, claims=claims, response_type=response_type),
+                parse=check_answer_text,
+            )
             for q in sub_questions
         )
     )
@@ -355,6 +358,7 @@ async def _answer(chat: ChatModel, question: str, sub_questions: list[str], clai
         return answers[0] if answers else failed
     sections = "\n\n".join(f"----Sub-question: {q}\n{a}" for q, a in zip(sub_questions, partial) if a)
     combined = await chat.complete(
-        user_message("lazy_reduce", question=question, sub_answers=sections, response_type=response_type)
+        user_message("lazy_reduce", question=question, sub_answers=sections, response_type=response_type),
+        parse=check_answer_text,
     )
     return combined or failed

@@ -10,7 +10,7 @@ from dataclasses import dataclass
 
 import pandas as pd
 
-from ..graph.records import ChatModel, Embedder
+from ..graph.records import ChatModel, Embedder, check_answer_text
 from ..ingest.tokens import count_tokens
 from ..offline.answers import cited_sentences
 from ..prompts import user_message
@@ -182,7 +182,8 @@ async def local_search(
                 question=question,
                 response_type=response_type,
                 conversation=conversation_block(conversation),
-            )
+            ),
+            parse=check_answer_text,
         )
         answer = answer or "The model call failed after retries; the context it would have read is recorded."
     return SearchResult(answer, chat is None, context.tokens, context.ids)
@@ -219,7 +220,8 @@ async def basic_search(
                 question=question,
                 response_type=response_type,
                 conversation=conversation_block(conversation),
-            )
+            ),
+            parse=check_answer_text,
         )
         answer = answer or "The model call failed after retries; the context it would have read is recorded."
     return SearchResult(answer, chat is None, tokens, context)
