@@ -1,3 +1,4 @@
+import os
 import shutil
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -21,6 +22,27 @@ from graphrag_assets_tests.model_server import FakeOpenAIServer, Faults
 from graphrag_assets_tests.postgres import PostgresServer, binaries
 
 REPO = Path(__file__).resolve().parents[1]
+CHROMIUM = "/usr/bin/chromium"
+# Headless Chromium on a machine with no network but the loopback: no background fetches, no sandbox as root.
+CHROMIUM_FLAGS = [
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-quic",
+    "--no-first-run",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+]
+
+
+def require_chromium() -> None:
+    """Debian's Chromium, which .ci/run installs: a failure in CI when it is missing, a skip elsewhere."""
+    if not Path(CHROMIUM).exists():
+        if os.environ.get("CI"):
+            pytest.fail(f"{CHROMIUM} is missing: .ci/run installs Debian's chromium package")
+        pytest.skip(f"{CHROMIUM} is not installed here (apt-get install chromium)")
+
+
 SAMPLE_CORPUS = "a-christmas-carol"
 # Every asset of the index_corpus job, in pipeline order.
 INDEX_ASSETS = (

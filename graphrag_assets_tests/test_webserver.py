@@ -21,10 +21,18 @@ from dagster_graphql import DagsterGraphQLClient, DagsterGraphQLClientError
 
 from graphrag_assets.cli import CODE_LOCATION
 
-from .conftest import INDEX_ASSETS, REPO, SAMPLE_CORPUS, Workspace, open_instance
+from .conftest import (
+    CHROMIUM,
+    CHROMIUM_FLAGS,
+    INDEX_ASSETS,
+    REPO,
+    SAMPLE_CORPUS,
+    Workspace,
+    open_instance,
+    require_chromium,
+)
 
 pytestmark = pytest.mark.slow
-CHROMIUM = "/usr/bin/chromium"
 # The repo's dagster.yaml queues runs for the daemon; here runs launch straight away.
 INSTANCE_YAML = """
 run_coordinator:
@@ -199,10 +207,7 @@ def test_a_backfill_of_two_new_corpora_from_the_ui(ui):
 
 
 def test_the_ui_in_a_real_browser(ui, tmp_path):
-    if not Path(CHROMIUM).exists():
-        if os.environ.get("CI"):
-            pytest.fail(f"{CHROMIUM} is missing: .ci/run installs Debian's chromium package")
-        pytest.skip(f"{CHROMIUM} is not installed here (apt-get install chromium)")
+    require_chromium()
     from playwright.sync_api import sync_playwright
 
     ui.run(
@@ -211,17 +216,8 @@ def test_the_ui_in_a_real_browser(ui, tmp_path):
     )
     shots = Path(os.environ.get("GRAPHRAG_SCREENSHOTS", tmp_path))
     shots.mkdir(parents=True, exist_ok=True)
-    flags = [
-        "--no-sandbox",
-        "--disable-gpu",
-        "--disable-quic",
-        "--no-first-run",
-        "--disable-background-networking",
-        "--disable-component-update",
-        "--disable-sync",
-    ]
     with sync_playwright() as playwright:
-        browser = playwright.chromium.launch(executable_path=CHROMIUM, args=flags)
+        browser = playwright.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_FLAGS)
         page = browser.new_page(viewport={"width": 1500, "height": 1000})
 
         page.goto(f"{ui.url}/asset-groups")

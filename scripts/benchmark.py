@@ -15,6 +15,7 @@ measured in the same run.
     .venv/bin/python scripts/benchmark.py batch [--delay 10] [--poll 1] [--latency 0.05]
     .venv/bin/python scripts/benchmark.py limits [--documents 30] [--rpm 10000] [--tpm 2000000]
     .venv/bin/python scripts/benchmark.py tuning [--documents 30]
+    .venv/bin/python scripts/benchmark.py serve [--questions 40] [--clients 16] [--latency 0.2]
 
 models: the model-calling part of the index of the sample corpus (extraction, claims, reports) against
   the test model server, concurrent (the
@@ -36,6 +37,8 @@ batch: the index through the Batch API next to one request at a time: see batch_
 limits: a high rate limit used by the derived ceiling on requests in flight, next to a fixed 64: see
   limits_benchmark.py.
 tuning: a corpus of another domain indexed with default and with tuned prompts: see tuning_benchmark.py.
+serve: `graphrag-assets serve` answering one and many clients, against the same answers in-process: see
+  serve_benchmark.py.
 graph: each non-model step (communities, node2vec, UMAP, offline text embeddings) on the sample
   corpus graph and on a synthetic graph the size of the paper's podcast graph, each in a fresh
   process for its peak memory; baseline: the bare library call on the same input.
@@ -338,6 +341,10 @@ def main() -> None:
     limits.add_argument("--tpm", type=int, default=2_000_000)
     limits.add_argument("--latency", type=float, default=0.4, help="seconds per request")
     limits.add_argument("--token-latency", type=float, default=0.03, help="and per completion token")
+    serve = commands.add_parser("serve", help="latency of the server per method and under concurrent clients")
+    serve.add_argument("--questions", type=int, default=40)
+    serve.add_argument("--clients", type=int, default=16)
+    serve.add_argument("--latency", type=float, default=0.2, help="seconds the test model server takes to answer")
     tuning = commands.add_parser("tuning", help="a contracts corpus indexed with default and with tuned prompts")
     tuning.add_argument("--documents", type=int, default=30, help="fictional supply agreements")
     growth = commands.add_parser("growth", help="every offline step's wall time at 5 and 50 MB, against n log n")
@@ -405,6 +412,10 @@ def main() -> None:
         from batch_benchmark import batch_benchmark
 
         batch_benchmark(args)
+    elif args.command == "serve":
+        from serve_benchmark import main as serve_main
+
+        serve_main(args.questions, args.clients, args.latency)
     elif args.command == "tuning":
         from tuning_benchmark import tuning_benchmark
 

@@ -315,10 +315,11 @@ class AnswerService:
         self._poller.start()
 
     def stop(self) -> None:
-        """Stop polling and write what is queued, waiting a while for the store."""
+        """Stop polling and write what is queued, waiting a while for the store. Safe to call again."""
         self._stop.set()
         if self._poller is not None:
             self._poller.join()
+            self._poller = None
         self.flush(wait=self.store_wait_seconds)
 
 

@@ -18,7 +18,6 @@ from fastapi import Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import HTMLResponse, JSONResponse
 from fastapi_offline import FastAPIOffline
-from markdown_it import MarkdownIt
 from pydantic import BaseModel, ConfigDict, Field
 from starlette.concurrency import run_in_threadpool
 from starlette.middleware.cors import CORSMiddleware
@@ -27,13 +26,12 @@ from ..answers.asking import MAX_QUESTION_CHARS, Answer, AnswerFailed, QuestionR
 from ..answers.service import AnswerService, StoreBusy, UnknownAnswer, UnknownCorpus
 from .errors import ApiError, error_response
 from .keys import LOCAL, Caller, KeyRing, RateLimits
+from .shapes import AnswerOut, answer_out, stored_out
 
 log = logging.getLogger("graphrag_assets.server")
 LOCAL_HOSTS = ("127.0.0.1", "localhost", "::1")
 SERVED_METHODS = ("global", "local", "drift", "basic", "lazy")
 PAGE = Path(__file__).with_name("page.html")
-# Rendered for the page; raw HTML in an answer is shown as text, and links are checked by markdown-it.
-_MARKDOWN = MarkdownIt("commonmark", {"html": False}).enable("table")
 
 
 @dataclass
@@ -79,7 +77,9 @@ class Guard:
             return await self.app(scope, receive, send)
         path, headers = scope["path"], dict(scope["headers"])
         caller = LOCAL
-        if self.keys is not None and not (path in _OPEN or path.startswith("/docs")):
+        # A browser's CORS preflight carries no key; the CORS middleware answers it, and only for named origins.
+        open_path = path in _OPEN or path.startswith("/docs") or scope["method"] == "OPTIONS"
+        if self.keys is not None and not open_path:
             caller = self.keys.find(_presented_key(headers)) if _presented_key(headers) else None
             if caller is None:
                 response = error_response(
@@ -142,74 +142,6 @@ class AskRequest(BaseModel):
     follow_up: str | None = Field(None, max_length=64, description="An answer id: continue its conversation.")
 
 
-class AnswerOut(BaseModel):
-    answer_id: str
-    corpus: str
-    method: str
-    level: int | None
-    question: str
-    answer: str = Field(description="Markdown, citing its sources as [Data: Reports (n)] or [Data: Sources (n)].")
-    answer_html: str = Field(description="The answer rendered as HTML (raw HTML in it is escaped).")
-    extractive: bool = Field(description="True when the offline engine quoted the index instead of a model writing.")
-    sources: list[dict] = Field(
-        description="Each source: kind, id, number (as the answer cites it), title, text; "
-        "text units also document, document_id, pages, location."
-    )
-    usage: dict = Field(
-        description="model_calls, cache_hits, prompt_tokens, completion_tokens, embedding_tokens, cost_usd."
-    )
-    seconds: float
-    conversation: list[dict] = Field(default_factory=list, description="The earlier turns it followed.")
-
-
-def answer_out(found: Answer) -> AnswerOut:
-    return AnswerOut(
-        answer_id=found.id,
-        corpus=found.corpus,
-        method=found.method,
-        level=found.level,
-        question=found.question,
-        answer=found.text,
-        answer_html=_MARKDOWN.render(found.text),
-        extractive=found.result.extractive,
-        sources=found.sources,
-        usage={**found.usage, "cost_usd": found.cost_usd},
-        seconds=round(found.seconds, 4),
-        conversation=found.conversation,
-    )
-
-
-def stored_out(corpus: str, row: dict) -> AnswerOut:
-    import json
-
-    def parsed(value, default):
-        return value if isinstance(value, list) else json.loads(value) if value else default
-
-    level = row.get("community_level")
-    return AnswerOut(
-        answer_id=row["id"],
-        corpus=corpus,
-        method=row["method"],
-        level=None if level is None or level != level else int(level),
-        question=row["question"],
-        answer=row["answer"],
-        answer_html=_MARKDOWN.render(row["answer"]),
-        extractive=bool(row["extractive"]),
-        sources=parsed(row.get("sources"), []),
-        usage={
-            name: _number(row.get(name))
-            for name in ("model_calls", "cache_hits", "prompt_tokens", "completion_tokens", "embedding_tokens")
-        }
-        | {"cost_usd": float(_number(row.get("cost_usd")))},
-        seconds=round(float(_number(row.get("latency_seconds"))), 4),
-        conversation=parsed(row.get("conversation"), []),
-    )
-
-
-def _number(value) -> int | float:
-    return 0 if value is None or value != value else value  # NaN from a column a row has no value in
-
-
 def build_app(service: AnswerService, settings: ServerSettings, keys: KeyRing | None, with_mcp: bool = True):
     """The ASGI app, with the MCP server (server/mcp_tools.py) at /mcp; the two share the rate limits."""
     from .mcp_tools import build_mcp
@@ -224,6 +156,8 @@ def build_app(service: AnswerService, settings: ServerSettings, keys: KeyRing | 
     async def lifespan(app):
         async with mcp.session_manager.run() if mcp else contextlib.nullcontext():
             yield
+        # Here, not after uvicorn returns: on SIGTERM it re-raises the signal once it has shut down.
+        await run_in_threadpool(service.stop)
 
     app = FastAPIOffline(
         title="graphrag-assets",

@@ -15,6 +15,7 @@ from mcp.server.mcpserver.exceptions import ToolError
 from ..answers.asking import AnswerFailed, QuestionRefused
 from ..answers.service import AnswerService, StoreBusy, UnknownAnswer, UnknownCorpus
 from .keys import LOCAL, Caller, RateLimits
+from .shapes import stored_out
 
 INSTRUCTIONS = (
     "Answers questions about indexed document collections (corpora) with GraphRAG. Call list_corpora first. For a "
@@ -112,8 +113,6 @@ def build_mcp(service: AnswerService, limits: RateLimits | None = None) -> MCPSe
         Args:
             answer_id: the answer_id that ask returned.
         """
-        from .app import stored_out
-
         caller = _caller(ctx)
         try:
             corpus, row = service.stored(answer_id, caller.may_read)
