@@ -16,7 +16,7 @@ import dagster as dg
 from ..method.search.context import Index, SearchResult
 from ..models.errors import EndpointError
 from .options import CONVERSATIONAL, METHODS, Turn
-from .sources import source_list
+from .sources import excerpt, source_list
 
 if TYPE_CHECKING:  # the model client imports openai: an offline answer does without it
     from ..models import ModelSettings, Usage
@@ -163,7 +163,8 @@ class Answer:
             "created_at": self.created_at,
             "cost_usd": self.cost_usd,
             "asked_by": asked_by,
-            "sources": json.dumps(self.sources, default=str),
+            # A passage's text is in text_units: the record keeps its beginning (service.stored() gives it whole).
+            "sources": json.dumps([excerpt(source) for source in self.sources], default=str),
             "index_version": self.index_version,
         }
 

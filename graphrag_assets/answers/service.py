@@ -29,6 +29,7 @@ from .asking import Answer, QuestionRefused, answer, check, options_for
 from .options import CONVERSATIONAL, METHODS
 from .published import Publication, load_index, publication, versions
 from .records import AnswerJournal, stored_answer
+from .sources import whole
 
 if TYPE_CHECKING:
     from ..models import ModelSettings
@@ -228,7 +229,13 @@ class AnswerService:
                 found = stored_answer(conn, answer_id)
         if found is None or not allowed(found[0]):
             raise UnknownAnswer(f"no answer {answer_id!r} is recorded: use the answer id that an answer gave")
-        return found
+        corpus, row = found
+        with self._load_lock:
+            loaded = self._loaded.get(corpus)
+        if loaded is not None and row.get("sources"):
+            sources = row["sources"] if isinstance(row["sources"], list) else json.loads(row["sources"])
+            row = {**row, "sources": whole(sources, loaded.index.text_units)}
+        return corpus, row
 
     def entities(self, corpus: str, text: str, limit: int = 10) -> list[dict]:
         """The entities nearest `text`, each with its description and its strongest relationships."""
@@ -334,32 +341,42 @@ def _warm(index: Index) -> None:
 
 
 def observe_in_dagster(answers: list[tuple[str, dict]], instance=None) -> None:
-    """Each recorded answer as an observation of its method's query asset, partition the corpus: answers given
-    outside a Dagster run show on the asset's page beside the launchpad's. `instance`: DAGSTER_HOME's."""
+    """Answers given outside a Dagster run, as observations of their method's query asset (partition: the corpus):
+    one per corpus and method for each batch written, with its figures and questions, so that the asset's page
+    shows them beside the launchpad's answers. `instance`: DAGSTER_HOME's."""
     import dagster as dg
+    import pandas as pd
 
     if instance is None:
         if not os.getenv("DAGSTER_HOME"):
             return
         instance = dg.DagsterInstance.get()
+    batches: dict[tuple[str, str], list[dict]] = {}
     for corpus, row in answers:
-        spec = METHODS.get(row["method"])
-        if spec is None:
-            continue
+        if row["method"] in METHODS:
+            batches.setdefault((corpus, row["method"]), []).append(row)
+    for (corpus, method), rows in batches.items():
+        frame = pd.DataFrame(rows)
+        shown = frame.head(_OBSERVED_QUESTIONS)[["id", "asked_by", "question", "latency_seconds"]]
         instance.report_runless_asset_event(
             dg.AssetObservation(
-                asset_key=spec.asset,
+                asset_key=METHODS[method].asset,
                 partition=corpus,
                 metadata={
-                    "answer_id": row["id"],
-                    "question": row["question"][:500],
-                    "asked_by": row.get("asked_by") or "",
-                    "model_calls": int(row.get("model_calls") or 0),
-                    "prompt_tokens": int(row.get("prompt_tokens") or 0),
-                    "completion_tokens": int(row.get("completion_tokens") or 0),
-                    "cost_usd": float(row.get("cost_usd") or 0.0),
-                    "latency_seconds": round(float(row.get("latency_seconds") or 0.0), 3),
-                    "trace_sql": f"SELECT * FROM answer_sources WHERE answer_id = '{row['id']}'",
+                    "answers": len(frame),
+                    "asked_by": ", ".join(sorted(set(frame["asked_by"].fillna("")))),
+                    "model_calls": int(frame["model_calls"].sum()),
+                    "prompt_tokens": int(frame["prompt_tokens"].sum()),
+                    "completion_tokens": int(frame["completion_tokens"].sum()),
+                    "cost_usd": float(frame["cost_usd"].fillna(0).sum()),
+                    "median_latency_seconds": round(float(frame["latency_seconds"].median()), 3),
+                    "questions": dg.MetadataValue.md(
+                        shown.assign(question=shown["question"].str.slice(0, 200)).to_markdown(index=False)
+                    ),
+                    "trace_sql": "SELECT * FROM answer_sources WHERE answer_id = '<id>'",
                 },
             )
         )
+
+
+_OBSERVED_QUESTIONS = 20  # questions listed in one observation; the figures count them all

@@ -145,6 +145,28 @@ def source_list(index: Index, result: SearchResult) -> list[dict]:
     return sources
 
 
+EXCERPT_CHARS = 300
+
+
+def excerpt(source: dict) -> dict:
+    """A source as an answer's record keeps it: a passage's text cut to its beginning."""
+    if source["kind"] != "text_unit" or len(source["text"]) <= EXCERPT_CHARS:
+        return source
+    return {**source, "text": source["text"][:EXCERPT_CHARS], "excerpt": True}
+
+
+def whole(sources: list[dict], units: pd.DataFrame) -> list[dict]:
+    """Recorded sources with each passage's whole text again, from the corpus's text units (where it still has
+    the passage)."""
+    texts = units.set_index("id")["text"]
+    return [
+        {k: v for k, v in s.items() if k != "excerpt"} | {"text": texts[s["id"]]}
+        if s.get("excerpt") and s["id"] in texts.index
+        else s
+        for s in sources
+    ]
+
+
 def where(source: dict) -> str:
     """Where a text unit sits, as a person would say it: "ledger.pdf, pages 12-13", "notes.md, Setup > Keys"."""
     pages = source.get("pages") or []

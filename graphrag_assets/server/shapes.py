@@ -36,7 +36,7 @@ class AnswerOut(BaseModel):
 
 
 def answer_out(found: Answer) -> AnswerOut:
-    return stored_out(found.corpus, found.row(asked_by=""))
+    return stored_out(found.corpus, {**found.row(asked_by=""), "sources": found.sources})  # passages whole
 
 
 def stored_out(corpus: str, row: dict) -> AnswerOut:
