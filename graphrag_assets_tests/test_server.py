@@ -579,6 +579,8 @@ def test_fifty_clients_ask_while_another_corpus_indexes_into_the_same_store(stor
         assert second.status_code == 200
     (published,) = rows(store, "SELECT max(materialized_at) FROM lineage WHERE corpus = 'second'")[0]
     assert seen["second"] - published.replace(tzinfo=datetime.UTC).timestamp() <= 10
-    (recorded,) = rows(store, "SELECT count(*) FROM query_answers WHERE asked_by = 'local' AND corpus = ?", SAMPLE_CORPUS)[0]
+    (recorded,) = rows(
+        store, "SELECT count(*) FROM query_answers WHERE asked_by = 'local' AND corpus = ?", SAMPLE_CORPUS
+    )[0]
     assert recorded == clients * each  # every answer, none twice
     assert len(AnswerJournal(f"{store}.answers.sqlite")) == 0

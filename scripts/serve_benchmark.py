@@ -26,6 +26,7 @@ from contextlib import contextmanager
 from pathlib import Path
 
 import dagster as dg
+import duckdb
 import httpx
 
 from graphrag_assets.answers.asking import answer
@@ -41,7 +42,10 @@ SUBJECTS = ("Scrooge", "Bob Cratchit", "Tiny Tim", "Marley", "Fred", "the Ghost 
 
 
 def questions(count: int, tag: str = "") -> list[str]:
-    return [f"What do we learn about {SUBJECTS[i % len(SUBJECTS)]}?{' ' + tag + str(i) if tag else ''}" for i in range(count)]
+    return [
+        f"What do we learn about {SUBJECTS[i % len(SUBJECTS)]}?{' ' + tag + str(i) if tag else ''}"
+        for i in range(count)
+    ]
 
 
 def index(root: Path, base_url: str | None = None) -> Path:
@@ -54,9 +58,14 @@ def index(root: Path, base_url: str | None = None) -> Path:
         index_assets,
         instance=instance,
         partition_key=CORPUS,
-        run_config={**QUIET, "ops": {e: {"config": {"folder": str(root / "exports")}} for e in ("graphml_export", "parquet_export")}},
+        run_config={
+            **QUIET,
+            "ops": {e: {"config": {"folder": str(root / "exports")}} for e in ("graphml_export", "parquet_export")},
+        },
         resources={
-            "duckdb": DuckDBStoreResource(database=str(root / "graphrag.duckdb"), vector_index_dir=str(root / "vectors")),
+            "duckdb": DuckDBStoreResource(
+                database=str(root / "graphrag.duckdb"), vector_index_dir=str(root / "vectors")
+            ),
             "corpora": CorporaResource(root=str(root / "data"), conversion_cache_dir=str(root / "conversions")),
             "chat": ChatModelResource(**models),
             "embeddings": EmbeddingModelResource(**models),
@@ -174,16 +183,17 @@ def offline(root: Path, count: int, clients: int) -> None:
         wall = time.perf_counter() - started
         errors = sum(status != 200 for _, status in results)
         p50, p95 = percentiles([s for s, _ in results])
-        print(f"{len(results)} answers, {errors} errors, p50 {p50:.0f} ms, p95 {p95:.0f} ms, {len(results) / wall:.1f} answers/s")
+        print(
+            f"{len(results)} answers, {errors} errors, p50 {p50:.0f} ms, p95 {p95:.0f} ms, "
+            f"{len(results) / wall:.1f} answers/s"
+        )
         print(f"server peak memory: {peak_mib(pid):.0f} MiB\n")
         deadline = time.monotonic() + 60
         while httpx.get(f"{url}/health").json()["queued_answers"] and time.monotonic() < deadline:
             time.sleep(0.5)
-    import duckdb
-
     with duckdb.connect(str(database), read_only=True) as conn:
         recorded = conn.execute("SELECT count(*) FROM query_answers").fetchone()[0]
-    print(f"answers recorded in the store after the server stopped: {recorded} (asked: {5 * (count + 1) + len(results)})\n")
+    print(f"answers recorded after the server stopped: {recorded} (asked: {5 * (count + 1) + len(results)})\n")
 
     print("4. the CLI, each a fresh process (wall time)")
     env = environment(root, None)
@@ -205,7 +215,9 @@ def with_model(root: Path, count: int, latency: float) -> None:
     print(f"\n3. with a model endpoint answering after {latency:g} s: local search, new questions each time")
     with FakeOpenAIServer(latency_seconds=latency) as model:
         database = index(root, model.base_url)
-        settings = dict(base_url=model.base_url, cache_dir=str(root / "cache"), rate_limits_file=str(root / "rate-limits.sqlite"))
+        settings = dict(
+            base_url=model.base_url, cache_dir=str(root / "cache"), rate_limits_file=str(root / "rate-limits.sqlite")
+        )
         chat = ChatModelResource(**settings).settings()
         embeddings = EmbeddingModelResource(**settings).settings()
         direct = in_process(database, "local", questions(count, "direct "), chat, embeddings)
@@ -214,8 +226,10 @@ def with_model(root: Path, count: int, latency: float) -> None:
             served = [ask(client, url, "local", q)[0] for q in questions(count, "served ")]
             memory = peak_mib(pid)
     (p50, p95), (d50, d95) = percentiles(served), percentiles(direct)
-    print(f"server p50 {p50:.0f} ms (p95 {p95:.0f}), in-process p50 {d50:.0f} ms (p95 {d95:.0f}): "
-          f"the server adds {p50 - d50:.0f} ms at the median; peak memory {memory:.0f} MiB")
+    print(
+        f"server p50 {p50:.0f} ms (p95 {p95:.0f}), in-process p50 {d50:.0f} ms (p95 {d95:.0f}): "
+        f"the server adds {p50 - d50:.0f} ms at the median; peak memory {memory:.0f} MiB"
+    )
 
 
 def main(count: int, clients: int, latency: float) -> None:
