@@ -25,16 +25,46 @@ def answer_queue_path(database: str = DATABASE) -> str:
     return f"{database}.answers.sqlite" if is_local_file(database) else f"{STATE_DIR}/answers.sqlite"
 
 
+def _positive(kind: type) -> object:
+    def read(value: str):
+        number = kind(value)  # a ValueError for what is not a number
+        if number <= 0:
+            raise ValueError("it must be more than 0")
+        return number
+
+    return read
+
+
+def _flag(value: str) -> bool:
+    if value.strip().lower() not in ("1", "true", "yes", "on", "0", "false", "no", "off"):
+        raise ValueError("use true or false")
+    return value.strip().lower() in ("1", "true", "yes", "on")
+
+
 # Optional settings from the environment; what is unset keeps the resource's default.
 _OPTIONAL_SETTINGS = {
     "api_version": ("GRAPHRAG_API_VERSION", str),
-    "max_concurrency": ("GRAPHRAG_MAX_CONCURRENCY", int),
-    "requests_per_minute": ("GRAPHRAG_RPM", int),
-    "tokens_per_minute": ("GRAPHRAG_TPM", int),
+    "max_concurrency": ("GRAPHRAG_MAX_CONCURRENCY", _positive(int)),
+    "requests_per_minute": ("GRAPHRAG_RPM", _positive(int)),
+    "tokens_per_minute": ("GRAPHRAG_TPM", _positive(int)),
     "rate_limits_file": ("GRAPHRAG_RATE_LIMITS_FILE", str),
-    "timeout_seconds": ("GRAPHRAG_TIMEOUT_SECONDS", float),
-    "batch_api": ("GRAPHRAG_BATCH_API", lambda value: value.strip().lower() in ("1", "true", "yes", "on")),
+    "timeout_seconds": ("GRAPHRAG_TIMEOUT_SECONDS", _positive(float)),
+    "batch_api": ("GRAPHRAG_BATCH_API", _flag),
 }
+
+
+class SettingRefused(ValueError):
+    """An environment variable's value cannot be used."""
+
+
+def _read(variable: str, kind) -> object:
+    try:
+        return kind(os.environ[variable])
+    except ValueError as problem:
+        reason = str(problem) if "must" in str(problem) or "use" in str(problem) else "it is not a number"
+        raise SettingRefused(f"{variable}={os.environ[variable]!r} cannot be used: {reason}") from None
+
+
 # Each endpoint: the variable naming its model, the model when unset, and the variable of a base URL of its own.
 ENDPOINTS = {
     "chat": ("GRAPHRAG_CHAT_MODEL", "gpt-4o-mini", "GRAPHRAG_API_BASE"),
@@ -55,7 +85,7 @@ def endpoint_settings(endpoint: str, api_key: object) -> dict:
         model=os.getenv(model_variable, default_model),
         cache_dir=CACHE_DIR,
         **{
-            field: kind(os.environ[variable])
+            field: _read(variable, kind)
             for field, (variable, kind) in _OPTIONAL_SETTINGS.items()
             if os.getenv(variable)
         },

@@ -84,17 +84,62 @@ class Cli:
 def test_arguments_are_refused_in_one_line_before_any_run_starts(tmp_path):
     write_corpus(tmp_path / "data" / "tiny", "three files")
     cli = Cli(tmp_path)
+    (tmp_path / "broken.yaml").write_text("entities:\n  max_gleanings: [1\n")
+    index = ("index", "--corpus", "tiny")
     for args, words in (
         (("ask", "--level", "-1", "Who?"), "--level -1 is not a community level"),
         (("ask", "   "), "the question is empty"),
         (("evaluate", "--corpus", "tiny"), "the evaluation needs a chat model"),  # offline: nothing to judge with
         (("ask", "--corpus", "tiny", "Who?"), "corpus 'tiny' has no published index"),
+        ((*index, "--set", "entities.max_gleanings=[1"), "is not valid YAML at line 1, column 3"),
+        ((*index, "--set", "entities.max_gleanings=-1"), "entity_graph.max_gleanings -1 is refused: Input should be"),
+        ((*index, "--set", "documents.chunk_size=0"), "corpus_documents.chunk_size 0 is refused"),
+        ((*index, "--config", str(tmp_path / "broken.yaml")), "broken.yaml is not valid YAML at line 3, column 1"),
+        ((*index, "--config", str(tmp_path / "missing.yaml")), "cannot read the run config"),
     ):
         refused = cli.run(*args)
         assert refused.returncode == 2, refused.stderr
         assert refused.stderr.strip().splitlines() == [f"error: {refused.stderr.split('error: ')[1].strip()}"]
         assert words in refused.stderr
     assert cli.runs() == 0
+
+
+def test_endpoint_variables_out_of_range_are_refused_in_one_line(tmp_path):
+    write_corpus(tmp_path / "data" / "tiny", "three files")
+    for variable, value, words in (
+        ("GRAPHRAG_MAX_CONCURRENCY", "0", "GRAPHRAG_MAX_CONCURRENCY='0' cannot be used: it must be more than 0"),
+        ("GRAPHRAG_RPM", "lots", "GRAPHRAG_RPM='lots' cannot be used: it is not a number"),
+        ("GRAPHRAG_BATCH_API", "maybe", "GRAPHRAG_BATCH_API='maybe' cannot be used: use true or false"),
+    ):
+        (tmp_path / variable).mkdir()
+        cli = Cli(tmp_path / variable, {variable: value, "GRAPHRAG_DATA_DIR": str(tmp_path / "data")})
+        refused = cli.run("index", "--corpus", "tiny")
+        assert refused.returncode == 2 and refused.stderr.strip().splitlines() == [f"error: {words}"]
+        assert cli.runs() == 0
+
+
+def test_a_dagster_run_config_with_resources_keeps_what_the_environment_configured(tmp_path):
+    import dagster as dg
+
+    from graphrag_assets.cli import resource_settings
+    from graphrag_assets.resources import ChatModelResource
+
+    launchpad = tmp_path / "run.yaml"
+    launchpad.write_text(
+        "ops:\n  entities:\n    config:\n      max_gleanings: 0\n"
+        "resources:\n  chat:\n    config:\n      temperature: 0.5\n"
+    )
+    config = step_settings(str(launchpad), [])
+    assert config == {
+        "ops": {"entity_graph": {"config": {"max_gleanings": 0}}},
+        "resources": {"chat": {"config": {"temperature": 0.5}}},
+    }
+    defs = dg.Definitions(
+        resources={"chat": ChatModelResource(base_url="http://127.0.0.1:9/v1", api_key=dg.EnvVar("SOME_KEY"))}
+    )
+    assert resource_settings(defs, config["resources"]) == {
+        "chat": {"config": {"base_url": "http://127.0.0.1:9/v1", "api_key": {"env": "SOME_KEY"}, "temperature": 0.5}}
+    }
 
 
 def test_the_cli_uses_the_project_it_is_run_inside(tmp_path):
