@@ -313,23 +313,35 @@ def execute(job_name: str, corpus: str, run_config: dict, verbose: bool, tags: d
 
 def index(corpora: list[str], run_config: dict, verbose: bool, batch: bool | None = None) -> int:
     from .definitions import DATABASE, defs
+    from .method.ingest.documents import has_documents
     from .resources import BATCH_API_TAG
     from .store.connection import is_local_file, redacted
 
     instance = _instance()
-    names = corpora or defs.resources["corpora"].names()
+    corpora_folders = defs.resources["corpora"]
+    if corpora:
+        names = corpora
+        for name in names:  # a clear error for a name that is unsafe, has no folder, or nothing in it
+            if not has_documents(corpora_folders.folder(name)):
+                raise UserError(f"corpus folder {corpora_folders.root}/{name} holds no documents yet: add files to it")
+    else:
+        names, refused = corpora_folders.scan()
+        for folder, reason in refused.items():
+            print(f"skipped {corpora_folders.root}/{folder}: {reason}", file=sys.stderr)
     if not names:
-        raise UserError("no corpus folders under data/: add one (data/<name>/*.txt) and try again")
-    for name in names:
-        defs.resources["corpora"].folder(name)  # a clear error for a name that is unsafe or has no folder
+        raise UserError(f"no corpus to index under {corpora_folders.root}/: add one (<name>/*.txt) and try again")
     instance.add_dynamic_partitions("corpus", [n for n in names if not instance.has_dynamic_partition("corpus", n)])
-    for name in names:
+    failed: dict[str, str] = {}
+    for name in names:  # one corpus that fails does not keep the others from being indexed
         tags = {BATCH_API_TAG: str(batch).lower()} if batch is not None else {}
         result = execute("index_corpus", name, run_config, verbose, tags)
         print(f"{'indexed' if result.success else 'FAILED '} {name} (run {result.run_id})")
         if not result.success:
-            print(f"failed: {failure_message(result)}", file=sys.stderr)
-            return 1
+            failed[name] = failure_message(result)
+            print(f"failed: {failed[name]}", file=sys.stderr)
+    names = [name for name in names if name not in failed]
+    if not names:
+        return 1
     with open_store() as conn:  # another run of ours may be writing a DuckDB file: wait for it, as runs do
         for table in INDEX_TABLES:
             counts = dict(conn.execute(f"SELECT corpus, count(*) FROM {table} GROUP BY corpus").fetchall())
@@ -349,6 +361,13 @@ def index(corpora: list[str], run_config: dict, verbose: bool, batch: bool | Non
         print(f"store: {redacted(DATABASE)}")
     print(f"Dagster UI:   DAGSTER_HOME={os.environ['DAGSTER_HOME']} .venv/bin/dg dev   then open http://127.0.0.1:3000")
     _flush_queued_answers()
+    if failed:
+        print(
+            f"{len(failed)} of {len(failed) + len(names)} corpora failed: "
+            + "; ".join(f"{name} ({why})" for name, why in failed.items()),
+            file=sys.stderr,
+        )
+        return 1
     return 0
 
 

@@ -16,6 +16,7 @@ from pydantic import Field, PrivateAttr
 
 from .failures import step_failure
 from .method import imports
+from .method.ingest.documents import has_documents
 from .models import EndpointError, ModelClient, ModelSettings, Usage
 from .models.batches import BatchLedger
 from .settings import RATE_LIMITS_FILE, STATE_DIR
@@ -67,17 +68,22 @@ class CorporaResource(dg.ConfigurableResource):
         return imports.graphrag_output(self.folder(corpus))
 
     def scan(self) -> tuple[list[str], dict[str, str]]:
-        """(corpus names, {refused folder: why}) for the folders under the root."""
+        """(corpus names, {refused folder: why}) for the folders under the root; a folder with nothing to index
+        yet is left out, with the reason."""
         root = Path(self.root)
         names, refused = [], {}
         for entry in sorted(root.iterdir()) if root.is_dir() else []:
             if entry.name.startswith(".") or not entry.is_dir():
                 continue
             try:
-                self.folder(entry.name)
-                names.append(entry.name)
+                folder = self.folder(entry.name)
             except (ValueError, FileNotFoundError) as problem:
                 refused[entry.name] = str(problem)
+                continue
+            if has_documents(folder):
+                names.append(entry.name)
+            else:
+                refused[entry.name] = "it holds no documents yet: it is indexed once files are added to it"
         return names, refused
 
     def names(self) -> list[str]:

@@ -269,3 +269,26 @@ def test_the_cli_labels_its_runs_with_the_code_location_the_ui_loads():
     assert workspace["load_from"][0]["python_module"]["location_name"] == CODE_LOCATION
     project = tomllib.loads((REPO / "pyproject.toml").read_text())["tool"]
     assert project["dg"]["project"]["code_location_name"] == project["dagster"]["code_location_name"] == CODE_LOCATION
+
+
+@pytest.mark.slow
+def test_index_without_a_corpus_indexes_every_good_folder_and_names_the_others(tmp_path):
+    data = tmp_path / "data"
+    write_corpus(data / "tiny", "three files")
+    (data / "empty").mkdir()
+    (data / "Bad Name").mkdir()
+    (data / "Bad Name" / "a.txt").write_text("Ada Lovelace wrote the first program.")
+    (data / "broken").mkdir()
+    (data / "broken" / "blob.txt").write_bytes(b"\x00\x01binary" * 10)  # nothing in it can be read
+    cli = Cli(tmp_path)
+    indexed = cli.run("index")
+    assert indexed.returncode == 1, indexed.stderr
+    assert "indexed tiny" in indexed.stdout and "FAILED  broken" in indexed.stdout
+    assert f"skipped {data}/empty: it holds no documents yet" in indexed.stderr
+    assert f"skipped {data}/Bad Name: corpus name 'Bad Name' is not a safe identifier" in indexed.stderr
+    assert "1 of 2 corpora failed: broken (" in indexed.stderr
+    with duckdb.connect(str(cli.database), read_only=True) as conn:
+        corpora = {row[0] for row in conn.execute("SELECT DISTINCT corpus FROM entities").fetchall()}
+    assert corpora == {"tiny"}  # the corpus after the failed one was indexed too
+    empty = cli.run("index", "--corpus", "empty")
+    assert empty.returncode == 2 and "data/empty holds no documents yet: add files to it" in empty.stderr

@@ -230,15 +230,8 @@ def read_corpus(
     result = CorpusReadResult(pd.DataFrame(columns=DOCUMENT_COLUMNS))
     records: list[dict] = []
     seen: dict[str, str] = {}
-    for path in sorted(p for p in root.rglob("*") if p.is_file() or p.is_symlink()):
+    for path in sorted(_document_files(root)):
         relative = path.relative_to(root).as_posix()
-        if any(part.startswith(".") for part in path.relative_to(root).parts):
-            continue
-        if relative == OVERRIDES_FILE:  # the user's alias decisions, read by the entity_aliases asset
-            continue
-        parts = path.relative_to(root).parts
-        if len(parts) > 1 and parts[0] in (QUESTIONS_FOLDER, CORPUS_PROMPTS_FOLDER):  # questions and prompts: no text
-            continue
         suffix = path.suffix.lower()
         counts = result.files.setdefault(suffix or "(none)", Counter())
         refusal = _refusal(path, relative, resolved_root, suffix, limits)
@@ -271,6 +264,25 @@ def read_corpus(
             )
     result.documents = pd.DataFrame(records, columns=DOCUMENT_COLUMNS)
     return result
+
+
+def _document_files(root: Path) -> Iterator[Path]:
+    """The files of a corpus folder that are its documents (or would be, if they can be read): not hidden, not the
+    alias overrides, not its question sets or prompt files."""
+    for path in root.rglob("*"):
+        if not (path.is_file() or path.is_symlink()):
+            continue
+        parts = path.relative_to(root).parts
+        if any(part.startswith(".") for part in parts) or path.relative_to(root).as_posix() == OVERRIDES_FILE:
+            continue  # hidden files; the user's alias decisions, read by the entity_aliases asset
+        if len(parts) > 1 and parts[0] in (QUESTIONS_FOLDER, CORPUS_PROMPTS_FOLDER):  # questions and prompts: no text
+            continue
+        yield path
+
+
+def has_documents(folder: str | Path) -> bool:
+    """Whether a corpus folder holds any file to index (readable or not), found without reading them all."""
+    return next(_document_files(Path(folder)), None) is not None
 
 
 def _refusal(path: Path, relative: str, root: Path, suffix: str, limits: Limits) -> str | None:
