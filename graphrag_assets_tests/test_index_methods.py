@@ -90,6 +90,7 @@ def test_a_lazy_index_sends_no_chat_request_and_global_search_says_what_to_use(w
     assert "global search reads community reports, and this corpus has none (a lazy index writes none)" in (
         failure.description
     )
+    assert "ask with one of local, basic, text_summary, lazy" in failure.description  # what it can answer with
 
 
 def test_pruning_drops_ubiquitous_phrases_and_edges_seen_once():

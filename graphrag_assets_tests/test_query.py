@@ -305,3 +305,25 @@ def test_a_cache_key_is_the_same_in_another_process():
         for seed in ("1", "2")
     ]
     assert len(keys[0]) == 2 and keys[0] == keys[1]
+
+
+@pytest.mark.parametrize(
+    "reply,accepted",
+    [
+        ("I'm sorry, I can't help with that.", False),
+        ("I cannot assist with that request.", False),
+        ('{"points": [{"description": "Scrooge changes", "score": 80}]}', False),  # the map step's format
+        ('```json\n["Scrooge changes"]\n```', False),
+        ("I'm sorry, but the data does not say what happens to Fred.", True),  # an answer that it does not know
+        ("I do not know: no relevant information was found.", True),
+        ("Scrooge changes {utterly} by the end [Data: Reports (1)].", True),
+    ],
+)
+def test_a_written_answer_is_prose_that_answers(reply, accepted):
+    from graphrag_assets.method.graph.records import InvalidReply, check_answer_text
+
+    if accepted:
+        assert check_answer_text(reply) == reply
+    else:
+        with pytest.raises(InvalidReply):
+            check_answer_text(reply)

@@ -101,20 +101,25 @@ def test_the_json_api_answers_every_method_with_sources_and_records_each_answer(
         assert {s["kind"] for s in answers["global"]["sources"]} >= {"report"}
         stored = client.get(f"/api/answers/{local['answer_id']}").json()  # still in the queue: found there
         assert stored["answer"] == local["answer"] and stored["sources"] == local["sources"]
+        for method, given in answers.items():  # a record the context read twice is listed once
+            listed = [(source["kind"], source["id"]) for source in given["sources"]]
+            assert len(listed) == len(set(listed)), method
+        lazy = client.post("/api/ask", json={"question": "And his wife?", "follow_up": answers["lazy"]["answer_id"]})
+        assert lazy.status_code == 200 and lazy.json()["method"] == "lazy" and len(lazy.json()["conversation"]) == 2
         follow = client.post("/api/ask", json={"question": "And his son?", "follow_up": local["answer_id"]}).json()
         assert follow["method"] == "local" and follow["corpus"] == SAMPLE_CORPUS
         assert [t["content"] for t in follow["conversation"]] == ["Who is Bob Cratchit?", local["answer"]]
         assert client.get("/docs").status_code == 200 and "/api/ask" in client.get("/openapi.json").json()["paths"]
         assert client.get("/").headers["content-type"].startswith("text/html")
     assert len(service.journal) == 0  # written to the store when the app shut down
-    ids = [a["answer_id"] for a in answers.values()] + [follow["answer_id"]]
+    ids = [a["answer_id"] for a in answers.values()] + [lazy.json()["answer_id"], follow["answer_id"]]
     recorded = rows(
         store,
         "SELECT method, asked_by, conversation, sources FROM query_answers WHERE list_contains(?, id) "
         "ORDER BY created_at",
         ids,
     )
-    assert [r[0] for r in recorded] == [*METHODS, "local"] and {r[1] for r in recorded} == {"local"}
+    assert [r[0] for r in recorded] == [*METHODS, "lazy", "local"] and {r[1] for r in recorded} == {"local"}
     assert len(json.loads(recorded[-1][2])) == 2 and json.loads(recorded[1][3])
     stored = rows(store, "SELECT count(*) FROM answer_sources WHERE answer_id = ?", local["answer_id"])
     assert stored[0][0] > 0  # traced to its documents

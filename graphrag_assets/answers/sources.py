@@ -21,7 +21,7 @@ def cited(answer: str, kind: str) -> list[int]:
 def cited_first(ids: list[str], numbers: pd.Series, answer: str, kind: str) -> list[str]:
     """The context's records of a kind with every one the answer cites first, then the rest up to the limit."""
     wanted = set(cited(answer, kind))
-    known = [i for i in ids if i in numbers.index]
+    known = [i for i in dict.fromkeys(ids) if i in numbers.index]  # a record the context read twice is one source
     cited_ids = [i for i in known if numbers[i] in wanted]
     rest = [i for i in known if numbers[i] not in wanted][: max(0, _SOURCES_SHOWN - len(cited_ids))]
     return cited_ids + rest
@@ -114,7 +114,7 @@ def source_list(index: Index, result: SearchResult) -> list[dict]:
             )
     if context.get("entities"):
         entities = index.entities.set_index("id")
-        for entity_id in [e for e in context["entities"] if e in entities.index][:_SOURCES_SHOWN]:
+        for entity_id in [e for e in dict.fromkeys(context["entities"]) if e in entities.index][:_SOURCES_SHOWN]:
             entity = entities.loc[entity_id]
             sources.append(
                 {
@@ -127,7 +127,8 @@ def source_list(index: Index, result: SearchResult) -> list[dict]:
             )
     if context.get("relationships"):
         relationships = index.relationships.set_index("id")
-        for relationship_id in [r for r in context["relationships"] if r in relationships.index][:_SOURCES_SHOWN]:
+        shown = [r for r in dict.fromkeys(context["relationships"]) if r in relationships.index][:_SOURCES_SHOWN]
+        for relationship_id in shown:
             relationship = relationships.loc[relationship_id]
             sources.append(
                 {

@@ -134,9 +134,18 @@ _DECLINED = re.compile(
 
 
 def check_answer_text(reply: str) -> str:
-    """An answer to a question, in prose: it may say the data does not tell, but it must not decline to answer."""
+    """An answer to a question, in prose: it may say the data does not tell, but it must not decline to answer, nor
+    be a JSON value (a model answering in the map step's format), which would be shown to the asker as it is."""
     if _DECLINED.match(reply):
         raise InvalidReply(f"the model declined to answer ({reply.strip()[:80]!r})")
+    text = _FENCE.sub(r"\1", reply).strip()
+    if text[:1] in "{[":
+        try:
+            json.loads(text)
+        except ValueError:
+            pass
+        else:
+            raise InvalidReply("the reply is a JSON value where a written answer was asked for")
     return reply.strip()
 
 
