@@ -3,6 +3,7 @@ corpus's own prompt files, or goes back to the defaults."""
 
 import asyncio
 import json
+import re
 
 import dagster as dg
 import pandas as pd
@@ -156,6 +157,25 @@ def test_a_corpus_prompt_file_wins_and_a_broken_one_stops_the_index_naming_it(tm
     failed = index(workspace, None, "tuned", selection=steps, raise_on_error=False)
     message = failed.get_step_failure_events()[0].step_failure_data.user_failure_data.description
     assert f"has no tuned prompts: run `graphrag-assets tune --corpus {CORPUS}`" in message
+
+
+def test_a_prompt_file_is_refused_when_loaded_for_fields_the_index_does_not_fill_binary_data_or_its_size():
+    from graphrag_assets.method.prompts import load_prompt
+    from graphrag_assets.method.tuning import MAX_PROMPT_CHARS, PromptFileError, check_prompt_file
+
+    template = load_prompt("extract_graph").template
+    check_prompt_file("extract_graph", template, "data/c/prompts/extract_graph.txt")  # the default passes
+    for text, words in (
+        (
+            template.replace("{input_text}", "{input_txt}"),
+            "lacks {input_text}, which the index fills in and has {input_txt}, which the index does not fill in",
+        ),
+        (template + "\nAlso mind {tone}.", "has {tone}, which the index does not fill in and would send as it is"),
+        (template + "\x00\x01", "holds binary data (NUL bytes)"),
+        (template + "x" * MAX_PROMPT_CHARS, "characters is more than a prompt (100,000 at most)"),
+    ):
+        with pytest.raises(PromptFileError, match=re.escape(words)):
+            check_prompt_file("extract_graph", text, "data/c/prompts/extract_graph.txt")
 
 
 def test_replies_that_do_not_answer_the_tuning_prompts_are_refused():

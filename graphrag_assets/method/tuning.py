@@ -45,6 +45,7 @@ OFFLINE = "offline"
 _JSON_REPLY = {"response_format": {"type": "json_object"}}
 _TYPE = re.compile(r"[^\W\d_][^\W\d_ '&/-]*(?:[ '&/-][^\W\d_]+)*")
 _PLACEHOLDER = re.compile(r"\{(\w+)\}")
+MAX_PROMPT_CHARS = 100_000  # some 25,000 tokens: more than a prompt, whatever the model's window
 # What the index fills in when it sends the tuned extraction prompt.
 _RUNTIME_FIELDS = {"tuple_delimiter", "record_delimiter", "completion_delimiter", "input_text", "entity_types"}
 # Placeholders a corpus's own prompt may write out instead of keeping (its delimiters, types, lengths).
@@ -325,12 +326,27 @@ def check_prompt_file(name: str, template: str, source: str) -> None:
         )
     if not template.strip():
         raise PromptFileError(f"{source}: the file is empty")
-    needed = set(_PLACEHOLDER.findall(load_prompt(name).template)) - _WRITABLE_OUT
-    missing = sorted(needed - set(_PLACEHOLDER.findall(template)))
-    if missing:
+    if "\x00" in template:
+        raise PromptFileError(f"{source}: the file holds binary data (NUL bytes), not a prompt's text")
+    if len(template) > MAX_PROMPT_CHARS:
         raise PromptFileError(
-            f"{source}: the prompt lacks {', '.join('{' + m + '}' for m in missing)}, which the index fills in "
-            f"(see prompts/{name}.txt)"
+            f"{source}: {len(template):,} characters is more than a prompt ({MAX_PROMPT_CHARS:,} at most)"
+        )
+    fields = set(_PLACEHOLDER.findall(load_prompt(name).template))
+    used = set(_PLACEHOLDER.findall(template))
+    missing, unknown = sorted(fields - _WRITABLE_OUT - used), sorted(used - fields)
+    if missing or unknown:
+        problems = []
+        if missing:
+            problems.append(f"lacks {', '.join('{' + m + '}' for m in missing)}, which the index fills in")
+        if unknown:
+            problems.append(
+                f"has {', '.join('{' + u + '}' for u in unknown)}, which the index does not fill in and would send "
+                "as it is"
+            )
+        raise PromptFileError(
+            f"{source}: the prompt {' and '.join(problems)} (its fields are "
+            f"{', '.join('{' + f + '}' for f in sorted(fields))}; see prompts/{name}.txt)"
         )
 
 
@@ -342,6 +358,8 @@ def index_prompt_rows(tuned: dict[str, str], folder: Path, shown_as: str) -> lis
     chosen.update({name: (template, "tuned") for name, template in tuned.items()})
     for path in sorted(folder.glob("*.txt")) if folder.is_dir() else []:
         source = f"{shown_as}/{folder.name}/{path.name}"
+        if path.stat().st_size > 4 * MAX_PROMPT_CHARS:  # not read whole: a prompt is never that large
+            raise PromptFileError(f"{source}: {path.stat().st_size:,} bytes is more than a prompt")
         try:
             template = path.read_text(encoding="utf-8")
         except UnicodeDecodeError:
