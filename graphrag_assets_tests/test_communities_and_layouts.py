@@ -294,6 +294,41 @@ def test_exports_open_in_networkx_and_pyarrow(offline_index):
     )
 
 
+@pytest.mark.slow
+def test_exports_change_only_when_the_index_is_published(workspace):
+    """A run that wrote its exports but failed before publishing leaves the last index's exports as they were; the
+    next run that publishes puts its own in place and forgets the failed run's."""
+    workspace.add_sample_corpus()
+    workspace.materialize(SAMPLE_CORPUS)
+    exports = workspace.root / "exports"
+    folder = exports / SAMPLE_CORPUS
+    graph = (folder / "graph.graphml").read_bytes()
+    assert pq.read_table(folder / "parquet" / "documents.parquet").num_rows == 1
+    (workspace.data / SAMPLE_CORPUS / "letter.txt").write_text(
+        "Ada Lovelace wrote to Charles Babbage about the Analytical Engine. Charles Babbage answered Ada Lovelace."
+    )
+    export = {"config": {"folder": str(exports)}}
+    broken_layouts = {"layouts": {"config": {"n_neighbors": 1}}}  # fails; the parquet export does not wait on it
+    failed = workspace.materialize(
+        SAMPLE_CORPUS,
+        run_config={"ops": {"graphml_export": export, "parquet_export": export, **broken_layouts}},
+        raise_on_error=False,
+    )
+    assert not failed.success
+    assert "parquet_export" in {e.step_key for e in failed.get_step_success_events()}  # written, not published
+    assert pq.read_table(folder / "parquet" / "documents.parquet").num_rows == 1
+    assert (folder / "graph.graphml").read_bytes() == graph
+    (staged,) = (exports / ".staged").iterdir()
+    assert pq.read_table(staged / SAMPLE_CORPUS / "parquet" / "documents.parquet").num_rows == 2
+
+    published = workspace.materialize(SAMPLE_CORPUS)
+    assert published.success
+    assert pq.read_table(folder / "parquet" / "documents.parquet").num_rows == 2
+    assert (folder / "graph.graphml").read_bytes() != graph
+    assert not list((exports / ".staged").iterdir())  # the failed run's staged exports are gone too
+    assert workspace.sql("SELECT count(DISTINCT id) AS n FROM documents")["n"][0] == 2
+
+
 def test_failing_checks_say_what_is_wrong():
     entities = pd.DataFrame({"title": ["A", "B"]})
     relationships = pd.DataFrame({"source": ["A", "A"], "target": ["B", "GHOST"]})

@@ -1,7 +1,6 @@
 """Files other tools read: GraphML (Gephi, networkx) and parquet that Microsoft GraphRAG 3.x's query engine loads."""
 
 import json
-from pathlib import Path
 
 import dagster as dg
 from pydantic import Field
@@ -39,19 +38,20 @@ def graphml_export(context: dg.AssetExecutionContext, config: ExportConfig, duck
     corpus = context.partition_key
     with duckdb.get_connection() as conn:
         tables = read_inputs(context, conn, "graphml_export")
-    path = Path(config.folder) / corpus / "graph.graphml"
+    path = exports.export_folder(config.folder, corpus, duckdb.stage) / "graph.graphml"
     graph = exports.graphml(tables["entities"], tables["relationships"], tables["communities"], tables["layouts"], path)
     with duckdb.get_connection() as conn:
         record_lineage(
             conn,
-            lineage_for(context, conn, "graphml_export", engine="networkx"),
+            lineage_for(context, conn, "graphml_export", engine="networkx", settings=config),
             corpus,
             version="",
             rows=graph.number_of_nodes(),
         )
     return dg.MaterializeResult(
         metadata={
-            "path": dg.MetadataValue.path(str(path.resolve())),
+            "path": dg.MetadataValue.path(str(exports.export_folder(config.folder, corpus, None) / path.name)),
+            "staged_until_published": duckdb.stage is not None,
             "nodes": graph.number_of_nodes(),
             "edges": graph.number_of_edges(),
         }
@@ -75,18 +75,23 @@ def parquet_export(context: dg.AssetExecutionContext, config: ExportConfig, duck
     vectors = tables.pop("text_embeddings")
     # GraphRAG stores findings as a list of {summary, explanation}; DuckDB holds them as JSON text.
     tables["community_reports"]["findings"] = tables["community_reports"]["findings"].map(json.loads)
-    folder = Path(config.folder) / corpus / "parquet"
+    folder = exports.export_folder(config.folder, corpus, duckdb.stage) / "parquet"
     written = exports.parquet({**tables, "text_embeddings": vectors}, folder)
     vector_tables = exports.lancedb_tables(vectors, folder / "lancedb")
     if vector_tables is None:
         context.log.info("lancedb is not installed (pip install 'graphrag-assets[lancedb]'): no LanceDB tables")
     with duckdb.get_connection() as conn:
         record_lineage(
-            conn, lineage_for(context, conn, "parquet_export", engine="pyarrow"), corpus, version="", rows=len(written)
+            conn,
+            lineage_for(context, conn, "parquet_export", engine="pyarrow", settings=config),
+            corpus,
+            version="",
+            rows=len(written),
         )
     return dg.MaterializeResult(
         metadata={
-            "folder": dg.MetadataValue.path(str(folder.resolve())),
+            "folder": dg.MetadataValue.path(str(exports.export_folder(config.folder, corpus, None) / "parquet")),
+            "staged_until_published": duckdb.stage is not None,
             "rows": dg.MetadataValue.json({name: len(df) for name, df in tables.items()}),
             "lancedb_tables": dg.MetadataValue.json(vector_tables or "lancedb not installed"),
         }

@@ -12,8 +12,9 @@ import dagster as dg
 import pandas as pd
 
 from ..failures import step_failure
+from ..method.exports import discard_staged_exports, publish_exports
 from ..resources import PUBLISHED_INDEX, DuckDBStoreResource
-from ..store.tables import latest_versions, publish_stage, stages_of
+from ..store.tables import latest_versions, publish_stage, stages_of, table_exists_in
 from . import communities, embeddings, exports, index
 from .common import code_version, corpus_partitions, markdown_table
 
@@ -48,11 +49,20 @@ def published_index(context: dg.AssetExecutionContext, duckdb: DuckDBStoreResour
             for stage, run_id in stages_of(conn, corpus).items()
             if stage != duckdb.stage and _ended(context.instance, run_id)
         ]
+        # Where each stage's exports went (their steps' folder setting), read before the stages are dropped.
+        folders = {stage: export_folders(conn, stage) for stage in (duckdb.stage, *leftovers)}
         published = publish_stage(conn, duckdb.stage, corpus, leftovers)
         tables = {table: rows for table, rows in published.items() if table != "lineage"}
         # The index's version: its assets' data versions as published, so an unchanged re-index keeps it.
         versions = latest_versions(conn, corpus, [key.to_user_string() for key in _index_keys()])
-    context.log.info(f"published {len(tables)} tables of corpus {corpus}")
+    # After the store's transaction: a kill before it leaves the last index's exports, as the store is left.
+    files = [name for folder in folders[duckdb.stage] for name in publish_exports(folder, corpus, duckdb.stage)]
+    for stage in leftovers:
+        for folder in folders[stage]:
+            discard_staged_exports(folder, [stage])
+    context.log.info(
+        f"published {len(tables)} tables of corpus {corpus}" + (f" and {', '.join(files)}" if files else "")
+    )
     summary = pd.DataFrame({"table": list(tables), "rows": list(tables.values())})
     return dg.MaterializeResult(
         data_version=dg.DataVersion(hashlib.sha256(json.dumps(versions, sort_keys=True).encode()).hexdigest()[:16]),
@@ -61,8 +71,22 @@ def published_index(context: dg.AssetExecutionContext, duckdb: DuckDBStoreResour
             "tables_published": len(tables),
             "rows_published": int(sum(tables.values())),
             "tables": markdown_table(summary, ["table", "rows"], rows=len(summary)),
+            "exports_published": ", ".join(files) or "none",
         },
     )
+
+
+def export_folders(conn, stage: str) -> list[str]:
+    """The folders a stage's export steps wrote to."""
+    rows = (
+        conn.execute(
+            f"""SELECT DISTINCT settings->>'folder' FROM "{stage}".lineage
+            WHERE asset IN ('graphml_export', 'parquet_export') AND settings IS NOT NULL"""
+        ).fetchall()
+        if table_exists_in(conn, stage, "lineage")
+        else []
+    )
+    return [folder for (folder,) in rows if folder]
 
 
 def _ended(instance: dg.DagsterInstance, root_run_id: str) -> bool:

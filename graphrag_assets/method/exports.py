@@ -249,3 +249,58 @@ def lancedb_tables(text_embeddings: pd.DataFrame, folder: Path) -> dict[str, int
         database.create_table(name, data=table, mode="overwrite")
         written[name] = len(rows)
     return written
+
+
+# An index run writes its exports beside the published ones, and its publication moves them into place: until then
+# the files under <folder>/<corpus> stay those of the last complete index, whatever becomes of the run.
+_STAGED = ".staged"
+
+
+def export_folder(folder: str | Path, corpus: str, stage: str | None) -> Path:
+    """Where a run writes a corpus's exports: staged when the run will publish its index, else in place."""
+    return Path(folder) / _STAGED / stage / corpus if stage else Path(folder) / corpus
+
+
+def publish_exports(folder: str | Path, corpus: str, stage: str) -> list[str]:
+    """Move a run's staged exports into place; returns what was published. A file is replaced by one rename; a
+    folder (the parquet tables) is kept under a name of its run and reached through a link, which one rename
+    points at the new folder: a reader sees the old export or the new one, never a mix."""
+    staged, final = Path(folder) / _STAGED / stage / corpus, Path(folder) / corpus
+    if not staged.is_dir():
+        return []
+    final.mkdir(parents=True, exist_ok=True)
+    published = []
+    for entry in sorted(staged.iterdir()):
+        target = final / entry.name
+        if entry.is_dir():
+            versioned = final / f".{entry.name}.{stage}"
+            entry.rename(versioned)
+            if target.is_dir() and not target.is_symlink():  # an export from before links were used
+                target.rename(final / f".{entry.name}.previous")
+            link = final / f".{entry.name}.link"
+            link.unlink(missing_ok=True)
+            link.symlink_to(versioned.name)
+            os.replace(link, target)
+            for old in final.glob(f".{entry.name}.*"):
+                if old.name not in (versioned.name, link.name):
+                    _remove(old)
+        else:
+            os.replace(entry, target)
+        published.append(entry.name)
+    discard_staged_exports(folder, [stage])
+    return published
+
+
+def discard_staged_exports(folder: str | Path, stages: list[str]) -> None:
+    """Forget the staged exports of runs (ended without publishing, or published)."""
+    for stage in stages:
+        _remove(Path(folder) / _STAGED / stage)
+
+
+def _remove(path: Path) -> None:
+    import shutil
+
+    if path.is_symlink() or path.is_file():
+        path.unlink()
+    elif path.is_dir():
+        shutil.rmtree(path)

@@ -279,6 +279,16 @@ def table_exists(conn: duckdb.DuckDBPyConnection, table: str) -> bool:
     )
 
 
+def table_exists_in(conn: duckdb.DuckDBPyConnection, schema: str, table: str) -> bool:
+    return bool(
+        conn.execute(
+            "SELECT count(*) FROM information_schema.tables WHERE table_schema = ? AND table_name = ? "
+            f"AND {_IN_THIS_DATABASE}",
+            [schema, table],
+        ).fetchone()[0]
+    )
+
+
 def row_count(conn: duckdb.DuckDBPyConnection, table: str, corpus: str) -> int:
     """How many rows the corpus has in a table; 0 when the table does not exist yet."""
     if not table_exists(conn, table):
