@@ -4,7 +4,7 @@ import json
 
 import pytest
 
-from graphrag_assets.method.ingest.documents import TabularColumns, read_corpus
+from graphrag_assets.method.ingest.documents import Problem, TabularColumns, problem_summary, read_corpus
 from graphrag_assets.method.progress import PROGRESS_TO_TERMINAL
 from graphrag_assets.resources import CorporaResource
 
@@ -54,7 +54,7 @@ def test_a_broken_file_does_not_sink_the_corpus(workspace, messy_corpus, monkeyp
     monkeypatch.setenv(PROGRESS_TO_TERMINAL, "1")  # as under the CLI
     result = workspace.materialize("messy", selection=["documents", "base_text_units"])
     terminal = [line for line in capfd.readouterr().err.splitlines() if line.startswith("  [messy] warning: ")]
-    assert len(terminal) == 6 and "and 5 more problems" in terminal[-1]  # ten problems: five named, five counted
+    assert len(terminal) == 6 and "and 5 more kinds" in terminal[-1]  # ten kinds of problem: five said, five counted
     assert all(": " in line.removeprefix("  [messy] warning: messy/") for line in terminal[:5])
     metadata = materialization_metadata(result, "documents")
     assert metadata["dagster/row_count"] == 4
@@ -65,6 +65,25 @@ def test_a_broken_file_does_not_sink_the_corpus(workspace, messy_corpus, monkeyp
         "good.txt",
         "notes.md",
     }
+
+
+def test_many_bad_rows_are_one_line_with_a_count_and_a_file_with_nothing_read_is_refused(tmp_path):
+    folder = tmp_path / "rows"
+    folder.mkdir()
+    (folder / "bad.csv").write_text("title,text\n" + "".join(f"row {i},\n" for i in range(5000)))
+    (folder / "broken.json").write_text("{not json")
+    (folder / "good.txt").write_text("Grace Hopper wrote a compiler.")
+    result = read_corpus(folder)
+    summary = problem_summary(result.problems)
+    assert len(result.problems) == 5001 and len(summary) == 2
+    assert summary[0].startswith("5,000 times (bad.csv#") and summary[0].endswith(
+        "and 4,997 more): empty 'text', skipped"
+    )
+    assert summary[1].startswith("broken.json: invalid JSON")
+    assert result.files[".json"] == {"skipped": 1} and result.files[".csv"] == {"skipped": 1}  # nothing read from them
+    assert result.files_read == 1
+    many_kinds = [Problem(f"f{i}.txt", f"problem number {i}") for i in range(100)]
+    assert problem_summary(many_kinds)[-1] == "and 80 more kinds of problem (80 problems)"
 
 
 def test_a_corpus_with_nothing_readable_fails_with_the_reasons(workspace):

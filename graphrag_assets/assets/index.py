@@ -15,7 +15,7 @@ from ..method.graph.claims import CLAIM_PROMPTS, COVARIATE_COLUMNS, DEFAULT_CLAI
 from ..method.graph.extraction import DEFAULT_ENTITY_TYPES, EXTRACTION_PROMPTS
 from ..method.graph.tables import link_text_units
 from ..method.ingest.conversion import ARCHIVE_EXPANSION, MB, Limits
-from ..method.ingest.documents import TabularColumns, read_corpus
+from ..method.ingest.documents import TabularColumns, problem_summary, read_corpus
 from ..method.ingest.text_units import chunk_documents
 from ..method.prompts import CORPUS_PROMPTS_FOLDER
 from ..method.tuning import INDEX_PROMPTS, PromptFileError, index_prompt_rows, prompt_diff
@@ -38,7 +38,7 @@ from .common import (
     tell,
 )
 
-_PROBLEMS_SHOWN = 5  # problem files named one per line in the log and terminal; the metadata lists every one
+_PROBLEMS_SHOWN = 5  # kinds of problem said in the log and terminal; the metadata has up to 20, each with a count
 
 
 class IngestConfig(dg.Config):
@@ -199,12 +199,16 @@ def corpus_documents(
             limits=Limits(int(config.max_file_mb * MB), config.max_document_chars),
             conversions=conversions,
         )
-    for problem in read.problems[:_PROBLEMS_SHOWN]:
-        tell(context, f"{folder.name}/{problem}", warning=True)
-    if len(read.problems) > _PROBLEMS_SHOWN:
-        more = len(read.problems) - _PROBLEMS_SHOWN
-        tell(context, f"... and {more} more problems: the documents asset's metadata lists them all", warning=True)
-    problems = dg.MetadataValue.md("\n".join(f"- `{p.path}`: {p.message}" for p in read.problems) or "none")
+    summary = problem_summary(read.problems)
+    for line in summary[:_PROBLEMS_SHOWN]:
+        tell(context, f"{folder.name}/{line}", warning=True)
+    if len(summary) > _PROBLEMS_SHOWN:
+        tell(
+            context,
+            f"... and {len(summary) - _PROBLEMS_SHOWN} more kinds: see the documents asset's metadata",
+            warning=True,
+        )
+    problems = dg.MetadataValue.md("\n".join(f"- {line}" for line in summary) or "none")
     if read.documents.empty:
         raise step_failure(
             f"corpus folder {folder} has no readable documents", retryable=False, metadata={"problems": problems}

@@ -40,6 +40,24 @@ class Problem:
         return f"{self.path}: {self.message}"
 
 
+def problem_summary(problems: list[Problem], kinds: int = 20, places: int = 3) -> list[str]:
+    """The problems grouped by what is wrong, most frequent first: one line for each kind, with how many there are
+    and the first few places. However many rows of a file are bad, the summary stays a few lines."""
+    groups: dict[str, list[str]] = {}
+    for problem in problems:
+        groups.setdefault(problem.message, []).append(problem.path)
+    lines = []
+    for message, paths in sorted(groups.items(), key=lambda group: -len(group[1]))[:kinds]:
+        where = ", ".join(paths[:places]) + (f" and {len(paths) - places:,} more" if len(paths) > places else "")
+        lines.append(f"{where}: {message}" if len(paths) == 1 else f"{len(paths):,} times ({where}): {message}")
+    if len(groups) > kinds:
+        rest = sum(len(paths) for message, paths in groups.items()) - sum(
+            len(paths) for _, paths in sorted(groups.items(), key=lambda group: -len(group[1]))[:kinds]
+        )
+        lines.append(f"and {len(groups) - kinds:,} more kinds of problem ({rest:,} problems)")
+    return lines
+
+
 @dataclass(frozen=True)
 class TabularColumns:
     """Which columns (fields) of a CSV, JSON, JSONL or parquet file hold the text, the title and extra metadata."""
@@ -241,7 +259,7 @@ def read_corpus(
             continue
         documents, problems = _file_documents(path, relative, suffix, columns, keep_boilerplate, limits, conversions)
         result.problems.extend(problems)
-        if documents is None:
+        if documents is None or not documents and problems:  # nothing could be read from it: refused, not read
             counts["skipped"] += 1
             continue
         counts["read"] += 1
