@@ -271,6 +271,17 @@ def store_locked(database: Path | str, problem: Exception) -> str:
     )
 
 
+def interrupted(result) -> bool:
+    """Whether the run ended because the user pressed Ctrl-C (or the process was asked to stop)."""
+    for failure in result.get_step_failure_events():
+        error = failure.step_failure_data.error
+        while error is not None:
+            if error.cls_name == "DagsterExecutionInterruptedError":
+                return True
+            error = error.cause
+    return False
+
+
 def failure_message(result) -> str:
     failures = result.get_step_failure_events()
     if not failures:
@@ -335,6 +346,13 @@ def index(corpora: list[str], run_config: dict, verbose: bool, batch: bool | Non
     for name in names:  # one corpus that fails does not keep the others from being indexed
         tags = {BATCH_API_TAG: str(batch).lower()} if batch is not None else {}
         result = execute("index_corpus", name, run_config, verbose, tags)
+        if not result.success and interrupted(result):
+            print(
+                f"interrupted: the last complete index of {name} is unchanged, and the model replies received so far "
+                f"are cached: `{_command()} index --corpus {name}` goes on from them",
+                file=sys.stderr,
+            )
+            return 130
         print(f"{'indexed' if result.success else 'FAILED '} {name} (run {result.run_id})")
         if not result.success:
             failed[name] = failure_message(result)
@@ -349,7 +367,10 @@ def index(corpora: list[str], run_config: dict, verbose: bool, batch: bool | Non
         engine = conn.execute(
             "SELECT arg_max(engine, materialized_at) FROM lineage WHERE asset = 'entities'"
         ).fetchone()[0]
-    print(f"\nengine: {engine}   (set GRAPHRAG_API_BASE / GRAPHRAG_API_KEY to use a model)")
+    print(
+        f"\nengine: {engine}"
+        + ("   (set GRAPHRAG_API_BASE / GRAPHRAG_API_KEY to use a model)" if engine == "offline" else "")
+    )
     if is_local_file(DATABASE):
         database = Path(DATABASE).resolve()
         print(f"DuckDB file: {database}")
@@ -695,6 +716,9 @@ def main(argv: list[str] | None = None) -> int:
                 args.follow_up,
             )
         return index(args.corpus, run_config, args.verbose, args.batch)
+    except KeyboardInterrupt:
+        print("interrupted: nothing was recorded or published by this command", file=sys.stderr)
+        return 130
     except Exception as problem:
         message = _store_error(problem) or (str(problem) if _is_user_error(problem) else None)
         if message is None:

@@ -292,3 +292,32 @@ def test_index_without_a_corpus_indexes_every_good_folder_and_names_the_others(t
     assert corpora == {"tiny"}  # the corpus after the failed one was indexed too
     empty = cli.run("index", "--corpus", "empty")
     assert empty.returncode == 2 and "data/empty holds no documents yet: add files to it" in empty.stderr
+
+
+@pytest.mark.slow
+def test_ctrl_c_ends_an_index_in_one_line_that_says_what_was_kept(tmp_path):
+    write_corpus(tmp_path / "data" / "tiny", "three files")
+    with FakeOpenAIServer(latency_seconds=2.0) as server:
+        cli = Cli(tmp_path, {"GRAPHRAG_API_BASE": server.base_url})
+        process = cli.start("index", "--corpus", "tiny")
+        deadline = time.monotonic() + 120
+        while not server.count("extract"):  # inside the entity step, waiting on the model
+            assert process.poll() is None and time.monotonic() < deadline, process.stderr.read()
+            time.sleep(0.1)
+        os.killpg(process.pid, signal.SIGINT)  # what Ctrl-C sends to the terminal's foreground processes
+        _, stderr = process.communicate(timeout=120)
+    assert process.returncode == 130
+    ours = [line for line in stderr.splitlines() if line.startswith(("interrupted", "failed", "error"))]
+    assert ours == [ours[0]] and ours[0].startswith("interrupted: the last complete index of tiny is unchanged")
+    assert "DagsterExecutionInterruptedError" not in stderr
+    with FakeOpenAIServer() as server:  # again, to the end: the hint to set a model is for offline indexes only
+        (tmp_path / "again").mkdir()
+        done = Cli(tmp_path / "again", {"GRAPHRAG_API_BASE": server.base_url, **_same_store(cli)}).run(
+            "index", "--corpus", "tiny"
+        )
+    assert done.returncode == 0, done.stderr
+    assert "engine: llm:" in done.stdout and "to use a model" not in done.stdout
+
+
+def _same_store(cli: Cli) -> dict:
+    return {k: cli.env[k] for k in ("GRAPHRAG_DATA_DIR", "GRAPHRAG_DUCKDB", "GRAPHRAG_CACHE_DIR")}
