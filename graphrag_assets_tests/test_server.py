@@ -461,7 +461,7 @@ def test_the_openai_client_and_mcp_clients_ask_a_running_server(store, tmp_path)
         asyncio.run(
             over_mcp(StdioServerParameters(command=sys.executable, args=["-m", "graphrag_assets.cli", "mcp"], env=env))
         )
-    recorded = rows(store, "SELECT asked_by, method FROM query_answers WHERE asked_by IS NOT NULL")
+    recorded = rows(store, "SELECT asked_by, method FROM query_answers WHERE asked_by = 'local'")
     assert len(recorded) == 5 and {r[0] for r in recorded} == {"local"}  # 3 chat completions, 2 MCP asks
     with open_instance(tmp_path / "home") as instance:  # each answer observed on its query asset's page
         observed = instance.fetch_observations(dg.AssetKey("local_search"), limit=10).records
