@@ -6,6 +6,7 @@ import shutil
 import dagster as dg
 import pyarrow as pa
 import pyarrow.parquet as pq
+import pytest
 
 from graphrag_assets.answers.sources import cited
 from graphrag_assets.method.exports import GRAPHRAG_SCHEMAS
@@ -220,3 +221,43 @@ def test_our_export_imports_back_with_the_same_rows_and_ids(llm_index, tmp_path)
     # The hierarchy comes back whole: the same communities at every level, copies included.
     ours, back = table(source, "communities"), workspace.sql("SELECT * FROM communities WHERE corpus = ?", CORPUS)
     assert sorted(zip(ours["level"], ours["id"])) == sorted(zip(back["level"], back["id"]))
+
+
+def test_an_output_that_cannot_be_imported_is_refused_at_its_first_step_naming_file_column_and_row(tmp_path):
+    from graphrag_assets.method.imports import GraphRAGOutputError, check_output, documents_and_units
+
+    def broken(name: str, change) -> str:
+        tables = microsoft_output()
+        change(tables)
+        folder = tmp_path / name
+        write_output(folder, tables)
+        with pytest.raises(GraphRAGOutputError) as refused:
+            check_output(folder)
+        return str(refused.value)
+
+    def duplicate_entity(tables):
+        tables["entities"][1]["id"] = tables["entities"][0]["id"]
+
+    def deep_level(tables):  # one community far below the others: carried down, it made ~100k rows
+        tables["communities"][-1]["level"] = 3000
+
+    def null_level(tables):
+        tables["communities"][0]["level"] = None
+
+    def orphan(tables):
+        child = next(c for c in tables["communities"] if c["level"] == 1)
+        child["parent"] = 999
+
+    assert "entities.parquet: column id holds 'entity-0' twice (rows 0 and 1)" in broken("dup", duplicate_entity)
+    assert "communities.parquet: column level holds [0, 1, 3000]; levels count from 0 with no gap" in broken(
+        "deep", deep_level
+    )
+    assert "communities.parquet: column level is empty at row 0" in broken("null", null_level)
+    assert "is 999, which is not a community of level 0" in broken("orphan", orphan)
+
+    folder = tmp_path / "no-tokens"  # an older output without n_tokens: counted, not refused
+    write_output(folder, microsoft_output())
+    units = pq.read_table(folder / "text_units.parquet")
+    pq.write_table(units.drop_columns(["n_tokens"]), folder / "text_units.parquet")
+    _, base = documents_and_units(folder)
+    assert (base["n_tokens"] > 5).all()

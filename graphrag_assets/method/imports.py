@@ -17,6 +17,7 @@ import pandas as pd
 
 from .communities.leiden import community_id
 from .graph.claims import COVARIATE_COLUMNS
+from .ingest.tokens import count_tokens
 
 REQUIRED = ("entities", "relationships", "communities", "community_reports", "text_units", "documents")
 
@@ -47,14 +48,64 @@ def read(output: Path, name: str, columns: tuple[str, ...]) -> pd.DataFrame:
     return df.reset_index(drop=True)
 
 
+def check_output(output: Path) -> None:
+    """The whole output checked before the first step builds on it, so that nothing is paid (embeddings, reports)
+    for an index that cannot be imported: ids unique, the columns the tables need present and filled, and a
+    community hierarchy whose levels count from 0 without gaps and whose parents are one level up."""
+    keys = {
+        "documents": ("id",),
+        "text_units": ("id", "document_id"),
+        "entities": ("id", "title"),
+        "relationships": ("id", "source", "target"),
+        "communities": ("community", "level"),
+        "community_reports": ("community",),
+    }
+    tables = {name: read(output, name, columns) for name, columns in keys.items()}
+    for name, columns in keys.items():
+        table, path = tables[name], output / f"{name}.parquet"
+        for column in columns:
+            empty = table[column].isna()
+            if empty.any():
+                raise GraphRAGOutputError(f"{path}: column {column} is empty at row {int(empty.idxmax())}")
+        unique = "community" if name in ("communities", "community_reports") else "id"
+        repeated = table[unique].duplicated(keep=False)
+        if repeated.any():
+            rows = list(table.index[repeated][:2])
+            raise GraphRAGOutputError(
+                f"{path}: column {unique} holds {table[unique][rows[0]]!r} twice (rows {rows[0]} and {rows[1]})"
+            )
+    communities = tables["communities"]
+    levels = sorted(int(level) for level in communities["level"].unique())
+    if levels != list(range(len(levels))):
+        raise GraphRAGOutputError(
+            f"{output / 'communities.parquet'}: column level holds {levels[:10]}{'...' if len(levels) > 10 else ''}; "
+            "levels count from 0 with no gap"
+        )
+    level_of = dict(zip(communities["community"].astype(int), communities["level"].astype(int)))
+    parents = communities["parent"].fillna(-1).astype(int) if "parent" in communities else None
+    for row, (community, level) in enumerate(
+        zip(communities["community"].astype(int), communities["level"].astype(int))
+    ):
+        parent = int(parents.iloc[row]) if parents is not None else -1
+        if level > 0 and level_of.get(parent) != level - 1:
+            raise GraphRAGOutputError(
+                f"{output / 'communities.parquet'}: column parent of community {community} (level {level}, row {row}) "
+                f"is {parent}, which is not a community of level {level - 1}"
+            )
+
+
 def _ids(values) -> list[str]:
     return [str(v) for v in values] if values is not None and not isinstance(values, str) else []
 
 
 def documents_and_units(output: Path) -> tuple[pd.DataFrame, pd.DataFrame]:
     """(documents, base_text_units) in our schema; a unit's chunk_index is its place in its document."""
+    check_output(output)  # the first step of an import: nothing is paid for an output that cannot be used
     docs = read(output, "documents", ("id", "title", "text"))
-    units = read(output, "text_units", ("id", "text", "n_tokens", "document_id"))
+    units = read(output, "text_units", ("id", "text", "document_id"))
+    if "n_tokens" not in units or units["n_tokens"].isna().any():  # older outputs: counted here as chunking does
+        counted = units["text"].astype(str).map(count_tokens)
+        units["n_tokens"] = units["n_tokens"].fillna(counted) if "n_tokens" in units else counted
     order = "human_readable_id" if "human_readable_id" in units else "id"
     units = units.sort_values(order, kind="stable")
     units["chunk_index"] = units.groupby("document_id").cumcount()
