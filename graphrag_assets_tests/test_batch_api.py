@@ -246,3 +246,32 @@ def test_batch_and_synchronous_runs_share_one_response_cache(tmp_path):
         other.materialize(SAMPLE_CORPUS, selection=GRAPH, **batch_resources(server, other, batch_api=False))
         other.materialize(SAMPLE_CORPUS, selection=GRAPH, **batch_resources(server, other))
         assert not server.batches
+
+
+@pytest.mark.slow
+def test_a_step_that_dies_before_caching_a_batch_s_replies_reads_the_batch_again_and_pays_once(
+    llm_index, tmp_path, monkeypatch
+):
+    """The batch is done and its output read, but the step dies before its replies are checked and cached: the batch
+    must not count as consumed, or the next run pays for every request of it again."""
+    import diskcache
+
+    clean, _, _ = llm_index
+    workspace = sample(tmp_path)
+    with FakeOpenAIServer(batch_seconds=0.0) as server:
+
+        def dies(self, key, value, *args, **kwargs):
+            raise RuntimeError("the process dies here")
+
+        with monkeypatch.context() as patched:
+            patched.setattr(diskcache.Cache, "set", dies)
+            died = workspace.materialize(
+                SAMPLE_CORPUS, selection=GRAPH, raise_on_error=False, **batch_resources(server, workspace)
+            )
+        assert not died.success and server.uploads >= 1
+        assert [b["consumed"] for b in batches_of(workspace)] == [False] * len(batches_of(workspace))
+        resumed = workspace.materialize(SAMPLE_CORPUS, selection=GRAPH, **batch_resources(server, workspace))
+    assert materialization_metadata(resumed, "entities")["batches_waited_for_again"] >= 1
+    assert set(input_lines(server).values()) == {1}  # every request was submitted once, over both runs
+    for name in GRAPH:
+        pd.testing.assert_frame_equal(table(workspace, name), table(clean, name))

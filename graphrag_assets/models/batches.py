@@ -98,6 +98,9 @@ class BatchQueue:
         self._gatherer: asyncio.Task | None = None
         self._work: set[asyncio.Task] = set()
         self._tried: Counter[str] = Counter()  # batches each request (custom id) went out in
+        # Requests a batch answered whose askers have not yet checked and cached the reply, by batch: the batch is
+        # consumed (never waited for again) only once none is left, so a step that dies first reads it again.
+        self._unsettled: dict[str, set[str]] = {}
 
     @staticmethod
     def custom_id(kind: str, body: dict) -> str:
@@ -159,10 +162,21 @@ class BatchQueue:
                         waiter.set_exception(error if isinstance(error, Exception) else asyncio.CancelledError())
             raise
 
+    def settle(self, kind: str, body: dict) -> None:
+        """The asker of this request is done with its reply (checked, and cached when valid)."""
+        custom_id = self.custom_id(kind, body)
+        for batch_id, waiting in list(self._unsettled.items()):
+            waiting.discard(custom_id)
+            if not waiting:
+                del self._unsettled[batch_id]
+                self._ledger.update(batch_id, consumed=True)
+
     def _hand_out(self, requests: dict[str, _Request], outcome: _Outcome, batch_id: str) -> None:
+        handed = set()
         for custom_id, body in outcome.answered.items():
             request = requests.pop(custom_id, None)
             if request is not None:
+                handed.add(custom_id)
                 _resolve(request, body)
         unanswered = [cid for cid in outcome.covered if cid in requests]
         self.usage.batch_lines_failed += len(unanswered)
@@ -171,7 +185,10 @@ class BatchQueue:
             self._ledger.progress(
                 f"batch {batch_id}: {len(unanswered)} requests got no reply ({'; '.join(reasons)[:300]}); asked again"
             )
-        self._ledger.update(batch_id, consumed=True)
+        if handed:
+            self._unsettled.setdefault(batch_id, set()).update(handed)
+        else:
+            self._ledger.update(batch_id, consumed=True)
 
     async def _submit(self, kind: str, requests: dict[str, _Request]) -> dict:
         url = self._paths[kind]

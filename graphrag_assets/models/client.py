@@ -565,9 +565,11 @@ class ModelClient:
             except InvalidReply as invalid:
                 self.usage.invalid_replies += 1
                 problem, previous = invalid, reply.text
+                self._settle("chat", body)
                 continue
             if self._cache is not None:
                 self._cache.set(key, reply.text)
+            self._settle("chat", body)
             return value
         self._failed(f"InvalidReply: {problem} (after {self.settings.invalid_reply_retries} re-asks)")
         return None
@@ -595,6 +597,12 @@ class ModelClient:
             batch_completion_tokens=completion_tokens,
         )
         return result
+
+    def _settle(self, kind: str, body: dict) -> None:
+        """A reply that may have come from a batch is checked and, when valid, cached: its batch need not be read
+        again for it."""
+        if self._batches is not None:
+            self._batches.settle(kind, body)
 
     def _embedding_key(self, text: str) -> str:
         return hashlib.sha256(json.dumps(["embed-text", self.settings.model, text]).encode()).hexdigest()
@@ -636,9 +644,11 @@ class ModelClient:
             self._failed(
                 f"InvalidReply: {len(found)} vectors of dimensions {sorted(dimensions)} for {len(missing)} texts"
             )
+            self._settle("embed", request)
             return None
         for i, vector in zip(missing, found):
             vectors[i] = vector
             if self._cache is not None:
                 self._cache.set(self._embedding_key(texts[i]), vector)
+        self._settle("embed", request)
         return vectors
