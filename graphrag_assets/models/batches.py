@@ -160,7 +160,10 @@ class BatchQueue:
                 for waiter in request.waiters:
                     if not waiter.done():
                         waiter.set_exception(error if isinstance(error, Exception) else asyncio.CancelledError())
-            raise
+            if not isinstance(error, Exception):
+                raise
+            # The askers raise it, each in its own step; nobody awaits this task, which would only add "Task
+            # exception was never retrieved" and a traceback to the one-line message.
 
     def settle(self, kind: str, body: dict) -> None:
         """The asker of this request is done with its reply (checked, and cached when valid)."""
