@@ -1041,6 +1041,9 @@ class FakeOpenAIServer:
                         self.wfile.write(content)
                 elif method == "POST" and route == "batches":
                     self._send(*server.create_batch(json.loads(body)))
+                elif method == "GET" and route == "batches":  # newest first, as OpenAI lists them
+                    listed = [server._public(b) for b in sorted(server.batches.values(), key=lambda b: -b["_number"])]
+                    self._send(200, {"object": "list", "data": listed, "has_more": False})
                 elif method == "GET" and route == "batch":
                     self._send(*server.retrieve_batch(item))
                 elif method == "POST" and route == "cancel":

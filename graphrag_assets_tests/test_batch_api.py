@@ -279,3 +279,37 @@ def test_a_step_that_dies_before_caching_a_batch_s_replies_reads_the_batch_again
     assert set(input_lines(server).values()) == {1}  # every request was submitted once, over both runs
     for name in GRAPH:
         pd.testing.assert_frame_equal(table(workspace, name), table(clean, name))
+
+
+@pytest.mark.slow
+def test_a_batch_created_by_a_step_that_died_before_recording_it_is_found_and_paid_once(
+    llm_index, tmp_path, monkeypatch
+):
+    """The endpoint created the batch (and bills it), but the step died before writing its id down: the record made
+    before creating it holds a key, sent as the batch's metadata, and the next run finds the batch by it."""
+    from graphrag_assets.store.batch_ledger import DuckDBBatchLedger
+
+    clean, _, _ = llm_index
+    workspace = sample(tmp_path)
+    recorded_update = DuckDBBatchLedger.update
+
+    def dies_once_created(self, recorded_id, **fields):
+        if "batch_id" in fields:  # the endpoint has just answered with the batch's id
+            raise RuntimeError("the process dies here")
+        return recorded_update(self, recorded_id, **fields)
+
+    with FakeOpenAIServer(batch_seconds=0.0) as server:
+        with monkeypatch.context() as patched:
+            patched.setattr(DuckDBBatchLedger, "update", dies_once_created)
+            died = workspace.materialize(
+                SAMPLE_CORPUS, selection=GRAPH, raise_on_error=False, **batch_resources(server, workspace)
+            )
+        assert not died.success and len(server.batches) == 1
+        (pending,) = batches_of(workspace)
+        assert pending["status"] == "creating" and not pending["consumed"]
+        resumed = workspace.materialize(SAMPLE_CORPUS, selection=GRAPH, **batch_resources(server, workspace))
+    assert materialization_metadata(resumed, "entities")["batches_waited_for_again"] >= 1
+    assert set(input_lines(server).values()) == {1}  # every request was submitted once, over both runs
+    assert {b["batch_id"] for b in batches_of(workspace)} == set(server.batches)  # each record names a real batch
+    for name in GRAPH:
+        pd.testing.assert_frame_equal(table(workspace, name), table(clean, name))

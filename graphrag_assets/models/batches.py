@@ -22,6 +22,7 @@ import hashlib
 import io
 import json
 import time
+import uuid
 from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any, Protocol
@@ -32,6 +33,8 @@ from tenacity import AsyncRetrying, retry_if_exception, stop_after_attempt, wait
 from ..method.ingest.tokens import count_tokens
 from .errors import EndpointError
 
+_PENDING = "creating-"  # a recorded batch's id until the endpoint has given it one
+_KEY = "graphrag_batch_key"  # the metadata field that finds a batch whose creation was not recorded
 # A batch's status once nothing more will happen to it; its output then holds whatever was answered.
 FINISHED = frozenset({"completed", "failed", "expired", "cancelled"})
 _ATTEMPTS_IN_BATCHES = 2  # after the second batch a request still unanswered is sent on its own
@@ -45,7 +48,7 @@ class BatchLedger(Protocol):
 
     def record(self, batch: dict) -> None: ...
 
-    def update(self, batch_id: str, **fields: Any) -> None: ...
+    def update(self, recorded_id: str, **fields: Any) -> None: ...
 
     def unfinished(self, endpoint: str, custom_ids: list[str]) -> list[dict]:
         """Recorded batches of `endpoint` covering any of `custom_ids` whose output was not yet read."""
@@ -133,6 +136,10 @@ class BatchQueue:
     async def _answer(self, kind: str, requests: dict[str, _Request]) -> None:
         try:
             for recorded in self._ledger.unfinished(self._endpoint, list(requests)):
+                if recorded["batch_id"].startswith(_PENDING):  # its process died while creating it
+                    recorded = await self._created(recorded)
+                    if recorded is None:
+                        continue
                 self.usage.batches_reattached += 1
                 self._ledger.progress(f"waiting again for batch {recorded['batch_id']}, submitted by an earlier run")
                 outcome = await self._outcome(recorded)
@@ -205,27 +212,36 @@ class BatchQueue:
                 file=("requests.jsonl", io.BytesIO(lines.encode()), "application/jsonl"), purpose="batch"
             ),
         )
-        created = await self._call(
-            "create a batch",
-            lambda: self._api.batches.create(
-                input_file_id=upload.id,
-                endpoint=url,
-                completion_window=self._settings.completion_window,
-                metadata={k: v[:512] for k, v in self._labels.items()},
-            ),
-        )
-        self._tried.update(requests.keys())
-        self.usage.batches += 1
+        # Recorded before it exists, under a key sent as its metadata: a process that dies once the endpoint has
+        # created it (and is paying for it) leaves it findable, by listing the endpoint's batches.
+        key = uuid.uuid4().hex
         batch = {
-            "batch_id": created.id,
+            "batch_id": _PENDING + key,
             "endpoint": self._endpoint,
             "kind": kind,
             "custom_ids": list(requests),
-            "status": created.status,
+            "status": "creating",
             "input_file_id": upload.id,
             **self._labels,
         }
-        self._ledger.record(batch)  # before the wait: a process that dies now leaves the batch findable
+        self._ledger.record(batch)
+        try:
+            created = await self._call(
+                "create a batch",
+                lambda: self._api.batches.create(
+                    input_file_id=upload.id,
+                    endpoint=url,
+                    completion_window=self._settings.completion_window,
+                    metadata={**{k: v[:512] for k, v in self._labels.items()}, _KEY: key},
+                ),
+            )
+        except Exception:
+            self._ledger.update(batch["batch_id"], status="not created", consumed=True)
+            raise
+        self._ledger.update(batch["batch_id"], batch_id=created.id, status=created.status)
+        batch.update(batch_id=created.id, status=created.status)
+        self._tried.update(requests.keys())
+        self.usage.batches += 1
         tokens = sum(_prompt_tokens(r.body) for r in requests.values())
         cost = tokens * self._settings.prompt_price_per_million / 1e6
         self._ledger.progress(
@@ -233,6 +249,19 @@ class BatchQueue:
             + (f" (${cost:.4f} at the batch price, before the replies)" if cost else "")
         )
         return batch
+
+    async def _created(self, recorded: dict) -> dict | None:
+        """The batch a record made before its creation stands for, found among the endpoint's batches by the key in
+        its metadata; None (and the record closed) when it was never created."""
+        key = recorded["batch_id"].removeprefix(_PENDING)
+        listed = await self._call("list batches", lambda: self._api.batches.list(limit=100))
+        found = next((b for b in listed.data if (b.metadata or {}).get(_KEY) == key), None)
+        if found is None:
+            self._ledger.update(recorded["batch_id"], status="not created", consumed=True)
+            return None
+        self._ledger.update(recorded["batch_id"], batch_id=found.id, status=found.status)
+        self._ledger.progress(f"found batch {found.id}, created by an earlier run that stopped before recording it")
+        return {**recorded, "batch_id": found.id, "status": found.status}
 
     async def _outcome(self, batch: dict) -> _Outcome:
         """Wait for the batch to finish, then read what it answered (of a lost batch: nothing)."""

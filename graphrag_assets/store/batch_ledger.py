@@ -74,14 +74,15 @@ class DuckDBBatchLedger:
                 f"INSERT INTO {table} ({', '.join(row)}) VALUES ({', '.join('?' * len(row))})", list(row.values())
             )
 
-    def update(self, batch_id: str, **fields) -> None:
+    def update(self, recorded_id: str, **fields) -> None:
+        """Change a recorded batch (its id too, once the endpoint has given it one)."""
         fields = {k: v for k, v in fields.items() if k in _COLUMNS} | {
             "updated_at": datetime.now(UTC).replace(tzinfo=None)
         }
         with self._connect() as conn:
             table = _table(conn)
             assignments = ", ".join(f"{column} = ?" for column in fields)
-            conn.execute(f"UPDATE {table} SET {assignments} WHERE batch_id = ?", [*fields.values(), batch_id])
+            conn.execute(f"UPDATE {table} SET {assignments} WHERE batch_id = ?", [*fields.values(), recorded_id])
 
     def unfinished(self, endpoint: str, custom_ids: list[str]) -> list[dict]:
         with self._connect() as conn:
