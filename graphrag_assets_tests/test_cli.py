@@ -243,16 +243,22 @@ def test_the_cli_takes_settings_and_says_what_is_wrong_in_one_line(tmp_path):
     assert held == 1
 
 
+def index_waiting_on_the_model(cli: Cli, server: FakeOpenAIServer) -> subprocess.Popen:
+    """`index --corpus tiny`, once its run is inside the entity step, waiting on the model."""
+    process = cli.start("index", "--corpus", "tiny")
+    deadline = time.monotonic() + 120
+    while not server.count("extract"):
+        assert process.poll() is None and time.monotonic() < deadline, process.stderr.read()
+        time.sleep(0.1)
+    return process
+
+
 @pytest.mark.slow
 def test_a_killed_cli_run_is_marked_failed_by_the_next_command(tmp_path):
     write_corpus(tmp_path / "data" / "tiny", "three files")
     with FakeOpenAIServer(latency_seconds=2.0) as server:
         cli = Cli(tmp_path, {"GRAPHRAG_API_BASE": server.base_url})
-        process = cli.start("index", "--corpus", "tiny")
-        deadline = time.monotonic() + 120
-        while not server.count("extract"):  # the run is inside the entity step, waiting on the model
-            assert process.poll() is None and time.monotonic() < deadline, process.stderr.read()
-            time.sleep(0.1)
+        process = index_waiting_on_the_model(cli, server)
         os.killpg(process.pid, signal.SIGKILL)
         process.wait()
     with open_instance(cli.home) as instance:
@@ -299,11 +305,7 @@ def test_ctrl_c_ends_an_index_in_one_line_that_says_what_was_kept(tmp_path):
     write_corpus(tmp_path / "data" / "tiny", "three files")
     with FakeOpenAIServer(latency_seconds=2.0) as server:
         cli = Cli(tmp_path, {"GRAPHRAG_API_BASE": server.base_url})
-        process = cli.start("index", "--corpus", "tiny")
-        deadline = time.monotonic() + 120
-        while not server.count("extract"):  # inside the entity step, waiting on the model
-            assert process.poll() is None and time.monotonic() < deadline, process.stderr.read()
-            time.sleep(0.1)
+        process = index_waiting_on_the_model(cli, server)
         os.killpg(process.pid, signal.SIGINT)  # what Ctrl-C sends to the terminal's foreground processes
         _, stderr = process.communicate(timeout=120)
     assert process.returncode == 130

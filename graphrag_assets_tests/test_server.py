@@ -178,7 +178,10 @@ def test_keys_scope_corpora_limit_rates_and_never_appear_in_clear(store, tmp_pat
         assert client.get("/api/corpora", headers=elsewhere).json() == {"corpora": []}
         assert client.get("/v1/models", headers=elsewhere).json()["data"] == []
         hidden = client.post("/api/ask", json=ask, headers=elsewhere)
-        assert hidden.status_code == 404 and hidden.json()["error"]["message"].startswith("corpus 'a-christmas-carol'")
+        absent = client.post("/api/ask", json={**ask, "corpus": "nowhere"}, headers=elsewhere)
+        assert hidden.status_code == absent.status_code == 404  # a corpus out of scope reads as one that is not there
+        said = hidden.json()["error"]["message"].replace(SAMPLE_CORPUS, "<name>")
+        assert said == absent.json()["error"]["message"].replace("nowhere", "<name>")
         answered = [client.post("/api/ask", json=ask, headers=reader) for _ in range(2)]
         assert [r.status_code for r in answered] == [200, 200]
         limited = client.post("/api/ask", json=ask, headers=reader)

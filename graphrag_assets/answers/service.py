@@ -42,11 +42,21 @@ class StoreBusy(RuntimeError):
 
 
 class UnknownCorpus(LookupError):
-    """No published index by that name (or none the asker may read)."""
+    """No published index by that name (or none the asker may read: the same words, so a key learns nothing of the
+    corpora outside its scope)."""
+
+    def __init__(self, corpus: str | None):
+        super().__init__(
+            f"corpus {corpus!r} has no published index: index it with `graphrag-assets index --corpus {corpus}`"
+        )
 
 
 class UnknownAnswer(LookupError):
     """No recorded answer by that id."""
+
+
+class UnknownDocument(LookupError):
+    """No document by that id in the corpus's published index."""
 
 
 @dataclass
@@ -164,9 +174,7 @@ class AnswerService:
             with self._load_lock:
                 found = self._loaded.get(corpus)
         if found is None:
-            raise UnknownCorpus(
-                f"corpus {corpus!r} has no published index: index it with `graphrag-assets index --corpus {corpus}`"
-            )
+            raise UnknownCorpus(corpus)
         return found
 
     # -- asking ------------------------------------------------------------------------------------------------
@@ -194,7 +202,7 @@ class AnswerService:
             level = level if level is not None else earlier["level"]
             conversation = [*earlier["turns"], *(conversation or [])]
         if not corpus or not allowed(corpus):
-            raise UnknownCorpus(f"corpus {corpus!r} has no published index")
+            raise UnknownCorpus(corpus)
         method = method or "global"
         loaded = self.loaded(corpus)
         options = options_for(method, question, level, dynamic, conversation, **method_settings)
@@ -281,7 +289,7 @@ class AnswerService:
     def document(self, corpus: str, document_id: str) -> dict:
         documents = self.loaded(corpus).index.documents.set_index("id")
         if document_id not in documents.index:
-            raise UnknownCorpus(f"corpus {corpus!r} has no document {document_id!r}")
+            raise UnknownDocument(f"corpus {corpus!r} has no document {document_id!r}")
         document = documents.loc[document_id]
         return {"id": document_id, "title": document["title"], "text": document["text"]}
 

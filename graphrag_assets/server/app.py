@@ -23,7 +23,7 @@ from starlette.concurrency import run_in_threadpool
 from starlette.middleware.cors import CORSMiddleware
 
 from ..answers.asking import MAX_QUESTION_CHARS, Answer, AnswerFailed, QuestionRefused
-from ..answers.service import AnswerService, StoreBusy, UnknownAnswer, UnknownCorpus
+from ..answers.service import AnswerService, StoreBusy, UnknownAnswer, UnknownCorpus, UnknownDocument
 from .errors import ApiError, error_response
 from .keys import LOCAL, Caller, KeyRing, RateLimits
 from .shapes import AnswerOut, answer_out, stored_out
@@ -247,10 +247,10 @@ def build_app(service: AnswerService, settings: ServerSettings, keys: KeyRing | 
     def document(corpus: str, document_id: str, request: Request) -> dict:
         """A document's whole text, to read a source where it stands."""
         if not caller_of(request).may_read(corpus):
-            raise ApiError(404, f"corpus {corpus!r} has no published index", "not_found_error")
+            raise ApiError(404, str(UnknownCorpus(corpus)), "not_found_error")
         try:
             return service.document(corpus, document_id)
-        except UnknownCorpus as problem:
+        except (UnknownCorpus, UnknownDocument) as problem:
             raise ApiError(404, str(problem), "not_found_error") from None
 
     @app.get("/", include_in_schema=False)

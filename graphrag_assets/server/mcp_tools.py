@@ -99,7 +99,7 @@ def build_mcp(service: AnswerService, limits: RateLimits | None = None) -> MCPSe
         """
         caller = _caller(ctx)
         if not caller.may_read(corpus):
-            raise ToolError(f"corpus {corpus!r} has no published index")
+            raise ToolError(str(UnknownCorpus(corpus)))
         try:
             return await anyio.to_thread.run_sync(lambda: service.entities(corpus, text, max(1, min(limit, 50))))
         except _REFUSED as problem:
