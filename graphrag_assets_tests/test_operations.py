@@ -15,6 +15,8 @@ from .conftest import SAMPLE_CORPUS, chat_resource, embedding_resource, material
 
 def test_the_sensor_registers_new_corpora_and_refuses_unsafe_folders(workspace, tmp_path):
     (workspace.data / "reports-2024").mkdir()
+    (workspace.data / "reports-2024" / "q1.md").write_text("# Q1\nAda Lovelace joined the board.")
+    (workspace.data / "nothing-yet").mkdir()  # an empty folder waits for its files: no run, no red asset
     (workspace.data / "Not Safe").mkdir()
     (tmp_path / "elsewhere").mkdir()
     (workspace.data / "escape").symlink_to(tmp_path / "elsewhere")
@@ -31,9 +33,10 @@ def test_the_sensor_registers_new_corpora_and_refuses_unsafe_folders(workspace, 
     again = new_corpus_sensor(
         dg.build_sensor_context(instance=instance, resources={"corpora": CorporaResource(root=str(workspace.data))})
     )
-    assert isinstance(again, dg.SkipReason) and "refused: Not Safe, escape" in again.skip_message
+    assert isinstance(again, dg.SkipReason) and "refused: Not Safe, escape, nothing-yet" in again.skip_message
     names, refused = CorporaResource(root=str(workspace.data)).scan()
     assert "not a safe identifier" in refused["Not Safe"] and "outside" in refused["escape"]
+    assert refused["nothing-yet"].startswith("it holds no documents yet")
 
 
 def test_an_edited_aliases_file_reruns_the_resolved_graph_of_its_corpus(workspace):
@@ -63,6 +66,7 @@ def test_an_edited_aliases_file_reruns_the_resolved_graph_of_its_corpus(workspac
 def test_the_nightly_schedule_reindexes_every_corpus_that_still_has_a_folder(workspace):
     for name in ("a", "b"):
         (workspace.data / name).mkdir()
+        (workspace.data / name / "notes.txt").write_text(f"Notes of corpus {name}.")
     corpora = {"corpora": CorporaResource(root=str(workspace.data))}
     tick = datetime.datetime(2026, 11, 30, 2, tzinfo=datetime.UTC)
     (workspace.root / "home").mkdir()
