@@ -141,7 +141,7 @@ def test_without_configured_limits_the_client_paces_to_the_endpoints_headers(tmp
         elapsed = time.monotonic() - started
         refused = server.count("rate_limited")
     assert all(answers) and refused == 0 and usage.rate_limited == 0
-    assert 2 * 3 <= elapsed < 5 * 3  # paced window by window (each counted 5% longer, in whole seconds)
+    assert elapsed >= 2 * 3  # paced window by window; a lower bound only, as a busy machine only adds time
 
 
 def test_the_tokens_header_paces_too(tmp_path):
@@ -425,15 +425,6 @@ def test_a_garbled_http_body_is_retried(tmp_path):
     assert all(answers) and usage.retries >= len(PROMPTS) and usage.failures == 0
 
 
-def healthy_call_seconds(tmp_path) -> float:
-    """What a client's start, probe and one answer take on this machine at this moment: the allowance a bound on
-    failing fast adds to its timeouts, so a loaded machine slows the bound as much as the work it bounds."""
-    with FakeOpenAIServer() as server:
-        started = time.monotonic()
-        run(settings(server, tmp_path / "calibration", max_retries=0), lambda c: c.complete(PROMPTS[0]))
-        return time.monotonic() - started
-
-
 @pytest.mark.parametrize(
     "faults,words,retryable",
     [
@@ -444,17 +435,14 @@ def healthy_call_seconds(tmp_path) -> float:
 )
 def test_a_misconfigured_or_hanging_endpoint_fails_fast_naming_it(tmp_path, faults, words, retryable):
     secret = "sk-never-shown-0123456789"
-    allowance = healthy_call_seconds(tmp_path)
     with FakeOpenAIServer(faults) as server:
-        started = time.monotonic()
         with pytest.raises(EndpointError) as raised:
             run(settings(server, tmp_path, timeout_seconds=1, api_key=secret), complete_all)
-        elapsed = time.monotonic() - started
         requests = server.count()
     message = str(raised.value)
     assert words in message and server.base_url in message and secret not in message
     assert raised.value.retryable == retryable
-    assert elapsed < 2 * 1 + 2 * allowance and requests <= 3  # the probe alone, never one request per prompt
+    assert requests <= 3  # the probe alone (and its retries), never a request, or a timeout, per prompt
 
 
 def test_a_down_endpoint_fails_in_seconds(tmp_path):
@@ -467,7 +455,6 @@ def test_a_down_endpoint_fails_in_seconds(tmp_path):
 
 
 def test_the_circuit_breaker_stops_a_step_when_the_endpoint_starts_hanging(tmp_path):
-    allowance = healthy_call_seconds(tmp_path)
     with FakeOpenAIServer() as server:
 
         async def work(client):
@@ -475,13 +462,11 @@ def test_the_circuit_breaker_stops_a_step_when_the_endpoint_starts_hanging(tmp_p
             server.faults.hang = True
             return await complete_all(client)
 
-        started = time.monotonic()
         with pytest.raises(EndpointError, match="requests in a row failed"):
             run(settings(server, tmp_path, timeout_seconds=1, max_retries=6, max_concurrency=8), work)
-        elapsed = time.monotonic() - started
         hung = server.count("hang")
-    # About one timeout per slot, not 23 prompts x 7 attempts x 1 s.
-    assert elapsed < 2 * 1 + 2 * allowance and hung < 8 + 5
+    # About one hung request per slot, not 23 prompts x 7 attempts: counted, not timed.
+    assert hung < 8 + 5
 
 
 @pytest.mark.parametrize(("batch_size", "batch_tokens", "requests"), [(8, 10_000, 4), (100, 450, 8), (100, 10_000, 1)])

@@ -120,25 +120,20 @@ def test_a_step_failed_by_a_broken_endpoint_is_cheap_to_retry(tmp_path):
 def test_a_dead_endpoint_fails_the_step_fast_and_retries_only_what_time_can_fix(tmp_path, faults, words, retried):
     workspace = Workspace(tmp_path)
     workspace.add_sample_corpus()
-    started = time.monotonic()
     workspace.materialize(SAMPLE_CORPUS, selection=["documents", "base_text_units"])
-    run_start = time.monotonic() - started  # a run's own start and a little work, on this machine at this moment
     with FakeOpenAIServer(faults) as server:
-        started = time.monotonic()
         result = workspace.materialize(
             SAMPLE_CORPUS,
             chat=chat_resource(server.base_url, workspace.cache, timeout_seconds=2),
             selection=["entities", "relationships"],
             raise_on_error=False,
         )
-        elapsed = time.monotonic() - started
         requests = server.count()
     failure = result.get_step_failure_events()[0]
     assert words in failure.step_failure_data.user_failure_data.description
     assert server.base_url in failure.step_failure_data.user_failure_data.description
-    # Two request timeouts, with one more to spare on a busy machine, and a run's start as measured here: not one
-    # timeout per text unit (that is also why the endpoint saw no more than the probe).
-    assert elapsed < 3 * 2 + 2 * run_start
+    # The probe and its one retry, not a request (and a timeout) per text unit. Counted, not timed: wall time on
+    # a shared machine says nothing reliable.
     assert requests <= 2
     tags = result.dagster_run.tags
     assert (NO_RUN_RETRY_TAG not in tags) == retried
@@ -149,19 +144,16 @@ def test_a_hanging_endpoint_is_waited_for_once_per_run_not_once_per_step(tmp_pat
     run, which then fails in about two timeouts instead of two per step."""
     workspace = Workspace(tmp_path)
     workspace.add_sample_corpus()
-    started = time.monotonic()
     workspace.materialize(SAMPLE_CORPUS, selection=["documents", "base_text_units"])
-    run_start = time.monotonic() - started
     with FakeOpenAIServer(Faults(hang=True)) as server:
-        started = time.monotonic()
         result = workspace.materialize(
             SAMPLE_CORPUS,
             chat=chat_resource(server.base_url, workspace.cache, timeout_seconds=2),
             selection=["entities", "relationships", "covariates"],
             raise_on_error=False,
         )
-        elapsed = time.monotonic() - started
         hung = server.count("hang")
     failed = {event.step_key for event in result.get_step_failure_events()}
+    # Every request that hung is one the run waited a whole timeout for: two in all (a probe and its retry), so
+    # the second step took the first one's word instead of waiting again. Counted, not timed.
     assert {"entity_graph", "covariates"} <= failed and hung <= 2
-    assert elapsed < 2 * 2 + 2 * run_start
