@@ -346,6 +346,8 @@ def index(corpora: list[str], run_config: dict, verbose: bool, batch: bool | Non
     for name in names:  # one corpus that fails does not keep the others from being indexed
         tags = {BATCH_API_TAG: str(batch).lower()} if batch is not None else {}
         result = execute("index_corpus", name, run_config, verbose, tags)
+        if not result.success:
+            _discard_stage(result.dagster_run, instance)
         if not result.success and interrupted(result):
             print(
                 f"interrupted: the last complete index of {name} is unchanged, and the model replies received so far "
@@ -390,6 +392,18 @@ def index(corpora: list[str], run_config: dict, verbose: bool, batch: bool | Non
         )
         return 1
     return 0
+
+
+def _discard_stage(run, instance) -> None:
+    """A failed run of ours is not retried: what it staged goes now, not at the next publication."""
+    from .assets.publication import discard_failed_stage
+    from .settings import DATABASE
+    from .store.connection import is_local_file
+
+    if is_local_file(DATABASE) and not Path(DATABASE).exists():
+        return  # the run failed before it made the store: nothing was staged
+    with contextlib.closing(open_store(read_only=False)) as conn:
+        discard_failed_stage(conn, instance, run)
 
 
 def _flush_queued_answers() -> None:

@@ -20,7 +20,7 @@ from .automation.jobs import (
     tune_prompts_job,
     tuning_assets,
 )
-from .automation.runs import abandoned_runs_sensor
+from .automation.runs import abandoned_runs_sensor, failed_stages_sensor
 from .resources import ChatModelResource, CorporaResource, DuckDBStoreResource, EmbeddingModelResource
 from .settings import API_KEY_VARIABLE, DATA_DIR, DATABASE, DUCKLAKE_DATA_PATH, VECTOR_INDEX_DIR, endpoint_settings
 
@@ -31,7 +31,13 @@ _KEY = dg.EnvVar(API_KEY_VARIABLE)
 defs = dg.Definitions(
     assets=[*index_assets, *query_assets, *evaluation_assets, *tuning_assets],
     jobs=[index_corpus_job, *query_jobs, evaluate_corpus_job, tune_prompts_job],
-    sensors=[new_corpus_sensor, alias_overrides_sensor, prompt_files_sensor, abandoned_runs_sensor],
+    sensors=[
+        new_corpus_sensor,
+        alias_overrides_sensor,
+        prompt_files_sensor,
+        abandoned_runs_sensor,
+        failed_stages_sensor,
+    ],
     schedules=[nightly_reindex],
     resources={
         "duckdb": DuckDBStoreResource(

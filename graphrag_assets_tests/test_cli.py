@@ -295,7 +295,9 @@ def test_index_without_a_corpus_indexes_every_good_folder_and_names_the_others(t
     assert "1 of 2 corpora failed: broken (" in indexed.stderr
     with duckdb.connect(str(cli.database), read_only=True) as conn:
         corpora = {row[0] for row in conn.execute("SELECT DISTINCT corpus FROM entities").fetchall()}
+        schemas = {row[0] for row in conn.execute("SELECT schema_name FROM information_schema.schemata").fetchall()}
     assert corpora == {"tiny"}  # the corpus after the failed one was indexed too
+    assert not [name for name in schemas if name.startswith("stage_")]  # the failed run's stage went with it
     empty = cli.run("index", "--corpus", "empty")
     assert empty.returncode == 2 and "data/empty holds no documents yet: add files to it" in empty.stderr
 

@@ -56,6 +56,7 @@ def test_the_asset_graph_is_what_the_readme_describes():
         "alias_overrides_sensor",
         "prompt_files_sensor",
         "abandoned_runs_sensor",
+        "failed_stages_sensor",
     }
     assert {s.name for s in repository.schedule_defs} == {"nightly_reindex"}
     assert set(defs.resources) == {"duckdb", "corpora", "chat", "embeddings", "judge"}

@@ -5,8 +5,10 @@ import uuid
 import dagster as dg
 import duckdb
 import pandas as pd
+import pytest
 
-from graphrag_assets.store.tables import stage_name
+from graphrag_assets.automation.runs import failed_stages_sensor
+from graphrag_assets.store.tables import StageDropped, stage_name, use_stage
 from graphrag_assets_tests.model_server import FakeOpenAIServer, Faults
 
 from .conftest import Workspace, chat_resource, embedding_resource
@@ -16,13 +18,14 @@ CORPUS = "letters"
 
 
 def published_tables(workspace: Workspace) -> dict[str, pd.DataFrame]:
-    """Every table of the corpus as a reader sees it (lineage aside: it logs failed runs' steps too)."""
+    """Every table of the corpus as a reader sees it (the logs aside: lineage has failed runs' steps too, and
+    dropped_stages the stages that publishing dropped)."""
     with duckdb.connect(str(workspace.database), read_only=True) as conn:
         names = [
             name
             for (name,) in conn.execute(
                 "SELECT table_name FROM information_schema.tables WHERE table_schema = 'main' AND table_type = 'BASE "
-                "TABLE' AND table_name <> 'lineage' ORDER BY 1"
+                "TABLE' AND table_name NOT IN ('lineage', 'dropped_stages') ORDER BY 1"
             ).fetchall()
         ]
         tables = {
@@ -104,3 +107,66 @@ def test_publishing_drops_the_stages_of_ended_runs_and_keeps_one_still_going(tmp
     with duckdb.connect(str(workspace.database), read_only=True) as conn:
         stages = {name for (name,) in conn.execute("SELECT schema_name FROM information_schema.schemata").fetchall()}
     assert stage_name(CORPUS, going.run_id) in stages and stage_name(CORPUS, ended.run_id) not in stages
+
+
+def stages(workspace: Workspace) -> set[str]:
+    with duckdb.connect(str(workspace.database), read_only=True) as conn:
+        return {
+            name
+            for (name,) in conn.execute("SELECT schema_name FROM information_schema.schemata").fetchall()
+            if name.startswith("stage_")
+        }
+
+
+def test_a_failed_run_with_no_retry_to_follow_loses_its_stage_and_cannot_be_reexecuted_into_a_mix(tmp_path):
+    """Staged tables and exports go when an index run ends red (`failed_stages_sensor`, as the daemon runs it),
+    unless a retry of the run is coming, which needs them; a stage once dropped refuses to be staged into again,
+    so re-executing the run from its failure cannot publish its later steps over another run's tables."""
+    workspace = Workspace(tmp_path)
+    write_corpus(workspace.data / CORPUS, "three files")
+    instance = dg.DagsterInstance.ephemeral()
+    blocked = tmp_path / "not-a-folder"
+    blocked.write_text("a file where the parquet export wants a folder, so that the run fails after the GraphML one")
+    with FakeOpenAIServer() as server:
+        failed = workspace.materialize(
+            CORPUS,
+            chat=chat_resource(server.base_url, workspace.cache),
+            embeddings=embedding_resource(server.base_url, workspace.cache),
+            run_config={
+                "ops": {
+                    "graphml_export": {"config": {"folder": str(tmp_path / "exports")}},
+                    "parquet_export": {"config": {"folder": str(blocked)}},
+                }
+            },
+            raise_on_error=False,
+            instance=instance,
+        )
+    assert not failed.success
+    stage = stage_name(CORPUS, failed.run_id)
+    assert stage in stages(workspace)
+    assert list((tmp_path / "exports").rglob(f"*{stage}*"))  # the GraphML export was staged
+    run = instance.get_run_by_id(failed.run_id)
+    failure = next(e for e in failed.all_events if e.event_type == dg.DagsterEventType.RUN_FAILURE)
+
+    def sense(run: dg.DagsterRun) -> None:
+        context = dg.build_run_status_sensor_context(
+            sensor_name="failed_stages_sensor",
+            dagster_instance=instance,
+            dagster_run=run,
+            dagster_event=failure,
+            resources={"duckdb": workspace.resources()["duckdb"]},
+        ).for_run_failure()
+        failed_stages_sensor(context)
+
+    # A retry is coming (the run queue's auto-retry tags the failed run so): it re-executes from the failure,
+    # reading what the earlier steps staged.
+    instance.add_run_tags(run.run_id, {"dagster/will_retry": "true"})
+    sense(instance.get_run_by_id(run.run_id))
+    assert stage in stages(workspace)
+
+    instance.add_run_tags(run.run_id, {"dagster/will_retry": "false"})  # the last retry failed too
+    sense(instance.get_run_by_id(run.run_id))
+    assert stage not in stages(workspace)
+    assert not list((tmp_path / "exports").rglob(f"*{stage}*"))
+    with duckdb.connect(str(workspace.database)) as conn, pytest.raises(StageDropped, match="launch a new index run"):
+        use_stage(conn, stage)

@@ -1,7 +1,8 @@
 """The index job's last step: what its run staged becomes the corpus's index, all at once.
 
 Until this step runs, queries, `answer_sources` and the CLI read the last complete index; a run that fails or is
-killed before it leaves that index exactly as it was, and its stage is dropped by the next run that publishes.
+killed before it leaves that index exactly as it was. Its stage is dropped when it ends red with no retry to
+follow (the CLI, or `failed_stages_sensor` in the daemon), or else by the next run that publishes.
 Materializing single assets by hand, without this step, writes their tables directly.
 """
 
@@ -14,7 +15,7 @@ import pandas as pd
 from ..failures import step_failure
 from ..method.exports import discard_staged_exports, publish_exports
 from ..resources import PUBLISHED_INDEX, DuckDBStoreResource
-from ..store.tables import latest_versions, publish_stage, stages_of, table_exists_in
+from ..store.tables import drop_stage, latest_versions, publish_stage, stage_name, stages_of, table_exists_in
 from . import communities, embeddings, exports, index
 from .common import code_version, corpus_partitions, markdown_table
 
@@ -47,7 +48,7 @@ def published_index(context: dg.AssetExecutionContext, duckdb: DuckDBStoreResour
         leftovers = [
             stage
             for stage, run_id in stages_of(conn, corpus).items()
-            if stage != duckdb.stage and _ended(context.instance, run_id)
+            if stage != duckdb.stage and run_family_ended(context.instance, run_id)
         ]
         # Where each stage's exports went (their steps' folder setting), read before the stages are dropped.
         folders = {stage: export_folders(conn, stage) for stage in (duckdb.stage, *leftovers)}
@@ -89,9 +90,26 @@ def export_folders(conn, stage: str) -> list[str]:
     return [folder for (folder,) in rows if folder]
 
 
-def _ended(instance: dg.DagsterInstance, root_run_id: str) -> bool:
-    """Whether the run (and every retry of it) is over; a run this instance never saw is over for it."""
+def run_family_ended(instance: dg.DagsterInstance, root_run_id: str) -> bool:
+    """Whether the run (and every retry of it) is over, with no retry still to come; a run this instance never saw
+    is over for it."""
     runs = instance.get_runs(filters=dg.RunsFilter(run_ids=[root_run_id])) + instance.get_runs(
         filters=dg.RunsFilter(tags={"dagster/root_run_id": root_run_id})
     )
-    return all(run.is_finished for run in runs)
+    return all(run.is_finished and run.tags.get("dagster/will_retry") != "true" for run in runs)
+
+
+def discard_failed_stage(conn, instance: dg.DagsterInstance, run: dg.DagsterRun) -> str | None:
+    """Drop what a failed index run staged (tables and exports) once no retry of it will follow; returns the
+    stage dropped, or None. Its paid model replies stay in the cache, so the next run does not pay for them again."""
+    corpus, root = run.tags.get("dagster/partition"), run.root_run_id or run.run_id
+    if not corpus or not run_family_ended(instance, root):
+        return None
+    stage = stage_name(corpus, root)
+    if stage not in stages_of(conn, corpus):
+        return None
+    folders = export_folders(conn, stage)
+    drop_stage(conn, stage)
+    for folder in folders:
+        discard_staged_exports(folder, [stage])
+    return stage

@@ -10,6 +10,9 @@ import socket
 
 import dagster as dg
 
+from ..assets.publication import discard_failed_stage
+from ..resources import DuckDBStoreResource
+
 PID_TAG = "graphrag/pid"
 HOST_TAG = "graphrag/host"
 _UNFINISHED = [dg.DagsterRunStatus.STARTING, dg.DagsterRunStatus.STARTED, dg.DagsterRunStatus.CANCELING]
@@ -54,3 +57,14 @@ def abandoned_runs_sensor(context: dg.SensorEvaluationContext):
     for run_id, pid in failed:
         context.log.warning(f"run {run_id}: process {pid} is gone; marked failed")
     return dg.SkipReason(f"{len(failed)} abandoned run(s) marked failed")
+
+
+@dg.run_failure_sensor(
+    default_status=dg.DefaultSensorStatus.RUNNING,
+    description="Drops the staged tables and exports of an index run that failed with no retry to follow.",
+)
+def failed_stages_sensor(context: dg.RunFailureSensorContext, duckdb: DuckDBStoreResource):
+    with duckdb.get_connection() as conn:
+        stage = discard_failed_stage(conn, context.instance, context.dagster_run)
+    if stage:
+        context.log.info(f"dropped {stage}, staged by failed run {context.dagster_run.run_id}")

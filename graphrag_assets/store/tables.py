@@ -87,8 +87,22 @@ def stage_name(corpus: str, root_run_id: str) -> str:
     return f"{_STAGE_PREFIX}{corpus}_{root_run_id.replace('-', '')}"
 
 
+class StageDropped(Exception):
+    """A re-execution of a run whose stage was dropped when the run failed: its earlier steps' tables are gone."""
+
+
 def use_stage(conn: duckdb.DuckDBPyConnection, stage: str) -> None:
     """Write into the stage and read from it before main, on this connection."""
+    if (
+        table_exists_in(conn, "main", "dropped_stages")
+        and conn.execute("SELECT count(*) FROM main.dropped_stages WHERE stage = ?", [stage]).fetchone()[0]
+    ):
+        # Reading the published tables in place of the dropped ones would publish a mix of two runs.
+        raise StageDropped(
+            f"the tables this run's earlier steps staged ({stage}) were dropped when it failed, so it cannot be "
+            "re-executed from where it stopped: launch a new index run of the corpus (model replies are cached and "
+            "are not paid for again)"
+        )
     database = conn.execute("SELECT current_database()").fetchone()[0]
     conn.execute(f'CREATE SCHEMA IF NOT EXISTS "{stage}"')
     conn.execute(f"""SET search_path = '"{database}"."{stage}","{database}"."main"'""")
@@ -140,8 +154,15 @@ def publish_stage(
 
     in_transaction(conn, swap)
     for dropped in (stage, *leftovers):
-        conn.execute(f'DROP SCHEMA IF EXISTS "{dropped}" CASCADE')
+        drop_stage(conn, dropped)
     return published
+
+
+def drop_stage(conn: duckdb.DuckDBPyConnection, stage: str) -> None:
+    """Drop a stage, and remember it was dropped so that a re-execution of its run refuses (`use_stage`)."""
+    conn.execute("CREATE TABLE IF NOT EXISTS main.dropped_stages (stage VARCHAR, dropped_at TIMESTAMP)")
+    conn.execute(f'DROP SCHEMA IF EXISTS "{stage}" CASCADE')
+    conn.execute("INSERT INTO main.dropped_stages VALUES (?, now())", [stage])
 
 
 def _lineage(conn: duckdb.DuckDBPyConnection) -> str | None:
