@@ -460,6 +460,7 @@ def ask(
     from .answers.asking import AnswerFailed
     from .answers.options import METHODS as ANSWERING
     from .answers.service import AnswerService, endpoint_settings_from_environment, observe_in_dagster
+    from .models.prices import dollars
     from .settings import DATABASE
 
     chat, embeddings = endpoint_settings_from_environment()
@@ -487,7 +488,8 @@ def ask(
     show_answer(found)
     print(
         f"\n{found.method.replace('_', ' ')} search of {found.corpus}, {found.usage['model_calls']} model calls, "
-        f"{found.usage['prompt_tokens'] + found.usage['completion_tokens']} chat tokens, {found.seconds:.2f} s"
+        f"{found.usage['prompt_tokens'] + found.usage['completion_tokens']} chat tokens, "
+        f"{found.usage['embedding_tokens']} embedding tokens, {dollars(found.cost_usd)}, {found.seconds:.2f} s"
     )
     if recorded:
         print(f"trace it: SELECT * FROM answer_sources WHERE answer_id = '{found.id}'")

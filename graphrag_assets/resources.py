@@ -182,8 +182,15 @@ class ModelEndpointResource(dg.ConfigurableResource):
         description="Where the processes on this machine (a run's steps, concurrent runs) count what they spent of "
         "each endpoint's limits, so that together they stay within them (None: each process counts its own).",
     )
-    prompt_price_per_million: float = 0.0
-    completion_price_per_million: float = 0.0
+    prompt_price_per_million: float | None = Field(
+        None,
+        ge=0,
+        description="USD per million prompt tokens. Unset: GRAPHRAG_PRICES, else the model's listed price "
+        "(genai-prices), else unknown. 0 marks the model free.",
+    )
+    completion_price_per_million: float | None = Field(
+        None, ge=0, description="USD per million completion tokens; unset as for the prompt price."
+    )
     batch_api: bool = Field(
         False,
         description="Index through the Batch API: half the price, answered within 24 h (a run's graphrag/batch_api "
@@ -197,7 +204,8 @@ class ModelEndpointResource(dg.ConfigurableResource):
         ModelSettings.batch_poll_seconds, description="First wait between checks of a batch; doubles up to a minute."
     )
     batch_price_factor: float = Field(
-        ModelSettings.batch_price_factor, description="Batch price as a fraction of the list price (cost estimates)."
+        ModelSettings.batch_price_factor,
+        description="Batch price as a fraction of a price set here (listed prices carry their own batch rates).",
     )
 
     @property

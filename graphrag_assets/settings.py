@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import os
 
+from .models.prices import PriceRefused, prices_from_environment
+
 # Where the project keeps what it makes (store, response cache, vector indexes, exports), unless each is set apart.
 STATE_DIR = os.getenv("GRAPHRAG_HOME", ".graphrag")
 DATABASE = os.getenv("GRAPHRAG_DUCKDB", f"{STATE_DIR}/graphrag.duckdb")  # or ducklake:<catalog>: store/connection.py
@@ -79,6 +81,10 @@ def endpoint_settings(endpoint: str, api_key: object) -> dict:
     """The fields of one endpoint's resource from the environment; `api_key` is what stands for the key there
     (a Dagster EnvVar in definitions.py, so the key never reaches the UI or the run config)."""
     model_variable, default_model, base_variable = ENDPOINTS[endpoint]
+    try:
+        prices_from_environment()  # refused here, in one line, rather than when the first cost is counted
+    except PriceRefused as problem:
+        raise SettingRefused(str(problem)) from None
     return dict(
         base_url=os.getenv(base_variable) or os.getenv("GRAPHRAG_API_BASE"),
         api_key=api_key if os.getenv(API_KEY_VARIABLE) else None,

@@ -15,6 +15,7 @@ import dagster as dg
 
 from ..method.search.context import Index, SearchResult
 from ..models.errors import EndpointError
+from ..models.prices import total_cost
 from .options import CONVERSATIONAL, METHODS, Turn
 from .sources import excerpt, source_list
 
@@ -119,7 +120,7 @@ class Answer:
     result: SearchResult
     sources: list[dict]
     usage: dict
-    cost_usd: float
+    cost_usd: float | None  # None: a model with no known price
     seconds: float
     index_version: str = ""
     id: str = field(default_factory=lambda: str(uuid.uuid4()))
@@ -220,7 +221,9 @@ def answer(
         "completion_tokens": chat_usage.completion_tokens if chat_usage else 0,
         "embedding_tokens": embed_usage.prompt_tokens if embed_usage else 0,
     }
-    cost = sum(usage.cost(settings) for usage, settings in ((chat_usage, chat), (embed_usage, embeddings)) if usage)
+    cost = total_cost(
+        usage.cost(settings) for usage, settings in ((chat_usage, chat), (embed_usage, embeddings)) if usage
+    )
     return Answer(
         corpus=corpus,
         method=method,
@@ -229,7 +232,7 @@ def answer(
         result=result,
         sources=source_list(index, result),
         usage=figures,
-        cost_usd=round(cost, 6),
+        cost_usd=None if cost is None else round(cost, 6),
         seconds=seconds,
         index_version=index_version,
     )

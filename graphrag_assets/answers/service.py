@@ -376,7 +376,7 @@ def observe_in_dagster(answers: list[tuple[str, dict]], instance=None) -> None:
                     "model_calls": int(frame["model_calls"].sum()),
                     "prompt_tokens": int(frame["prompt_tokens"].sum()),
                     "completion_tokens": int(frame["completion_tokens"].sum()),
-                    "cost_usd": float(frame["cost_usd"].fillna(0).sum()),
+                    "cost_usd": float(frame["cost_usd"].sum()) if frame["cost_usd"].notna().all() else "unknown",
                     "median_latency_seconds": round(float(frame["latency_seconds"].median()), 3),
                     "questions": dg.MetadataValue.md(
                         shown.assign(question=shown["question"].str.slice(0, 200)).to_markdown(index=False)

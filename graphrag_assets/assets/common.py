@@ -103,8 +103,15 @@ def usage_metadata(model: ModelEndpointResource, usage: Usage | None) -> dict:
         "invalid_replies": figures["invalid_replies"],
         "reasked": figures["reasked"],
         "failed_calls": figures["failures"],
-        "estimated_cost_usd": dg.MetadataValue.float(figures["estimated_cost_usd"]),
+        "estimated_cost_usd": cost_value(figures["estimated_cost_usd"], model.model),
     }
+
+
+def cost_value(cost: float | None, model: str) -> dg.MetadataValue:
+    """A cost for the UI: a number, or why there is none."""
+    if cost is None:
+        return dg.MetadataValue.text(f"unknown: no price for model {model!r} (set GRAPHRAG_PRICES, see the README)")
+    return dg.MetadataValue.float(cost)
 
 
 def batch_ledger(

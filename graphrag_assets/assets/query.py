@@ -23,7 +23,7 @@ from ..answers.records import write_answers
 from ..answers.sources import sources_markdown
 from ..failures import step_failure
 from ..resources import ChatModelResource, DuckDBStoreResource, EmbeddingModelResource
-from .common import MODEL_POOL, code_version, corpus_partitions
+from .common import MODEL_POOL, code_version, corpus_partitions, cost_value
 
 
 def answer_query(
@@ -70,7 +70,7 @@ def answer_query(
             "hnsw_searched": ", ".join(sorted(index.approximate)) or "none (exact scan)",
             "engine": chat.engine,
             **found.usage,
-            "estimated_cost_usd": found.cost_usd,
+            "estimated_cost_usd": cost_value(found.cost_usd, chat.model),
         }
     )
 

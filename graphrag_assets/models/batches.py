@@ -64,7 +64,7 @@ class BatchSettings:
     poll_seconds: float = 5.0  # first wait between status checks; doubles up to poll_max_seconds
     poll_max_seconds: float = 60.0
     completion_window: str = "24h"
-    prompt_price_per_million: float = 0.0  # at the batch price: what a batch's prompts will cost, said up front
+    prompt_price_per_million: float | None = None  # at the batch price (None: unknown), said up front
 
 
 @dataclass
@@ -243,10 +243,10 @@ class BatchQueue:
         self._tried.update(requests.keys())
         self.usage.batches += 1
         tokens = sum(_prompt_tokens(r.body) for r in requests.values())
-        cost = tokens * self._settings.prompt_price_per_million / 1e6
+        price = self._settings.prompt_price_per_million
         self._ledger.progress(
             f"submitted batch {created.id}: {len(requests)} {kind} requests, about {tokens:,} prompt tokens"
-            + (f" (${cost:.4f} at the batch price, before the replies)" if cost else "")
+            + (f" (${tokens * price / 1e6:.4f} at the batch price, before the replies)" if price else "")
         )
         return batch
 

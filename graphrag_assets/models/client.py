@@ -45,6 +45,7 @@ from .batches import SEND_NOW, BatchLedger, BatchQueue, BatchSettings
 from .budgets import budget
 from .errors import EndpointError
 from .pacing import AdaptiveConcurrency, endpoint_pace, sustainable_concurrency
+from .prices import Price, price_of
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
@@ -86,13 +87,19 @@ class ModelSettings:
     temperature: float = 0.0
     max_tokens: int = 2000
     cache_dir: str | None = ".graphrag/cache"
-    prompt_price_per_million: float = 0.0
-    completion_price_per_million: float = 0.0
+    # None: the model's listed price (models/prices.py); set 0 for a free model
+    prompt_price_per_million: float | None = None
+    completion_price_per_million: float | None = None
     batch_min_requests: int = BatchSettings.min_requests
     batch_poll_seconds: float = BatchSettings.poll_seconds
     batch_poll_max_seconds: float = BatchSettings.poll_max_seconds
     batch_gather_seconds: float = BatchSettings.gather_seconds
-    batch_price_factor: float = 0.5  # of the list price, per token answered by a batch
+    batch_price_factor: float = 0.5  # of a price set here, per token answered by a batch (listed ones have their own)
+
+    def price(self) -> Price | None:
+        return price_of(
+            self.model, self.prompt_price_per_million, self.completion_price_per_million, self.batch_price_factor
+        )
 
 
 @dataclass
@@ -119,20 +126,22 @@ class Usage:
     batch_wait_seconds: float = 0.0
     errors: list[str] = field(default_factory=list)
 
-    def cost(self, settings: ModelSettings) -> float:
-        prompt, completion = settings.prompt_price_per_million, settings.completion_price_per_million
-        full = (self.prompt_tokens - self.batch_prompt_tokens) * prompt + (
-            self.completion_tokens - self.batch_completion_tokens
-        ) * completion
-        batch = (self.batch_prompt_tokens * prompt + self.batch_completion_tokens * completion) * (
-            settings.batch_price_factor
+    def cost(self, settings: ModelSettings) -> float | None:
+        """Dollars spent, or None when the model's price is unknown (and tokens were spent)."""
+        if not (self.prompt_tokens or self.completion_tokens):
+            return 0.0
+        price = settings.price()
+        if price is None:
+            return None
+        return price.cost(
+            self.prompt_tokens, self.completion_tokens, self.batch_prompt_tokens, self.batch_completion_tokens
         )
-        return (full + batch) / 1e6
 
     def as_metadata(self, settings: ModelSettings) -> dict:
         data = asdict(self)
         data["errors"] = self.errors[:5]
-        data["estimated_cost_usd"] = round(self.cost(settings), 6)
+        cost = self.cost(settings)
+        data["estimated_cost_usd"] = None if cost is None else round(cost, 6)
         data["model"] = settings.model
         return data
 
@@ -288,7 +297,7 @@ class ModelClient:
                 min_requests=settings.batch_min_requests,
                 poll_seconds=settings.batch_poll_seconds,
                 poll_max_seconds=settings.batch_poll_max_seconds,
-                prompt_price_per_million=settings.prompt_price_per_million * settings.batch_price_factor,
+                prompt_price_per_million=price.batch_prompt if (price := settings.price()) else None,
             )
             where = f"{settings.base_url or ''}|{settings.api_version or ''}|{settings.model}"
             self._batches = BatchQueue(

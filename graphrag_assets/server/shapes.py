@@ -29,7 +29,8 @@ class AnswerOut(BaseModel):
         "text units also document, document_id, pages, location."
     )
     usage: dict = Field(
-        description="model_calls, cache_hits, prompt_tokens, completion_tokens, embedding_tokens, cost_usd."
+        description="model_calls, cache_hits, prompt_tokens, completion_tokens, embedding_tokens, cost_usd "
+        "(null: the model has no known price)."
     )
     seconds: float
     conversation: list[dict] = Field(default_factory=list, description="The earlier turns it followed.")
@@ -57,7 +58,7 @@ def stored_out(corpus: str, row: dict) -> AnswerOut:
         extractive=bool(row["extractive"]),
         sources=parsed(row.get("sources"), []),
         usage={name: 0 if _missing(row.get(name)) else int(row[name]) for name in _USAGE}
-        | {"cost_usd": 0.0 if _missing(row.get("cost_usd")) else float(row["cost_usd"])},
+        | {"cost_usd": None if _missing(row.get("cost_usd")) else float(row["cost_usd"])},
         seconds=round(float(row.get("latency_seconds") or 0.0), 4),
         conversation=parsed(row.get("conversation"), []),
     )
