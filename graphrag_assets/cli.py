@@ -346,6 +346,7 @@ def index(corpora: list[str], run_config: dict, verbose: bool, batch: bool | Non
     for name in names:  # one corpus that fails does not keep the others from being indexed
         tags = {BATCH_API_TAG: str(batch).lower()} if batch is not None else {}
         result = execute("index_corpus", name, run_config, verbose, tags)
+        spent = _spending(result, name, instance)
         if not result.success:
             _discard_stage(result.dagster_run, instance)
         if not result.success and interrupted(result):
@@ -356,6 +357,7 @@ def index(corpora: list[str], run_config: dict, verbose: bool, batch: bool | Non
             )
             return 130
         print(f"{'indexed' if result.success else 'FAILED '} {name} (run {result.run_id})")
+        print(f"  spent       {spent}")
         if not result.success:
             failed[name] = failure_message(result)
             print(f"failed: {failed[name]}", file=sys.stderr)
@@ -392,6 +394,37 @@ def index(corpora: list[str], run_config: dict, verbose: bool, batch: bool | Non
         )
         return 1
     return 0
+
+
+def _spending(result, corpus: str, instance) -> str:
+    """What the run spent, in a line, and as tags on the run (graphrag/cost_usd and the like); read from its
+    steps' lineage rows (the `model_usage` view), before a failed run's stage is dropped."""
+    from .models.prices import dollars
+    from .settings import DATABASE
+    from .store.connection import is_local_file
+    from .store.tables import stage_name, usage_totals
+
+    if is_local_file(DATABASE) and not Path(DATABASE).exists():
+        return "nothing: the run failed before it made the store"
+    schema = "main" if result.success else stage_name(corpus, result.run_id)
+    with contextlib.closing(open_store()) as conn:
+        totals = usage_totals(conn, [result.run_id], schema)
+    if totals is None:
+        return "no model requests: $0"
+    instance.add_run_tags(
+        result.run_id, {f"graphrag/{name}": "unknown" if v is None else str(v) for name, v in totals.items()}
+    )
+    retried = totals["retries"]
+    answered = "all answered" if not totals["failed_calls"] else f"{totals['failed_calls']} never answered"
+    batch = totals["batch_requests"]
+    return (
+        f"{totals['requests']:,} model requests"
+        + (f" ({retried:,} retried, {answered})" if retried else "")
+        + f", {totals['cache_hits']:,} replies from cache; chat tokens {totals['prompt_tokens']:,} prompt + "
+        f"{totals['completion_tokens']:,} completion, embedding tokens {totals['embedding_tokens']:,}; "
+        f"{dollars(totals['cost_usd'])}"
+        + (f" (Batch API: {batch:,} requests, {dollars(totals['batch_cost_usd'])})" if batch else "")
+    )
 
 
 def _discard_stage(run, instance) -> None:

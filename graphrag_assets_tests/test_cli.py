@@ -16,7 +16,7 @@ from dagster._core.storage.tags import REPOSITORY_LABEL_TAG
 
 from graphrag_assets.automation.runs import PID_TAG
 from graphrag_assets.cli import CODE_LOCATION, step_settings
-from graphrag_assets_tests.model_server import FakeOpenAIServer
+from graphrag_assets_tests.model_server import FakeOpenAIServer, Faults
 
 from .conftest import REPO, open_instance
 from .test_small_corpora import write_corpus
@@ -329,3 +329,30 @@ def test_ctrl_c_ends_an_index_in_one_line_that_says_what_was_kept(tmp_path):
 
 def _same_store(cli: Cli) -> dict:
     return {k: cli.env[k] for k in ("GRAPHRAG_DATA_DIR", "GRAPHRAG_DUCKDB", "GRAPHRAG_CACHE_DIR")}
+
+
+def test_an_index_ends_with_what_it_spent_on_the_run_and_in_sql(tmp_path):
+    """Requests, retries counted once ("retried, all answered"), cache, tokens and dollars: printed last, put on
+    the run as tags, and in the store's model_usage view by run, step and corpus."""
+    write_corpus(tmp_path / "data" / "tiny", "three files")
+    with FakeOpenAIServer(Faults(transient_every=3, transient_status=500)) as server:
+        cli = Cli(tmp_path, {"GRAPHRAG_API_BASE": server.base_url, "GRAPHRAG_PRICES": ""})
+        indexed = cli.run("index", "--corpus", "tiny")
+        retried = server.count("fault")
+    assert indexed.returncode == 0, indexed.stderr
+    assert retried > 0 and "model call failed" not in indexed.stderr
+    spent = next(line for line in indexed.stdout.splitlines() if line.strip().startswith("spent"))
+    match = re.search(r"([\d,]+) model requests \(([\d,]+) retried, all answered\), .* \$(\d+\.\d{4})", spent)
+    assert match, spent
+    with duckdb.connect(str(cli.database), read_only=True) as conn:
+        by_step = conn.execute(
+            "SELECT step, endpoint, requests, retries, cost_usd FROM model_usage WHERE corpus = 'tiny' ORDER BY step"
+        ).df()
+    assert {"entities", "text_embeddings"} <= set(by_step["step"]) and set(by_step["endpoint"]) == {"chat", "embeddings"}
+    assert int(match[1].replace(",", "")) == by_step["requests"].sum()
+    assert int(match[2].replace(",", "")) == by_step["retries"].sum() > 0
+    assert float(match[3]) == pytest.approx(by_step["cost_usd"].sum(), abs=1e-4) and by_step["cost_usd"].sum() > 0
+    with open_instance(cli.home) as instance:
+        (run,) = instance.get_runs()
+    assert int(run.tags["graphrag/requests"]) == by_step["requests"].sum()
+    assert float(run.tags["graphrag/cost_usd"]) == pytest.approx(by_step["cost_usd"].sum())

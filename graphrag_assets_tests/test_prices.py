@@ -67,3 +67,7 @@ def test_an_unpriced_model_shows_its_cost_as_unknown_in_the_assets_metadata(tmp_
     assert isinstance(listed, float) and listed > 0
     unknown = materialization_metadata(unpriced, "entities")["estimated_cost_usd"]
     assert isinstance(unknown, str) and unknown.startswith("unknown: no price for model 'our-own-finetune'")
+
+
+def test_openai_embedding_models_are_priced_too():
+    assert price_of("text-embedding-3-small").prompt > 0 and price_of("text-embedding-3-large").prompt > 0

@@ -154,7 +154,14 @@ def lineage_for(
 ) -> Lineage:
     """The lineage row; `upstream` defaults to the asset's declared deps (pass it only for a table that is no asset)."""
     upstream = upstream_of(context, asset) if upstream is None else upstream
-    model_usage = usage.as_metadata(model.settings()) if usage and model else None
+    model_usage = (
+        {
+            **usage.as_metadata(model.settings()),
+            "endpoint": "embeddings" if isinstance(model, EmbeddingModelResource) else "chat",
+        }
+        if usage and model
+        else None
+    )
     code = context.assets_def.code_versions_by_key.get(dg.AssetKey(asset)) or ""
     upstream_versions = latest_versions(conn, context.partition_key, upstream)
     return Lineage(

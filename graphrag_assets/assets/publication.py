@@ -15,7 +15,15 @@ import pandas as pd
 from ..failures import step_failure
 from ..method.exports import discard_staged_exports, publish_exports
 from ..resources import PUBLISHED_INDEX, DuckDBStoreResource
-from ..store.tables import drop_stage, latest_versions, publish_stage, stage_name, stages_of, table_exists_in
+from ..store.tables import (
+    drop_stage,
+    latest_versions,
+    publish_stage,
+    stage_name,
+    stages_of,
+    table_exists_in,
+    usage_totals,
+)
 from . import communities, embeddings, exports, index
 from .common import code_version, corpus_partitions, markdown_table
 
@@ -52,6 +60,8 @@ def published_index(context: dg.AssetExecutionContext, duckdb: DuckDBStoreResour
         ]
         # Where each stage's exports went (their steps' folder setting), read before the stages are dropped.
         folders = {stage: export_folders(conn, stage) for stage in (duckdb.stage, *leftovers)}
+        spent = usage_totals(conn, None, duckdb.stage)  # this run's steps, and its retries'
+
         published = publish_stage(conn, duckdb.stage, corpus, leftovers)
         tables = {table: rows for table, rows in published.items() if table != "lineage"}
         # The index's version: its assets' data versions as published, so an unchanged re-index keeps it.
@@ -73,6 +83,7 @@ def published_index(context: dg.AssetExecutionContext, duckdb: DuckDBStoreResour
             "rows_published": int(sum(tables.values())),
             "tables": markdown_table(summary, ["table", "rows"], rows=len(summary)),
             "exports_published": ", ".join(files) or "none",
+            **_spending(spent),
         },
     )
 
@@ -113,3 +124,21 @@ def discard_failed_stage(conn, instance: dg.DagsterInstance, run: dg.DagsterRun)
     for folder in folders:
         discard_staged_exports(folder, [stage])
     return stage
+
+
+def _spending(totals: dict | None) -> dict:
+    """What the whole run spent on the model, for the run's page: SELECT * FROM model_usage has it by step."""
+    if totals is None:
+        return {"model_requests": 0, "cost_usd": 0.0}
+    return {
+        "model_requests": totals["requests"],
+        "retried_requests": totals["retries"],
+        "failed_calls": totals["failed_calls"],
+        "replies_from_cache": totals["cache_hits"],
+        "chat_prompt_tokens": totals["prompt_tokens"],
+        "chat_completion_tokens": totals["completion_tokens"],
+        "embedding_tokens": totals["embedding_tokens"],
+        "batch_requests": totals["batch_requests"],
+        "cost_usd": dg.MetadataValue.text("unknown") if totals["cost_usd"] is None else round(totals["cost_usd"], 6),
+        "spending_sql": "SELECT * FROM model_usage WHERE corpus = '<corpus>' ORDER BY materialized_at DESC",
+    }

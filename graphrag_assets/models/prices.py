@@ -59,11 +59,17 @@ def _listed(model: str) -> Price | None:
     from genai_prices import Usage, calc_price
 
     million = Usage(input_tokens=1_000_000, output_tokens=1_000_000)
-    try:
-        listed = calc_price(million, model_ref=model)
-        # The provider's batch rate where it has one; its standard rate where it serves no batch.
-        batch = calc_price(million, model_ref=model, price_context={"processing": "batch"})
-    except LookupError:
+    # The table finds the provider from the model's name, but not for every model (not OpenAI's embedding models):
+    # then OpenAI's, as the API this project speaks is theirs.
+    for provider in (None, "openai"):
+        try:
+            listed = calc_price(million, model_ref=model, provider_id=provider)
+            # The provider's batch rate where it has one; its standard rate where it serves no batch.
+            batch = calc_price(million, model_ref=model, provider_id=provider, price_context={"processing": "batch"})
+            break
+        except LookupError:
+            continue
+    else:
         return None
     return Price(
         float(listed.input_price),

@@ -164,6 +164,23 @@ SELECT DISTINCT u.answer_id, u.corpus, u.via, u.element_id, u.text_unit_id, t.do
   JOIN documents d ON d.id = t.document_id AND d.corpus = t.corpus
 """
 
+# What each run's model-calling steps spent, one row per step and corpus: a view over the lineage rows' usage.
+# cost_usd is NULL where the model has no known price.
+MODEL_USAGE_VIEW = """
+SELECT run_id, asset AS step, corpus, materialized_at,
+       model_usage->>'model' AS model,
+       coalesce(model_usage->>'endpoint', 'chat') AS endpoint,
+       (model_usage->>'calls')::BIGINT AS requests,
+       (model_usage->>'cache_hits')::BIGINT AS cache_hits,
+       (model_usage->>'prompt_tokens')::BIGINT AS prompt_tokens,
+       (model_usage->>'completion_tokens')::BIGINT AS completion_tokens,
+       coalesce((model_usage->>'batch_calls')::BIGINT, 0) AS batch_requests,
+       (model_usage->>'retries')::BIGINT AS retries,
+       (model_usage->>'failures')::BIGINT AS failed_calls,
+       (model_usage->>'estimated_cost_usd')::DOUBLE AS cost_usd
+FROM {lineage} WHERE model_usage IS NOT NULL
+"""
+
 # One row per materialization of an asset for a corpus (the table has its own corpus column).
 LINEAGE: dict[str, str] = {
     "asset": "VARCHAR",

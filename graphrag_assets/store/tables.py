@@ -14,7 +14,7 @@ import duckdb
 import pandas as pd
 import tenacity
 
-from .schema import LINEAGE, TABLES
+from .schema import LINEAGE, MODEL_USAGE_VIEW, TABLES
 
 _IN_THIS_DATABASE = "table_catalog = current_database()"  # not a table of the same name in another attached database
 
@@ -64,9 +64,14 @@ def ensure_table(conn: duckdb.DuckDBPyConnection, table: str, schema: str | None
         for name, kind in columns.items():
             if name not in existing:
                 conn.execute(f'ALTER TABLE "{schema}"."{table}" ADD COLUMN "{name}" {kind}')
+    else:
+        definition = ", ".join(f'"{name}" {kind}' for name, kind in columns.items())
+        conn.execute(f'CREATE TABLE "{schema}"."{table}" ({definition})')
+    if table == "lineage":  # (a store made before the view was added gets it at its next write)
+        view = MODEL_USAGE_VIEW.format(lineage=f'"{schema}".lineage')
+        conn.execute(f'CREATE VIEW IF NOT EXISTS "{schema}".model_usage AS {view}')
+    if existing:
         return
-    definition = ", ".join(f'"{name}" {kind}' for name, kind in columns.items())
-    conn.execute(f'CREATE TABLE "{schema}"."{table}" ({definition})')
     if _is_ducklake(conn) and table != "lineage":
         # Each corpus in its own files: replacing one corpus's rows rewrites no other corpus's data.
         conn.execute(f'ALTER TABLE "{schema}"."{table}" SET PARTITIONED BY (corpus)')
@@ -130,7 +135,7 @@ def publish_stage(
         name
         for (name,) in conn.execute(
             f"SELECT table_name FROM information_schema.tables WHERE table_schema = ? AND {_IN_THIS_DATABASE} "
-            "ORDER BY table_name",
+            "AND table_type = 'BASE TABLE' ORDER BY table_name",  # not the model_usage view
             [stage],
         ).fetchall()
     ]
@@ -373,3 +378,27 @@ def last_settings(conn: duckdb.DuckDBPyConnection, asset: str, corpus: str) -> d
         [asset, corpus],
     ).fetchone()
     return json.loads(row[0]) if row and row[0] is not None else None
+
+
+def usage_totals(conn: duckdb.DuckDBPyConnection, run_ids: list[str] | None, schema: str = "main") -> dict | None:
+    """What the runs' steps spent (every run's, for None), summed over `schema`'s model_usage view; None when no
+    step called a model."""
+    if not table_exists_in(conn, schema, "model_usage"):  # (made with the lineage table: nothing written yet)
+        return None
+    row = conn.execute(
+        f"""SELECT count(*), sum(requests), sum(cache_hits), sum(retries), sum(failed_calls), sum(batch_requests),
+               sum(prompt_tokens) FILTER (endpoint = 'chat'), sum(completion_tokens) FILTER (endpoint = 'chat'),
+               sum(prompt_tokens) FILTER (endpoint = 'embeddings'),
+               CASE WHEN bool_and(cost_usd IS NOT NULL) THEN sum(cost_usd) END,
+               sum(cost_usd) FILTER (batch_requests > 0)
+            FROM "{schema}".model_usage WHERE ? IS NULL OR list_contains(?, run_id)""",
+        [run_ids, run_ids],
+    ).fetchone()
+    if not row[0]:
+        return None
+    names = (
+        "requests", "cache_hits", "retries", "failed_calls", "batch_requests",
+        "prompt_tokens", "completion_tokens", "embedding_tokens",
+    )  # fmt: skip
+    totals = {name: int(value or 0) for name, value in zip(names, row[1:9])}
+    return {**totals, "cost_usd": row[9], "batch_cost_usd": row[10] or 0.0}
