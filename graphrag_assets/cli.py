@@ -610,6 +610,12 @@ def tune(corpus: str, run_config: dict, verbose: bool) -> int:
     print(f"  language:     {language}")
     print(f"  entity types: {', '.join(json.loads(types))}")
     print(f"  examples:     {len(json.loads(examples))} written from the corpus's text")
+    if derived_by.startswith("offline"):
+        print(
+            "\nwithout a model, tuning finds the kinds of thing the sample names most often and nothing else. They "
+            "matter when a model indexes the corpus: the offline index finds noun phrases and uses no entity types. "
+            "With GRAPHRAG_API_BASE set, a model tunes the domain, persona and examples too."
+        )
     print(f"\nindex with them:  graphrag-assets index --corpus {corpus} --prompts tuned")
     return 0
 

@@ -309,6 +309,48 @@ def test_offline_phrases_skip_headings_and_quotes_are_cleaned():
     assert not reads_as_prose("Tailpiece vi Tailpiece to List of Coloured Illustrations x Heading to Stave One")
     twice = [("a", "Scrooge was a miser, as everyone knew."), ("b", "Scrooge  was a miser, as everyone knew.")]
     assert len(best_sentences("Who was Scrooge?", twice)) == 1  # overlapping text units repeat sentences
+    for not_the_text in (
+        "# Stave One: Marley's Ghost",  # a heading
+        "| Scrooge | miser |",  # a table row
+        "Produced by the Online Distributed Proofreading Team at http://www.pgdp.net",  # a credit and a link
+        "This eBook is for the use of anyone anywhere at no cost.",  # a licence
+        "was what the knowing ones call 'nuts' to Scrooge.",  # a fragment where a text unit was cut
+    ):
+        assert not reads_as_prose(not_the_text), not_the_text
+    assert reads_as_prose("'Bah,' said Scrooge, 'Humbug!'") and reads_as_prose("Copyright law protects authors.")
+
+
+def test_offline_communities_are_named_by_their_central_names_and_tuning_takes_kinds_not_names():
+    from types import SimpleNamespace
+
+    from graphrag_assets.method.offline.extractive import WordCases, extractive_report
+
+    texts = {
+        "u1": "Come here, said Scrooge to Bob. Scrooge paid Bob. The poor clerk will come home, and Bob too.",
+        "u2": "Come in, said Fred. Bob and Scrooge and Fred met; the poor were fed. Come back, Scrooge.",
+        "u3": "The Supplier ships to the Buyer. The Buyer pays the Supplier. A supplier may refuse.",
+    }
+    cases = WordCases(texts.values())
+    assert cases.ordinary("COME") and cases.ordinary("POOR") and not cases.ordinary("SCROOGE")
+    assert cases.kind("supplier") and cases.kind("buyer") and cases.kind("clerk") and not cases.kind("scrooge")
+
+    def entity(title, degree):
+        return SimpleNamespace(title=title, degree=degree, description=f"{title.title()} of the story.")
+
+    entities = {e.title: e for e in (entity("COME", 40), entity("SCROOGE", 5), entity("BOB", 9), entity("FRED", 2))}
+    relationships = {
+        "r1": SimpleNamespace(
+            id="r1", source="SCROOGE", target="BOB", combined_degree=3, description="Scrooge pays Bob."
+        ),
+        "r2": SimpleNamespace(id="r2", source="SCROOGE", target="FRED", combined_degree=2, description="Uncle."),
+        "r3": SimpleNamespace(id="r3", source="COME", target="BOB", combined_degree=9, description="Come, Bob."),
+    }
+    graph = SimpleNamespace(entity=entities, relationship=relationships)
+    community = SimpleNamespace(entity_ids=list(entities), relationship_ids=list(relationships), text_unit_ids=["u1"])
+    report = extractive_report(community, graph, set(entities), texts, cases)
+    # The most connected inside the community (Scrooge: two relationships; Bob: two), not the most connected
+    # overall (Come, a word that opened sentences), which a title never shows while a name is left.
+    assert report["title"] == "Community of Bob, Scrooge and Fred"
 
 
 def test_a_claims_source_quote_must_come_from_its_text_unit():

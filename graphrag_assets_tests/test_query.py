@@ -51,7 +51,17 @@ def answer_row(workspace, result):
     return workspace.sql("SELECT * FROM query_answers WHERE run_id = ?", result.run_id).iloc[0]
 
 
-@pytest.mark.parametrize("asset", METHODS)
+OFFLINE_METHODS = {asset: options for asset, options in METHODS.items() if asset != "text_summary_search"}
+
+
+def test_text_summary_needs_a_model_and_says_so_in_a_line_naming_what_answers_offline(offline_index):
+    refused = ask(offline_index, "text_summary_search", METHODS["text_summary_search"], raise_on_error=False)
+    failure = refused.get_step_failure_events()[0].step_failure_data.user_failure_data.description
+    assert failure.startswith("text_summary search has a model summarise the source text itself, and no model is set")
+    assert "ask with basic" in failure and "GRAPHRAG_API_BASE" in failure and "\n" not in failure
+
+
+@pytest.mark.parametrize("asset", OFFLINE_METHODS)
 def test_every_method_answers_offline_with_traceable_sources(offline_index, asset):
     workspace = offline_index[0]
     result = ask(offline_index, asset, METHODS[asset])

@@ -73,7 +73,9 @@ def _first_error(problem: ValueError) -> str:
     return f"{'.'.join(map(str, first['loc']))}: {first['msg']}"
 
 
-def check(method: str, options: dg.Config, index: Index, embeddings_configured: bool) -> None:
+def check(
+    method: str, options: dg.Config, index: Index, embeddings_configured: bool, chat_configured: bool = True
+) -> None:
     """Refuse what cannot be answered, before any model call."""
     question = getattr(options, "question", None)
     questions = getattr(options, "previous_questions", None)
@@ -90,10 +92,20 @@ def check(method: str, options: dg.Config, index: Index, embeddings_configured: 
             f"community level {level} does not exist: this corpus has levels {index.levels[0]}..{index.levels[-1]}"
         )
     if METHODS[method].reads_reports and index.reports.empty:
-        able = ", ".join(m for m in CONVERSATIONAL if not METHODS[m].reads_reports)
+        able = ", ".join(
+            m
+            for m in CONVERSATIONAL
+            if not METHODS[m].reads_reports and (chat_configured or not METHODS[m].needs_model)
+        )
         raise QuestionRefused(
             f"{method} search reads community reports, and this corpus has none (a lazy index writes none): ask with "
             f"one of {able}, or re-index it with --set entity_graph.method=fast (or standard)"
+        )
+    if METHODS[method].needs_model and not chat_configured:
+        raise QuestionRefused(
+            f"{method} search has a model summarise the source text itself, and no model is set, so it would only "
+            "quote random passages: ask with basic (the passages nearest the question), local or global, or set "
+            "GRAPHRAG_API_BASE to use a model"
         )
     check_embeddings(index, embeddings_configured)
 

@@ -140,6 +140,7 @@ class Method:
     reads_reports: bool = False  # global and DRIFT answer from community reports: a lazy index has none
     leveled: bool = False  # takes a community level
     description: str = ""
+    needs_model: bool = False  # answers nothing worth asking with the offline engine
 
 
 METHODS: dict[str, Method] = {
@@ -189,6 +190,8 @@ METHODS: dict[str, Method] = {
             TextSummaryConfig,
             ("global_search_map", "global_search_reduce"),
             description="The paper's TS baseline: global map-reduce over shuffled source text units.",
+            # Offline, a map-reduce of quoted sentences over random text units: basic search, worse.
+            needs_model=True,
         ),
         Method(
             "lazy",

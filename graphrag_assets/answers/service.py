@@ -206,7 +206,7 @@ class AnswerService:
         method = method or "global"
         loaded = self.loaded(corpus)
         options = options_for(method, question, level, dynamic, conversation, **method_settings)
-        check(method, options, loaded.index, self.embeddings is not None)
+        check(method, options, loaded.index, self.embeddings is not None, self.chat is not None)
         found = answer(corpus, loaded.index, method, options, self.chat, self.embeddings, loaded.publication.version)
         self.journal.add(corpus, found.row(asked_by))
         return found

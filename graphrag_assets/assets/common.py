@@ -111,7 +111,7 @@ def cost_value(cost: float | None, model: str) -> dg.MetadataValue:
     """A cost for the UI: a number, or why there is none."""
     if cost is None:
         return dg.MetadataValue.text(f"unknown: no price for model {model!r} (set GRAPHRAG_PRICES, see the README)")
-    return dg.MetadataValue.float(cost)
+    return dg.MetadataValue.float(float(cost))
 
 
 def batch_ledger(

@@ -42,7 +42,7 @@ def answer_query(
     except (NotIndexed, ValueError) as problem:
         raise step_failure(str(problem), retryable=False) from None
     try:
-        check(method, config, index, embeddings.configured)
+        check(method, config, index, embeddings.configured, chat.configured)
         chat_settings = chat.settings() if chat.configured else None
         embedding_settings = embeddings.settings() if embeddings.configured else None
         found = answer(corpus, index, method, config, chat_settings, embedding_settings, version)

@@ -296,14 +296,19 @@ def offline_profile(samples: pd.DataFrame, max_entity_types: int) -> CorpusProfi
     each phrase, 'agreement' for 'the supply agreement'); no domain, persona or examples, which need a model."""
     from textblob import Word
 
+    from .offline.extractive import WordCases
     from .offline.nlp_graph import GENERIC_NOUNS, noun_phrases
 
+    # A kind of thing is written in lower case ("supplier", "nephew"); a name is not ("Scrooge", "Christmas"),
+    # and names are what the entities of a type are, not types.
+    cases = WordCases(samples["text"])
     heads: Counter = Counter()
     for text in samples["text"]:
         for sentence in split_sentences(text):
             for phrase in noun_phrases(sentence):
-                head = Word(phrase.split()[-1].lower()).singularize()
-                if len(head) > 2 and head not in STOPWORDS and head not in GENERIC_NOUNS:
+                word = phrase.split()[-1].lower()
+                head = Word(word).singularize()
+                if len(head) > 2 and head not in STOPWORDS and head not in GENERIC_NOUNS and cases.kind(word):
                     heads[head] += 1
     types = [head for head, n in sorted(heads.items(), key=lambda kv: (-kv[1], kv[0])) if n >= 2][:max_entity_types]
     return CorpusProfile(

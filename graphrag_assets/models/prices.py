@@ -112,7 +112,7 @@ def _parse(text: str) -> dict[str, tuple[float, float]]:
 def total_cost(costs) -> float | None:
     """The sum of costs; unknown (None) when any of them is."""
     costs = list(costs)
-    return None if any(cost is None for cost in costs) else sum(costs)
+    return None if any(cost is None for cost in costs) else float(sum(costs))
 
 
 def dollars(cost: float | None) -> str:

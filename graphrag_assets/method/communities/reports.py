@@ -14,7 +14,7 @@ import pandas as pd
 
 from .. import defaults
 from ..graph.records import ChatModel, InvalidReply, parse_json_reply
-from ..offline.extractive import extractive_report
+from ..offline.extractive import WordCases, extractive_report
 from ..progress import Progress
 from ..prompts import DEFAULT_PROMPTS, PromptSet
 from ..schema import columns
@@ -230,6 +230,7 @@ async def generate_reports(
     by_number = {row.community: row for row in communities.itertuples(index=False)}
     titles_of = {n: {graph.entity[e].title for e in row.entity_ids} for n, row in by_number.items()}
     units = text_units.set_index("id")["text"].to_dict() if chat is None else {}
+    cases = WordCases(units.values()) if chat is None else None  # once for the corpus, not once per community
 
     elements_of: dict[int, list] = {}
 
@@ -276,7 +277,7 @@ async def generate_reports(
                 done[row.community] = {**reports[children[0]], "substituted_communities": []}
             elif chat is None:
                 stats.generated += 1
-                report = extractive_report(row, graph, titles_of[row.community], units)
+                report = extractive_report(row, graph, titles_of[row.community], units, cases)
                 done[row.community] = {
                     **report,
                     "status": "ok",

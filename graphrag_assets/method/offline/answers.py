@@ -16,9 +16,24 @@ _ILLUSTRATION = re.compile(r"\[Illustration[^\]]*\]", re.IGNORECASE)
 _ITALICS = re.compile(r"(?<!\w)_([^_]+)_(?!\w)")
 
 
+# What a publisher or a converter put around the text: licences, credits, links, markup. Never an answer.
+_BOILERPLATE = re.compile(
+    r"project gutenberg|gutenberg\.org|this e-?book|proofreading team|transcriber'?s note|all rights reserved|"
+    r"copyright (?:©|\(c\)|\d{4})|https?://|www\.|<[a-z/][^>]*>|^\s*(?:#|\||[-*] |\d+\. )",
+    re.IGNORECASE,
+)
+
+
 def reads_as_prose(sentence: str) -> bool:
-    """False for a run of headings or a list of contents ("Tailpiece vi Heading to Stave One ..."): mostly
-    capitalised words and numbers, which a sentence of prose never is."""
+    """False for what is no sentence of the text: a run of headings or a list of contents ("Tailpiece vi Heading
+    to Stave One ..."), mostly capitalised words and numbers; a Markdown heading, table row or list item; a
+    licence, credit or link; and a fragment that starts in the middle of a sentence (where a text unit was cut),
+    which quoted alone says something the text does not."""
+    if _BOILERPLATE.search(sentence):
+        return False
+    first = sentence.lstrip("'\"‘“(_*[")[:1]
+    if first.islower():
+        return False
     words = sentence.split()
     if len(words) < 8:
         return True

@@ -1,8 +1,8 @@
 """Extractive community reports: the offline engine's stand-in for an LLM-written report.
 
-Nothing is generated: the title names the community's most connected entities, the summary
-is the sentences of its text that mention the most of its entities, and the findings are its
-most prominent relationships with their descriptions. The rating is the community's share of
+Nothing is generated: the title names the community's most central entities (most connected inside it, names
+before ordinary words), the summary is the sentences of its text that mention the most of its entities, and the
+findings are its most prominent relationships with their descriptions. The rating is the community's share of
 entity degree, rescaled to 0-10, and says so.
 """
 
@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import math
 import re
+from collections import Counter
 
 from ..words import split_sentences
 
@@ -32,13 +33,52 @@ def central_sentences(texts: list[str], titles: set[str], limit: int = MAX_SUMMA
     return [sentence for _, _, sentence in sorted(scored)[:limit]]
 
 
-def extractive_report(community, graph, titles: set[str], unit_texts: dict[str, str]) -> dict:
-    members = sorted((graph.entity[e] for e in community.entity_ids), key=lambda e: (-e.degree, e.title))
-    names = [m.title.title() for m in members[:3]]
+_DETERMINED = re.compile(r"\b(?i:the|a|an|each|every|this|that|his|her|its|their|our|my|your) ([A-Z][a-z'-]+)\b")
+
+
+class WordCases:
+    """How often each word of the corpus is written in lower case, and capitalised in mid-sentence."""
+
+    def __init__(self, texts):
+        self.lower, self.capitalised, self.determined = Counter(), Counter(), Counter()
+        for text in texts:
+            self.lower.update(re.findall(r"\b[a-z][a-z'-]+\b", text))
+            self.capitalised.update(w.lower() for w in re.findall(r"[a-z,;] ([A-Z][a-z'-]+)\b", text))
+            self.determined.update(w.lower() for w in _DETERMINED.findall(text))
+
+    def ordinary(self, title: str) -> bool:
+        """A one-word entity the corpus writes in lower case more often than capitalised mid-sentence ("Come",
+        "Poor"): a word that opened sentences, not a name, and a poor name for a community."""
+        word = title.strip().lower()
+        return " " not in word and self.lower[word] > self.capitalised[word]
+
+    def kind(self, word: str) -> bool:
+        """A word that names a kind of thing: written in lower case ("nephew"), or capitalised after an article as
+        a contract's defined terms are ("the Supplier"), at least as often as capitalised bare, as names are
+        ("Scrooge", "Christmas")."""
+        word = word.lower()
+        bare = self.capitalised[word] - self.determined[word]
+        return self.lower[word] + self.determined[word] >= max(bare, 1)
+
+
+def extractive_report(
+    community, graph, titles: set[str], unit_texts: dict[str, str], cases: WordCases | None = None
+) -> dict:
+    texts = [unit_texts[u] for u in community.text_unit_ids if u in unit_texts]
     relationships = sorted(
         (graph.relationship[r] for r in community.relationship_ids), key=lambda r: (-r.combined_degree, r.id)
-    )[:MAX_FINDINGS]
-    summary = central_sentences([unit_texts[u] for u in community.text_unit_ids if u in unit_texts], titles)
+    )
+    # Named by its most central entities: the most connected inside the community, names before ordinary words.
+    cases = cases or WordCases(unit_texts.values())
+    inside = Counter(end.upper() for r in relationships for end in (r.source, r.target))
+    members = sorted(
+        (graph.entity[e] for e in community.entity_ids),
+        key=lambda e: (cases.ordinary(e.title), -inside[e.title.upper()], -e.degree, e.title),
+    )
+    named = [m for m in members if not cases.ordinary(m.title)] or members  # ordinary words only if nothing else
+    names = [m.title.title() for m in named[:3]]
+    relationships = relationships[:MAX_FINDINGS]
+    summary = central_sentences(texts, titles)
     degree = sum(m.degree for m in members)
     return {
         "title": ("Community of " + ", ".join(names[:-1]) + " and " + names[-1])

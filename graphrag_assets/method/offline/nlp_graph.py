@@ -130,7 +130,9 @@ def _cooccurrence_graph(
 # Nouns that name no concept: what a part-of-speech tagger calls a noun in "nothing", "the way", "a kind of".
 GENERIC_NOUNS = frozenset(
     "nothing something anything everything none thing things way ways kind sort time times day days moment "
-    "place right part lot end side word words matter case fact one ones".split()
+    "place right part lot end side word words matter case fact one ones "
+    # the body and the weather of a story: common in any narrative, the kind of nothing a graph is about
+    "hand head face eye eyes voice heart air night morning evening".split()
 )
 
 
