@@ -7,6 +7,7 @@ A step is named by its asset (entities, covariates, text_embeddings, ...) or its
 
 import argparse
 import contextlib
+import dataclasses
 import functools
 import io
 import json
@@ -18,6 +19,7 @@ import socket
 import sys
 import time
 import traceback
+import uuid
 from pathlib import Path
 
 # Only the standard library at import: `--help` and a mistyped argument answer at once. Dagster, DuckDB and the
@@ -322,10 +324,23 @@ def execute(job_name: str, corpus: str, run_config: dict, verbose: bool, tags: d
         raise UserError(f"the settings are not valid for {job_name}: {details}. Steps of this job: {steps}") from None
 
 
-def index(corpora: list[str], run_config: dict, verbose: bool, batch: bool | None = None) -> int:
+def _dollars(value: str) -> float:
+    """A --budget: a number of dollars above 0."""
+    try:
+        amount = float(value.strip().lstrip("$"))
+    except ValueError:
+        amount = -1.0
+    if not amount > 0:
+        raise argparse.ArgumentTypeError(f"{value!r} is not an amount of dollars above 0 (for example 2.50)")
+    return amount
+
+
+def index(
+    corpora: list[str], run_config: dict, verbose: bool, batch: bool | None = None, budget: float | None = None
+) -> int:
     from .definitions import DATABASE, defs
     from .method.ingest.documents import has_documents
-    from .resources import BATCH_API_TAG
+    from .resources import BATCH_API_TAG, MAX_COST_TAG
     from .store.connection import is_local_file, redacted
 
     instance = _instance()
@@ -345,6 +360,8 @@ def index(corpora: list[str], run_config: dict, verbose: bool, batch: bool | Non
     failed: dict[str, str] = {}
     for name in names:  # one corpus that fails does not keep the others from being indexed
         tags = {BATCH_API_TAG: str(batch).lower()} if batch is not None else {}
+        if budget is not None:
+            tags[MAX_COST_TAG] = str(budget)
         result = execute("index_corpus", name, run_config, verbose, tags)
         spent = _spending(result, name, instance)
         if not result.success:
@@ -480,6 +497,7 @@ def ask(
     run_config: dict,
     verbose: bool,
     follow_up: str | None = None,
+    budget: float | None = None,
 ) -> int:
     """Answer in this process, from the published index, and record the answer (no Dagster run per question: the
     answer shows in Dagster as an observation of its query asset)."""
@@ -497,6 +515,10 @@ def ask(
     from .settings import DATABASE
 
     chat, embeddings = endpoint_settings_from_environment()
+    if budget is not None:  # the question's own cap, shared by its chat and embedding requests
+        capped = {"max_cost_usd": budget, "budget_key": f"question-{uuid.uuid4()}", "spending_file": None}
+        chat = dataclasses.replace(chat, **capped) if chat else None
+        embeddings = dataclasses.replace(embeddings, **capped) if embeddings else None
     observe = functools.partial(observe_in_dagster, instance=instance)
     service = AnswerService(DATABASE, chat=chat, embeddings=embeddings, observe=observe)
     if not follow_up:
@@ -728,6 +750,14 @@ def main(argv: list[str] | None = None) -> int:
         default=None,
         help="the files in prompts/, or the corpus's tuned prompts (graphrag-assets tune); default: as last time",
     )
+    for sub, what in ((index_parser, "the run's"), (ask_parser, "the answer's")):
+        sub.add_argument(
+            "--budget",
+            type=_dollars,
+            default=None,
+            metavar="USD",
+            help=f"most {what} model requests may spend; a request that could pass it is not sent",
+        )
     for sub in (index_parser, ask_parser, evaluate_parser, tune_parser):
         sub.add_argument("--config", help="YAML file of step settings (Dagster run config, or {step: {key: value}})")
         sub.add_argument(
@@ -769,8 +799,9 @@ def main(argv: list[str] | None = None) -> int:
                 run_config,
                 args.verbose,
                 args.follow_up,
+                args.budget,
             )
-        return index(args.corpus, run_config, args.verbose, args.batch)
+        return index(args.corpus, run_config, args.verbose, args.batch, args.budget)
     except KeyboardInterrupt:
         print("interrupted: nothing was recorded or published by this command", file=sys.stderr)
         return 130

@@ -19,7 +19,8 @@ from .method import imports
 from .method.ingest.documents import has_documents
 from .models import EndpointError, ModelClient, ModelSettings, Usage
 from .models.batches import BatchLedger
-from .settings import RATE_LIMITS_FILE, STATE_DIR
+from .models.spending import BudgetReached
+from .settings import RATE_LIMITS_FILE, SPENDING_FILE, STATE_DIR
 from .store.connection import connect, is_local_file
 from .store.tables import stage_name, use_stage
 
@@ -28,6 +29,24 @@ PUBLISHED_INDEX = "published_index"  # the index job's last step: see assets/pub
 PARTITION_TAG = "dagster/partition"
 # A run tag: true sends the run's index requests to the Batch API, false one at a time (assets/common.py).
 BATCH_API_TAG = "graphrag/batch_api"
+# A run's cap in dollars on what its model requests spend together (CLI --budget; a tag in the launchpad)
+MAX_COST_TAG = "graphrag/max_cost_usd"
+
+
+def max_cost_of(tags: dict) -> float | None:
+    """The run's budget, from its tag; a tag that is no positive number is refused in one line."""
+    value = tags.get(MAX_COST_TAG)
+    if value is None or not str(value).strip():
+        return None
+    try:
+        budget = float(value)
+    except ValueError:
+        budget = -1.0
+    if not budget > 0:
+        raise dg.Failure(f"the run's {MAX_COST_TAG} tag is {value!r}: it must be a number of dollars above 0")
+    return budget
+
+
 _SAFE_CORPUS_NAME = re.compile(r"[a-z0-9][a-z0-9_\-]{0,63}")  # fullmatch: "$" would let a trailing newline in
 
 
@@ -208,6 +227,16 @@ class ModelEndpointResource(dg.ConfigurableResource):
         description="Batch price as a fraction of a price set here (listed prices carry their own batch rates).",
     )
 
+    _max_cost_usd: float | None = PrivateAttr(default=None)
+    _budget_key: str | None = PrivateAttr(default=None)
+
+    def setup_for_execution(self, context: dg.InitResourceContext) -> None:
+        run = context.dagster_run
+        if run is not None:
+            self._max_cost_usd = max_cost_of(run.tags)
+            # A run and its retries share one budget: a retry goes on from what the run spent.
+            self._budget_key = run.root_run_id or run.run_id
+
     @property
     def configured(self) -> bool:
         """With neither a base URL nor a key there is no endpoint, and the offline engine runs."""
@@ -219,7 +248,8 @@ class ModelEndpointResource(dg.ConfigurableResource):
 
     def settings(self, **overrides: object) -> ModelSettings:
         fields = {name: getattr(self, name) for name in ModelSettings.__dataclass_fields__ if hasattr(self, name)}
-        return ModelSettings(**{**fields, **overrides})
+        budget = dict(max_cost_usd=self._max_cost_usd, budget_key=self._budget_key, spending_file=SPENDING_FILE)
+        return ModelSettings(**{**fields, **budget, **overrides})
 
     def run(
         self, work: Callable[[ModelClient | None], Awaitable[T]], batch_ledger: BatchLedger | None = None
@@ -257,6 +287,8 @@ def run_with_models(
 
     try:
         return asyncio.run(main())
+    except BudgetReached as reached:  # says itself what was kept and how to go on
+        raise step_failure(str(reached), retryable=False) from None
     except EndpointError as error:
         raise step_failure(
             f"{error}. Replies received so far are cached; a re-run continues from them.", retryable=error.retryable

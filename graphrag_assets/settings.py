@@ -18,6 +18,7 @@ CACHE_DIR = os.getenv("GRAPHRAG_CACHE_DIR", f"{STATE_DIR}/cache")
 VECTOR_INDEX_DIR = os.getenv("GRAPHRAG_VECTOR_INDEX_DIR", f"{STATE_DIR}/vector-index")
 DATA_DIR = os.getenv("GRAPHRAG_DATA_DIR", "data")
 RATE_LIMITS_FILE = f"{STATE_DIR}/rate-limits.sqlite"
+SPENDING_FILE = f"{STATE_DIR}/spending.sqlite"  # what each run with a budget has spent and holds (models/spending.py)
 
 
 def answer_queue_path(database: str = DATABASE) -> str:

@@ -46,6 +46,7 @@ from .budgets import budget
 from .errors import EndpointError
 from .pacing import AdaptiveConcurrency, endpoint_pace, sustainable_concurrency
 from .prices import Price, price_of
+from .spending import BudgetReached, SpendingBudget
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
@@ -95,6 +96,11 @@ class ModelSettings:
     batch_poll_max_seconds: float = BatchSettings.poll_max_seconds
     batch_gather_seconds: float = BatchSettings.gather_seconds
     batch_price_factor: float = 0.5  # of a price set here, per token answered by a batch (listed ones have their own)
+    # A cap in dollars on what the requests of every client with the same budget_key (a run's) spend together,
+    # counted in spending_file across processes (None: in this process); models/spending.py
+    max_cost_usd: float | None = None
+    budget_key: str | None = None
+    spending_file: str | None = None
 
     def price(self) -> Price | None:
         return price_of(
@@ -277,6 +283,16 @@ class ModelClient:
             if amount
         }
         self._typical: tuple[float, float] | None = None  # seconds and tokens of a request, averaged over replies
+        self._spending, self._price = None, settings.price()
+        if settings.max_cost_usd is not None:
+            if self._price is None:
+                raise EndpointError(
+                    f"a budget (${settings.max_cost_usd:g}) cannot hold for model {settings.model!r}, whose price is "
+                    "unknown: set it in GRAPHRAG_PRICES (0 for a free model), or run without a budget",
+                    retryable=False,
+                )
+            key = settings.budget_key or f"client-{id(self)}"
+            self._spending = SpendingBudget(key, settings.max_cost_usd, settings.spending_file)
         self._probe_lock = asyncio.Lock()
         self._probed = False
         key_digest = hashlib.sha256((settings.api_key or "").encode()).hexdigest()[:16]
@@ -311,6 +327,8 @@ class ModelClient:
 
     async def close(self) -> None:
         await self._openai.close()
+        if self._spending is not None:
+            self._spending.close()
         if self._cache is not None:
             self._cache.close()
 
@@ -386,10 +404,16 @@ class ModelClient:
 
     async def _ping(self, probe: openai.AsyncOpenAI, kind: str) -> None:
         model, ping = self.settings.model, [{"role": "user", "content": "ping"}]
-        if kind == "embed":
-            raw = await probe.embeddings.with_raw_response.create(model=model, input=["ping"])
-        else:
-            raw = await probe.chat.completions.with_raw_response.create(model=model, messages=ping, max_tokens=1)
+        worst = await self._hold(lambda price: price.cost(60, 1))  # a word and the framing; a token answered
+        try:
+            if kind == "embed":
+                raw = await probe.embeddings.with_raw_response.create(model=model, input=["ping"])
+            else:
+                raw = await probe.chat.completions.with_raw_response.create(model=model, messages=ping, max_tokens=1)
+        except BaseException:
+            self._spent(worst, worst)
+            raise
+        self._spent(worst, worst)  # (what a ping cost: about nothing, and no more than this)
         self._pace.observe(raw.headers)
         raw.parse()
 
@@ -430,12 +454,15 @@ class ModelClient:
                     waited |= await self._tokens.spend(estimated_tokens)
                     if waited:
                         self._concurrency.constrained()
+                    worst = await self._reserve(kind, estimated_tokens)
                     self._count(calls=1)
                     self.usage.peak_concurrency = max(self.usage.peak_concurrency, self._concurrency.in_flight)
                     started = time.monotonic()
                     try:
                         result, prompt_tokens, completion_tokens, headers = await _unless_garbled(send())
                     except openai.OpenAIError as error:
+                        # A request that timed out may have been answered, and billed; one refused was not.
+                        self._spent(worst, worst if isinstance(error, openai.APITimeoutError) else 0.0)
                         self._pace.observe(_headers_of(error))
                         if isinstance(error, openai.RateLimitError):
                             self.usage.rate_limited += 1
@@ -443,6 +470,7 @@ class ModelClient:
                         if _unreachable(error):
                             self._note_unreachable(error)
                         raise
+                    self._spent(worst, self._price.cost(prompt_tokens, completion_tokens) if worst else 0.0)
                     self._pace.observe(headers)
                     self._pace.count_completion(completion_tokens)
                     seconds = time.monotonic() - started
@@ -454,6 +482,29 @@ class ModelClient:
                 if completion_tokens:
                     await self._tokens.spend(completion_tokens)
         return result
+
+    async def _reserve(self, kind: str, prompt_tokens: int, batch: bool = False) -> float:
+        """Hold the request's worst case against the budget (none: 0.0); BudgetReached stops the client."""
+        # Our count of the prompt, with room for the endpoint's own (message framing), and every token it may answer
+        prompt, completion = int(prompt_tokens * 1.1) + 50, self.settings.max_tokens if kind == "chat" else 0
+        return await self._hold(
+            lambda price: price.cost(prompt, completion, *((prompt, completion) if batch else (0, 0)))
+        )
+
+    async def _hold(self, worst_of: Callable[[Price], float]) -> float:
+        if self._spending is None:
+            return 0.0
+        worst = worst_of(self._price)
+        try:
+            await self._spending.reserve(worst)
+        except BudgetReached as reached:
+            self._broken = reached  # every request still waiting stops too
+            raise
+        return worst
+
+    def _spent(self, reserved: float, actual: float) -> None:
+        if self._spending is not None:
+            self._spending.settle(reserved, actual)
 
     def _room(self, seconds: float, tokens: int) -> float | None:
         """Requests in flight that the tightest known limit (announced, or configured) sustains at the latency and
@@ -590,13 +641,24 @@ class ModelClient:
         if self._batches is None:
             return await now()
         await self._probe(kind)  # a dead endpoint fails the step now, by name, not after a batch upload
-        response = await self._batches.ask(kind, body)
+        worst = await self._reserve(kind, estimated, batch=True)
+        try:
+            response = await self._batches.ask(kind, body)
+        except BaseException:
+            self._spent(worst, 0.0)
+            raise
         if response is SEND_NOW:
+            self._spent(worst, 0.0)
             return await now()
         try:
             result, prompt_tokens, completion_tokens = _read_response(kind, response)
         except (KeyError, IndexError, TypeError, ValueError):
+            self._spent(worst, worst)  # answered (and billed) in a shape we cannot read
             return await now()  # a line whose body is not the API's shape: ask on its own
+        self._spent(
+            worst,
+            self._price.cost(prompt_tokens, completion_tokens, prompt_tokens, completion_tokens) if worst else 0.0,
+        )
         self._count(
             calls=1,
             batch_calls=1,

@@ -1,0 +1,90 @@
+"""A run's budget in dollars, which its requests can never pass, however many are in flight and in however many
+processes (a run launched from the UI runs each step in a process of its own).
+
+Before a request is sent, its worst case (its prompt, and the most completion tokens it may be answered with, at
+the model's price) is reserved; when the reply comes, the reservation becomes what it really cost. A request
+whose worst case does not fit in what is left is not sent: `BudgetReached`. The reservations live in a SQLite
+file, one row per run, changed in one transaction each, as the rate-limit ledger's are.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import sqlite3
+import threading
+from pathlib import Path
+
+from .errors import EndpointError
+
+
+class BudgetReached(EndpointError):
+    def __init__(self, limit: float, spent: float):
+        super().__init__(
+            f"budget of ${limit:,.4f} reached after ${spent:,.4f}: the next request could pass it, so it was not "
+            "sent. What was paid is kept (the replies are cached); run it again with a higher budget (--budget, or "
+            "the run's graphrag/max_cost_usd tag) to go on, and only what is missing is paid for",
+            retryable=False,
+        )
+        self.limit, self.spent = limit, spent
+
+
+class SpendingBudget:
+    """The budget `key` (a run's id, a question's) of `limit` dollars; `path` None keeps it in this process."""
+
+    def __init__(self, key: str, limit: float, path: str | None):
+        if path:
+            Path(path).parent.mkdir(parents=True, exist_ok=True)
+        self.key, self.limit = key, limit
+        # Without a file, one database in memory that every client of this process shares (the chat and embedding
+        # clients of one question), for as long as one of them is open.
+        target, uri = (path, False) if path else ("file:graphrag-spending?mode=memory&cache=shared", True)
+        self._db = sqlite3.connect(target, timeout=30, isolation_level=None, check_same_thread=False, uri=uri)
+        self._lock = threading.Lock()
+        if path:
+            self._db.execute("PRAGMA journal_mode=WAL")
+        self._db.execute(
+            "CREATE TABLE IF NOT EXISTS budgets (key TEXT PRIMARY KEY, spent REAL NOT NULL, reserved REAL NOT NULL)"
+        )
+
+    def _change(self, reserve: float, spend: float, check: bool) -> tuple[float, float] | None:
+        """Reserve and spend, unless `check` finds the reservation does not fit: then (spent, reserved) as they
+        are, and nothing is changed."""
+        with self._lock:
+            self._db.execute("BEGIN IMMEDIATE")  # the check and the change are one step for every process
+            try:
+                row = self._db.execute("SELECT spent, reserved FROM budgets WHERE key = ?", (self.key,)).fetchone()
+                spent, reserved = row or (0.0, 0.0)
+                if check and spent + reserved + reserve > self.limit:
+                    self._db.execute("ROLLBACK")
+                    return spent, reserved
+                self._db.execute(
+                    "INSERT OR REPLACE INTO budgets VALUES (?, ?, ?)",
+                    (self.key, spent + spend, max(reserved + reserve, 0.0)),
+                )
+            except BaseException:
+                self._db.execute("ROLLBACK")
+                raise
+            self._db.execute("COMMIT")
+        return None
+
+    async def reserve(self, worst: float) -> None:
+        """Hold `worst` dollars for a request about to be sent. When they do not fit while other requests hold
+        some, wait for those to settle (they cost less than they held, mostly); when they do not fit with none
+        held, raise BudgetReached."""
+        while (refused := self._change(worst, 0.0, check=True)) is not None:
+            spent, reserved = refused
+            if reserved <= 0:
+                raise BudgetReached(self.limit, spent)
+            await asyncio.sleep(0.05)
+
+    def settle(self, reserved: float, actual: float) -> None:
+        """The request that held `reserved` cost `actual`."""
+        self._change(-reserved, actual, check=False)
+
+    def spent(self) -> float:
+        with self._lock:
+            row = self._db.execute("SELECT spent FROM budgets WHERE key = ?", (self.key,)).fetchone()
+        return row[0] if row else 0.0
+
+    def close(self) -> None:
+        self._db.close()

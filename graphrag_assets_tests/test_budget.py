@@ -1,0 +1,101 @@
+"""A budget in dollars that a run's requests never pass, with requests in flight and clients side by side."""
+
+import asyncio
+
+import pytest
+
+from graphrag_assets.models.client import ModelClient
+from graphrag_assets.models.spending import BudgetReached
+from graphrag_assets_tests.model_server import FakeOpenAIServer
+
+from .test_model_client import PROMPTS, settings
+
+# A token costs a tenth of a cent: a request of the test server's costs about $0.1-0.3, so a budget of a few
+# dollars ends after some requests of many, with eight in flight.
+PRICES = {"prompt_price_per_million": 1000.0, "completion_price_per_million": 1000.0, "max_tokens": 100}
+
+
+def billed(server: FakeOpenAIServer) -> float:
+    """What the endpoint served, at those prices: what a provider would bill."""
+    served = server.tokens()
+    return (served["prompt"] + served["completion"]) * 1000.0 / 1e6
+
+
+def answer_all(*clients_settings):
+    """Every prompt asked of each client at once, in one event loop; the clients' usages, and the first error."""
+
+    async def main():
+        clients = [ModelClient(s) for s in clients_settings]
+        try:
+            results = await asyncio.gather(
+                *(asyncio.gather(*(c.complete(m) for m in PROMPTS)) for c in clients), return_exceptions=True
+            )
+            return [c.usage for c in clients], next((r for r in results if isinstance(r, BaseException)), None)
+        finally:
+            for client in clients:
+                await client.close()
+
+    return asyncio.run(main())
+
+
+def test_two_clients_sharing_a_budget_never_pass_it_and_a_rerun_pays_only_the_rest(tmp_path):
+    ledger = str(tmp_path / "spending.sqlite")
+    budget = {**PRICES, "max_cost_usd": 2.0, "budget_key": "run-1", "spending_file": ledger, "max_concurrency": 8}
+    with FakeOpenAIServer() as server:
+        chat = settings(server, tmp_path, **budget)
+        other = settings(server, tmp_path, **{**budget, "cache_dir": str(tmp_path / "other-cache")})
+        _, error = answer_all(chat, other)
+        spent = billed(server)
+    assert isinstance(error, BudgetReached), error
+    assert str(error).startswith("budget of $2.0000 reached after $") and "--budget" in str(error)
+    assert 1.0 < spent <= 2.0  # most of it used, none of it passed
+
+    # Run again with more: the replies paid for come from the cache, and only the rest is asked.
+    with FakeOpenAIServer() as server:
+        more = settings(server, tmp_path, **{**budget, "max_cost_usd": 50.0, "budget_key": "run-2"})
+        (usage,), error = answer_all(more)
+    assert error is None and usage.failures == 0
+    # Only what the first run did not pay for is asked (besides the probe); what it paid for comes from the cache.
+    assert usage.cache_hits > 0 and usage.calls - 1 == len(PROMPTS) - usage.cache_hits
+
+
+def test_a_budget_cannot_hold_for_a_model_with_no_price(tmp_path, monkeypatch):
+    monkeypatch.delenv("GRAPHRAG_PRICES", raising=False)
+    with FakeOpenAIServer() as server:
+        unpriced = settings(server, tmp_path, max_cost_usd=1.0, budget_key="run-3")
+        with pytest.raises(Exception, match="cannot hold for model 'test-model', whose price is unknown"):
+            answer_all(unpriced)
+        assert server.count() == 0
+
+
+@pytest.mark.slow
+def test_an_index_stops_at_its_budget_in_one_line_and_a_rerun_pays_only_the_rest(tmp_path):
+    from .test_cli import Cli
+    from .test_small_corpora import write_corpus
+
+    write_corpus(tmp_path / "data" / "tiny", "three files")
+    prices = '{"gpt-4o-mini": [1000, 1000], "text-embedding-3-small": [1000, 0]}'  # a token: a tenth of a cent
+    with FakeOpenAIServer() as server:
+        cli = Cli(tmp_path, {"GRAPHRAG_API_BASE": server.base_url, "GRAPHRAG_PRICES": prices})
+        stopped = cli.run("index", "--corpus", "tiny", "--budget", "3")
+        first = billed(server)
+        requests = server.count()
+    assert stopped.returncode == 1
+    failed = [line for line in stopped.stderr.splitlines() if line.startswith("failed:")]
+    assert len(failed) == 1 and "budget of $3.0000 reached after $" in failed[0], stopped.stderr
+    assert 0 < first <= 3.0
+    with FakeOpenAIServer() as server:
+        cli.env["GRAPHRAG_API_BASE"] = server.base_url
+        done = cli.run("index", "--corpus", "tiny", "--budget", "100")
+        again = server.count()
+    assert done.returncode == 0, done.stderr
+    spent = next(line for line in done.stdout.splitlines() if line.strip().startswith("spent"))
+    assert "replies from cache" in spent and not spent.split("model requests")[1].startswith(" (")
+    # what the first run paid for is not asked again: fewer requests than a run from nothing would send
+    with FakeOpenAIServer() as server:
+        (tmp_path / "fresh").mkdir()
+        fresh = Cli(tmp_path / "fresh", {"GRAPHRAG_API_BASE": server.base_url, "GRAPHRAG_PRICES": prices})
+        fresh.env["GRAPHRAG_DATA_DIR"] = str(tmp_path / "data")
+        assert fresh.run("index", "--corpus", "tiny").returncode == 0
+        whole = server.count()
+    assert again < whole and requests > 1
