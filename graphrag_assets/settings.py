@@ -60,6 +60,14 @@ class SettingRefused(ValueError):
     """An environment variable's value cannot be used."""
 
 
+# Dollars each run of the schedule and the sensors may spend on a paid model; without it they launch none.
+RUN_BUDGET_VARIABLE = "GRAPHRAG_RUN_BUDGET_USD"
+
+
+def run_budget() -> float | None:
+    return _read(RUN_BUDGET_VARIABLE, _positive(float)) if os.getenv(RUN_BUDGET_VARIABLE) else None
+
+
 def _read(variable: str, kind) -> object:
     try:
         return kind(os.environ[variable])

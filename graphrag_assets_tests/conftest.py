@@ -99,6 +99,10 @@ def embedding_resource(base_url: str | None, cache_dir: Path, **overrides) -> Em
     )
 
 
+# The model resources of a sensor or schedule context when no endpoint is configured (the offline engine)
+OFFLINE_MODELS = {"chat": ChatModelResource(), "embeddings": EmbeddingModelResource()}
+
+
 class Workspace:
     """A data folder, a DuckDB file and a response cache in a temporary directory."""
 

@@ -6,11 +6,18 @@ import dagster as dg
 import pytest
 
 from graphrag_assets.automation.corpora import alias_overrides_sensor, new_corpus_sensor, nightly_reindex
-from graphrag_assets.resources import CorporaResource
+from graphrag_assets.resources import MAX_COST_TAG, CorporaResource, EmbeddingModelResource
 from graphrag_assets_tests.corpora import split_sample
 from graphrag_assets_tests.model_server import FakeOpenAIServer
 
-from .conftest import SAMPLE_CORPUS, chat_resource, embedding_resource, materialization_metadata, open_instance
+from .conftest import (
+    OFFLINE_MODELS,
+    SAMPLE_CORPUS,
+    chat_resource,
+    embedding_resource,
+    materialization_metadata,
+    open_instance,
+)
 
 
 def test_the_sensor_registers_new_corpora_and_refuses_unsafe_folders(workspace, tmp_path):
@@ -23,7 +30,7 @@ def test_the_sensor_registers_new_corpora_and_refuses_unsafe_folders(workspace, 
     workspace.add_sample_corpus()
     instance = dg.DagsterInstance.ephemeral()
     context = dg.build_sensor_context(
-        instance=instance, resources={"corpora": CorporaResource(root=str(workspace.data))}
+        instance=instance, resources={"corpora": CorporaResource(root=str(workspace.data)), **OFFLINE_MODELS}
     )
     result = new_corpus_sensor(context)
     assert sorted(r.partition_key for r in result.run_requests) == [SAMPLE_CORPUS, "reports-2024"]
@@ -31,7 +38,9 @@ def test_the_sensor_registers_new_corpora_and_refuses_unsafe_folders(workspace, 
 
     instance.add_dynamic_partitions("corpus", [SAMPLE_CORPUS, "reports-2024"])
     again = new_corpus_sensor(
-        dg.build_sensor_context(instance=instance, resources={"corpora": CorporaResource(root=str(workspace.data))})
+        dg.build_sensor_context(
+            instance=instance, resources={"corpora": CorporaResource(root=str(workspace.data)), **OFFLINE_MODELS}
+        )
     )
     assert isinstance(again, dg.SkipReason) and "refused: Not Safe, escape, nothing-yet" in again.skip_message
     names, refused = CorporaResource(root=str(workspace.data)).scan()
@@ -44,7 +53,7 @@ def test_an_edited_aliases_file_reruns_the_resolved_graph_of_its_corpus(workspac
     (workspace.data / "other").mkdir()
     instance = dg.DagsterInstance.ephemeral()
     instance.add_dynamic_partitions("corpus", [SAMPLE_CORPUS, "other"])
-    corpora = {"corpora": CorporaResource(root=str(workspace.data))}
+    corpora = {"corpora": CorporaResource(root=str(workspace.data)), **OFFLINE_MODELS}
 
     def tick(cursor):
         context = dg.build_sensor_context(instance=instance, resources=corpora, cursor=cursor)
@@ -67,7 +76,7 @@ def test_the_nightly_schedule_reindexes_every_corpus_that_still_has_a_folder(wor
     for name in ("a", "b"):
         (workspace.data / name).mkdir()
         (workspace.data / name / "notes.txt").write_text(f"Notes of corpus {name}.")
-    corpora = {"corpora": CorporaResource(root=str(workspace.data))}
+    corpora = {"corpora": CorporaResource(root=str(workspace.data)), **OFFLINE_MODELS}
     tick = datetime.datetime(2026, 11, 30, 2, tzinfo=datetime.UTC)
     (workspace.root / "home").mkdir()
     # Schedule contexts are closed with `with`: one left open keeps a reloaded instance's storage in a context
@@ -136,3 +145,41 @@ def test_reindexing_pays_only_for_what_changed(workspace):
         }
         assert referenced <= units
     assert set(workspace.sql("SELECT text_unit_id FROM covariates WHERE corpus = 'parts'")["text_unit_id"]) <= units
+
+
+def test_automatic_runs_against_a_paid_model_need_a_budget_and_carry_it(workspace, monkeypatch):
+    (workspace.data / "a").mkdir()
+    (workspace.data / "a" / "notes.txt").write_text("Notes of corpus a.")
+    paid = {"chat": chat_resource("http://127.0.0.1:9/v1", workspace.cache), "embeddings": EmbeddingModelResource()}
+    resources = {"corpora": CorporaResource(root=str(workspace.data)), **paid}
+    (workspace.root / "home").mkdir()
+    with open_instance(workspace.root / "home") as instance:
+        paid_runs_need_a_budget(instance, resources, monkeypatch)
+
+
+def paid_runs_need_a_budget(instance, resources, monkeypatch):
+    monkeypatch.delenv("GRAPHRAG_RUN_BUDGET_USD", raising=False)
+    monkeypatch.delenv("GRAPHRAG_PRICES", raising=False)
+
+    skipped = new_corpus_sensor(dg.build_sensor_context(instance=instance, resources=resources))
+    assert isinstance(skipped, dg.SkipReason)
+    assert "'gpt-4o-mini' cost money" in skipped.skip_message and "GRAPHRAG_RUN_BUDGET_USD" in skipped.skip_message
+    assert instance.get_dynamic_partitions("corpus") == []  # still new, for when there is a budget
+
+    monkeypatch.setenv("GRAPHRAG_RUN_BUDGET_USD", "0")
+    refused = new_corpus_sensor(dg.build_sensor_context(instance=instance, resources=resources))
+    assert "GRAPHRAG_RUN_BUDGET_USD='0' cannot be used: it must be more than 0" in refused.skip_message
+
+    monkeypatch.setenv("GRAPHRAG_RUN_BUDGET_USD", "2.5")
+    launched = new_corpus_sensor(dg.build_sensor_context(instance=instance, resources=resources))
+    assert [r.tags[MAX_COST_TAG] for r in launched.run_requests] == ["2.5"]
+    instance.add_dynamic_partitions("corpus", ["a"])
+    tick = datetime.datetime(2026, 11, 30, 2, tzinfo=datetime.UTC)
+    with dg.build_schedule_context(instance=instance, resources=resources, scheduled_execution_time=tick) as context:
+        assert [r.tags[MAX_COST_TAG] for r in nightly_reindex(context)] == ["2.5"]
+
+    # A free model (Ollama on this machine, say) needs no budget.
+    monkeypatch.delenv("GRAPHRAG_RUN_BUDGET_USD")
+    monkeypatch.setenv("GRAPHRAG_PRICES", '{"gpt-4o-mini": 0}')
+    with dg.build_schedule_context(instance=instance, resources=resources, scheduled_execution_time=tick) as context:
+        assert [r.tags for r in nightly_reindex(context)] == [{}]

@@ -19,7 +19,7 @@ from graphrag_assets.resources import CorporaResource
 from graphrag_assets_tests.corpora import supply_contracts
 from graphrag_assets_tests.model_server import DEFAULT_TYPES, FakeOpenAIServer
 
-from .conftest import Workspace, chat_resource, embedding_resource, materialization_metadata
+from .conftest import OFFLINE_MODELS, Workspace, chat_resource, embedding_resource, materialization_metadata
 from .test_cli import Cli
 
 CORPUS = "contracts"
@@ -247,7 +247,7 @@ def test_a_prompt_file_added_edited_or_removed_reruns_what_is_built_with_the_pro
     workspace = contracts(tmp_path, count=1)
     instance = dg.DagsterInstance.ephemeral()
     instance.add_dynamic_partitions("corpus", [CORPUS])
-    corpora = {"corpora": CorporaResource(root=str(workspace.data))}
+    corpora = {"corpora": CorporaResource(root=str(workspace.data)), **OFFLINE_MODELS}
 
     def tick(cursor):
         context = dg.build_sensor_context(instance=instance, resources=corpora, cursor=cursor)

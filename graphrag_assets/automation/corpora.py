@@ -16,7 +16,8 @@ import dagster as dg
 from ..assets.common import corpus_partitions
 from ..method.graph.aliases import OVERRIDES_FILE
 from ..method.prompts import CORPUS_PROMPTS_FOLDER
-from ..resources import CorporaResource
+from ..resources import MAX_COST_TAG, ChatModelResource, CorporaResource, EmbeddingModelResource
+from ..settings import RUN_BUDGET_VARIABLE, SettingRefused, run_budget
 from .jobs import index_assets, index_corpus_job
 
 # What a change to a corpus's prompt files touches: everything built with a prompt, and all that follows.
@@ -29,13 +30,45 @@ RESOLVED_GRAPH_ASSETS = sorted(
 )
 
 
+def budget_tags(chat: ChatModelResource, embeddings: EmbeddingModelResource) -> dict[str, str] | dg.SkipReason:
+    """The budget tag every automatic run carries when it calls a model that is not free, from
+    GRAPHRAG_RUN_BUDGET_USD; without one, a reason to launch nothing, so that nothing spends unnoticed."""
+    paid = [
+        model
+        for model in (chat, embeddings)
+        if model.configured and ((price := model.settings().price()) is None or price.prompt or price.completion)
+    ]
+    if not paid:
+        return {}  # the offline engine, or free models: nothing to spend
+    try:
+        budget = run_budget()
+    except SettingRefused as problem:
+        return dg.SkipReason(str(problem))
+    if budget is None:
+        names = " and ".join(repr(m.model) for m in paid)
+        return dg.SkipReason(
+            f"no run launched: {names} cost money, and automatic runs need a budget to spend on them: set "
+            f"{RUN_BUDGET_VARIABLE} (dollars per run), or mark a free model so in GRAPHRAG_PRICES"
+        )
+    return {MAX_COST_TAG: str(budget)}
+
+
 @dg.sensor(
     job=index_corpus_job,
     minimum_interval_seconds=30,
     default_status=dg.DefaultSensorStatus.RUNNING,
-    description="Registers each new folder under data/ as a corpus partition and requests its index run.",
+    description="Registers each new folder under data/ as a corpus partition and requests its index run (with a "
+    "budget per run, GRAPHRAG_RUN_BUDGET_USD, when the model is paid).",
 )
-def new_corpus_sensor(context: dg.SensorEvaluationContext, corpora: CorporaResource):
+def new_corpus_sensor(
+    context: dg.SensorEvaluationContext,
+    corpora: CorporaResource,
+    chat: ChatModelResource,
+    embeddings: EmbeddingModelResource,
+):
+    tags = budget_tags(chat, embeddings)
+    if isinstance(tags, dg.SkipReason):
+        return tags  # the folders stay new until there is a budget
     names, refused = corpora.scan()
     for folder, reason in refused.items():
         context.log.warning(f"data/{folder} refused: {reason}")
@@ -47,7 +80,7 @@ def new_corpus_sensor(context: dg.SensorEvaluationContext, corpora: CorporaResou
             + (f", refused: {', '.join(sorted(refused))})" if refused else ")")
         )
     return dg.SensorResult(
-        run_requests=[dg.RunRequest(partition_key=name, run_key=f"new-corpus-{name}") for name in new],
+        run_requests=[dg.RunRequest(partition_key=name, run_key=f"new-corpus-{name}", tags=tags) for name in new],
         dynamic_partitions_requests=[corpus_partitions.build_add_request(new)],
     )
 
@@ -57,9 +90,18 @@ def new_corpus_sensor(context: dg.SensorEvaluationContext, corpora: CorporaResou
     cron_schedule="0 2 * * *",
     execution_timezone="UTC",
     default_status=dg.DefaultScheduleStatus.RUNNING,
-    description="Re-index every corpus at 02:00 UTC; unchanged documents cost no model call.",
+    description="Re-index every corpus at 02:00 UTC; unchanged documents cost no model call. A paid model needs "
+    "a budget per run (GRAPHRAG_RUN_BUDGET_USD).",
 )
-def nightly_reindex(context: dg.ScheduleEvaluationContext, corpora: CorporaResource):
+def nightly_reindex(
+    context: dg.ScheduleEvaluationContext,
+    corpora: CorporaResource,
+    chat: ChatModelResource,
+    embeddings: EmbeddingModelResource,
+):
+    tags = budget_tags(chat, embeddings)
+    if isinstance(tags, dg.SkipReason):
+        return tags
     registered = context.instance.get_dynamic_partitions(corpus_partitions.name)
     present = set(corpora.names())
     for name in sorted(set(registered) - present):
@@ -68,12 +110,13 @@ def nightly_reindex(context: dg.ScheduleEvaluationContext, corpora: CorporaResou
     if not names:
         return dg.SkipReason("no registered corpus has a folder under data/")
     day = context.scheduled_execution_time.strftime("%Y-%m-%d")
-    return [dg.RunRequest(partition_key=name, run_key=f"nightly-{name}-{day}") for name in names]
+    return [dg.RunRequest(partition_key=name, run_key=f"nightly-{name}-{day}", tags=tags) for name in names]
 
 
 def _reruns_of_changed(
     context: dg.SensorEvaluationContext,
     corpora: CorporaResource,
+    tags: dict[str, str] | dg.SkipReason,
     digest_of: Callable[[Path], str],
     what: str,
     label: str,
@@ -81,6 +124,8 @@ def _reruns_of_changed(
 ) -> list[dg.RunRequest] | dg.SkipReason:
     """A run of `selection` (run key `label-corpus-digest`) for each registered corpus whose digest of `what`
     (digest_of(folder); "" when absent) changed since the sensor's last look, which its cursor keeps."""
+    if isinstance(tags, dg.SkipReason):
+        return tags  # the cursor stays: the changes are seen again once there is a budget
     seen = json.loads(context.cursor) if context.cursor else {}
     present = set(corpora.names())
     current = {
@@ -96,6 +141,7 @@ def _reruns_of_changed(
             partition_key=name,
             run_key=f"{label}-{name}-{current[name] or 'removed'}",
             asset_selection=selection,
+            tags=tags,
         )
         for name in changed
     ]
@@ -121,8 +167,14 @@ def _prompt_files_digest(folder: Path) -> str:
     description="When a corpus's aliases.csv is added, edited or removed, re-runs entity_aliases and what is built "
     "on it (communities, reports, embeddings, layouts, exports) for that corpus.",
 )
-def alias_overrides_sensor(context: dg.SensorEvaluationContext, corpora: CorporaResource):
-    return _reruns_of_changed(context, corpora, _aliases_digest, OVERRIDES_FILE, "aliases", RESOLVED_GRAPH_ASSETS)
+def alias_overrides_sensor(
+    context: dg.SensorEvaluationContext,
+    corpora: CorporaResource,
+    chat: ChatModelResource,
+    embeddings: EmbeddingModelResource,
+):
+    tags = budget_tags(chat, embeddings)
+    return _reruns_of_changed(context, corpora, tags, _aliases_digest, OVERRIDES_FILE, "aliases", RESOLVED_GRAPH_ASSETS)
 
 
 @dg.sensor(
@@ -133,5 +185,11 @@ def alias_overrides_sensor(context: dg.SensorEvaluationContext, corpora: Corpora
     "and what is built with the prompts (the graph, claims, reports and all after them) for that corpus; "
     "model calls whose prompt did not change are answered from the cache.",
 )
-def prompt_files_sensor(context: dg.SensorEvaluationContext, corpora: CorporaResource):
-    return _reruns_of_changed(context, corpora, _prompt_files_digest, "prompt file", "prompts", PROMPTED_ASSETS)
+def prompt_files_sensor(
+    context: dg.SensorEvaluationContext,
+    corpora: CorporaResource,
+    chat: ChatModelResource,
+    embeddings: EmbeddingModelResource,
+):
+    tags = budget_tags(chat, embeddings)
+    return _reruns_of_changed(context, corpora, tags, _prompt_files_digest, "prompt file", "prompts", PROMPTED_ASSETS)
