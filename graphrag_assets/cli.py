@@ -324,6 +324,34 @@ def execute(job_name: str, corpus: str, run_config: dict, verbose: bool, tags: d
         raise UserError(f"the settings are not valid for {job_name}: {details}. Steps of this job: {steps}") from None
 
 
+def estimate(corpora: list[str], run_config: dict, as_json: bool) -> int:
+    """What indexing each corpus would cost, with no model request and no run."""
+    from .assets.estimate import estimate_corpus, estimate_table
+    from .definitions import defs
+    from .method.ingest.documents import has_documents
+
+    folders = defs.resources["corpora"]
+    names = corpora or folders.scan()[0]
+    for name in names:
+        if not has_documents(folders.folder(name)):
+            raise UserError(f"corpus folder {folders.root}/{name} holds no documents yet: add files to it")
+    chat, embeddings = defs.resources["chat"], defs.resources["embeddings"]
+    if not chat.configured:
+        print("no model is set: the offline engine indexes for nothing; the figures are what a model would be asked")
+    for name in names:
+        found = estimate_corpus(folders, name, chat, embeddings, run_config.get("ops"))
+        if as_json:
+            print(json.dumps({key: found[key] for key in ("corpus", "model", "methods")}))
+            continue
+        print(
+            f"\n{name}: {found['text_units']:,} text units, {found['text_tokens']:,} tokens; "
+            f"model {found['model']}, embeddings {found['embedding_model']}"
+        )
+        print(estimate_table(found).to_markdown(index=False))
+        print(f"\n{found['assumptions']}")
+    return 0
+
+
 def _dollars(value: str) -> float:
     """A --budget: a number of dollars above 0."""
     try:
@@ -750,6 +778,13 @@ def main(argv: list[str] | None = None) -> int:
         default=None,
         help="the files in prompts/, or the corpus's tuned prompts (graphrag-assets tune); default: as last time",
     )
+    index_parser.add_argument(
+        "--estimate",
+        action="store_true",
+        help="say what indexing would cost with each method (requests, tokens, dollars, minutes), with no model "
+        "request, and index nothing",
+    )
+    index_parser.add_argument("--json", action="store_true", help="with --estimate: one JSON object per corpus")
     for sub, what in ((index_parser, "the run's"), (ask_parser, "the answer's")):
         sub.add_argument(
             "--budget",
@@ -801,6 +836,10 @@ def main(argv: list[str] | None = None) -> int:
                 args.follow_up,
                 args.budget,
             )
+        if args.estimate:
+            return estimate(args.corpus, run_config, args.json)
+        if args.json:
+            raise UserError("--json goes with --estimate")
         return index(args.corpus, run_config, args.verbose, args.batch, args.budget)
     except KeyboardInterrupt:
         print("interrupted: nothing was recorded or published by this command", file=sys.stderr)

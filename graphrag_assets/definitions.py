@@ -11,6 +11,7 @@ import dagster as dg
 
 from .automation.corpora import alias_overrides_sensor, new_corpus_sensor, nightly_reindex, prompt_files_sensor
 from .automation.jobs import (
+    estimate_assets,
     evaluate_corpus_job,
     evaluation_assets,
     index_assets,
@@ -29,7 +30,7 @@ _KEY = dg.EnvVar(API_KEY_VARIABLE)
 
 
 defs = dg.Definitions(
-    assets=[*index_assets, *query_assets, *evaluation_assets, *tuning_assets],
+    assets=[*index_assets, *query_assets, *evaluation_assets, *tuning_assets, *estimate_assets],
     jobs=[index_corpus_job, *query_jobs, evaluate_corpus_job, tune_prompts_job],
     sensors=[
         new_corpus_sensor,

@@ -87,3 +87,56 @@ Signed for the Supplier by {signer}, and for the Buyer by {counter}.
         (folder / name).write_text(text, encoding="utf-8")
         names.append(name)
     return names
+
+
+_TOPICS = ("the harbour budget", "the ferry timetable", "the school roof", "the flood barrier", "the market licence")
+
+
+def meeting_transcripts(folder: Path, count: int, seed: int = 0) -> list[str]:
+    """`count` transcripts of a town council's meetings: short turns of named speakers, the shape of the paper's
+    podcast corpus, unlike prose or contracts."""
+    import random
+
+    pick = random.Random(seed)
+    folder.mkdir(parents=True)
+    names = []
+    for n in range(count):
+        speakers = pick.sample(_PEOPLE, 4)
+        lines = [f"Meeting {n + 1} of the Port Wren council, {1 + n % 27} May 2024.", ""]
+        for _ in range(60):
+            who, topic, other = pick.choice(speakers), pick.choice(_TOPICS), pick.choice(speakers)
+            said = pick.choice(
+                (
+                    f"I asked {other} to bring the figures on {topic}, and we still have not seen them.",
+                    f"On {topic}: the committee met twice, and {other} proposed a vote next month.",
+                    f"Thank you. {other} is right that {topic} cannot wait until the autumn.",
+                    f"For the record, {pick.choice(_COMPANIES)} sent a quote for {topic} of {pick.randint(2, 90)} "
+                    "thousand euros.",
+                    "Agreed.",
+                )
+            )
+            lines.append(f"{who.upper()}: {said}")
+        name = f"meeting-{n + 1:02d}.txt"
+        (folder / name).write_text("\n".join(lines) + "\n", encoding="utf-8")
+        names.append(name)
+    return names
+
+
+def short_notes(folder: Path, count: int, seed: int = 0) -> list[str]:
+    """`count` notes of a sentence or three each, one file apiece: many tiny documents, each a text unit."""
+    import random
+
+    pick = random.Random(seed)
+    folder.mkdir(parents=True)
+    names = []
+    for n in range(count):
+        who, company, place = pick.choice(_PEOPLE), pick.choice(_COMPANIES), pick.choice(_PLACES)
+        text = (
+            f"{who} called {company} about the delivery to {place}. "
+            + pick.choice(("It is late again.", f"{company} promised it for Friday.", "Nothing to add."))
+            + (f" Remind {pick.choice(_PEOPLE)} to check the invoice." if n % 3 == 0 else "")
+        )
+        name = f"note-{n + 1:03d}.md"
+        (folder / name).write_text(text + "\n", encoding="utf-8")
+        names.append(name)
+    return names

@@ -37,7 +37,7 @@ EVALUATION_ASSETS = (
 def test_the_asset_graph_is_what_the_readme_describes():
     repository = defs.get_repository_def()
     assert sorted(k.to_user_string() for k in repository.asset_graph.get_all_asset_keys()) == sorted(
-        INDEX_ASSETS + tuple(QUERY) + EVALUATION_ASSETS + ("tuned_prompts",)
+        INDEX_ASSETS + tuple(QUERY) + EVALUATION_ASSETS + ("tuned_prompts", "index_estimate")
     )
     assert sorted((c.asset_key.to_user_string(), c.name) for c in repository.asset_graph.asset_check_keys) == [
         ("communities", "one_community_per_level"),

@@ -7,7 +7,7 @@ import pytest
 
 from graphrag_assets.automation.corpora import alias_overrides_sensor, new_corpus_sensor, nightly_reindex
 from graphrag_assets.resources import MAX_COST_TAG, CorporaResource, EmbeddingModelResource
-from graphrag_assets_tests.corpora import split_sample
+from graphrag_assets_tests.corpora import short_notes, split_sample
 from graphrag_assets_tests.model_server import FakeOpenAIServer
 
 from .conftest import (
@@ -183,3 +183,15 @@ def paid_runs_need_a_budget(instance, resources, monkeypatch):
     monkeypatch.setenv("GRAPHRAG_PRICES", '{"gpt-4o-mini": 0}')
     with dg.build_schedule_context(instance=instance, resources=resources, scheduled_execution_time=tick) as context:
         assert [r.tags for r in nightly_reindex(context)] == [{}]
+
+
+def test_the_sensor_estimates_a_new_corpus_and_leaves_one_above_the_budget_waiting(workspace, monkeypatch):
+    short_notes(workspace.data / "small", 3)
+    short_notes(workspace.data / "large", 80)
+    paid = {"chat": chat_resource("http://127.0.0.1:9/v1", workspace.cache), "embeddings": EmbeddingModelResource()}
+    resources = {"corpora": CorporaResource(root=str(workspace.data)), **paid}
+    monkeypatch.setenv("GRAPHRAG_PRICES", '{"gpt-4o-mini": [100, 100]}')  # a token: a hundredth of a cent
+    monkeypatch.setenv("GRAPHRAG_RUN_BUDGET_USD", "5")
+    result = new_corpus_sensor(dg.build_sensor_context(instance=dg.DagsterInstance.ephemeral(), resources=resources))
+    assert [r.partition_key for r in result.run_requests] == ["small"]
+    assert result.dynamic_partitions_requests[0].partition_keys == ["small"]  # the other is still new, and waits

@@ -74,6 +74,13 @@ def new_corpus_sensor(
         context.log.warning(f"data/{folder} refused: {reason}")
     known = set(context.instance.get_dynamic_partitions(corpus_partitions.name))
     new = [name for name in names if name not in known]
+    if MAX_COST_TAG in tags:  # a paid model: each new corpus is estimated first, and one past the budget waits
+        over = _over_budget(new, float(tags[MAX_COST_TAG]), corpora, chat, embeddings)
+        for name, why in over.items():
+            context.log.warning(f"data/{name} not indexed: {why}")
+        new = [name for name in new if name not in over]
+        if not new and over:
+            return dg.SkipReason("; ".join(f"{name}: {why}" for name, why in over.items()))
     if not new:
         return dg.SkipReason(
             f"no new corpus folders ({len(names)} known"
@@ -83,6 +90,29 @@ def new_corpus_sensor(
         run_requests=[dg.RunRequest(partition_key=name, run_key=f"new-corpus-{name}", tags=tags) for name in new],
         dynamic_partitions_requests=[corpus_partitions.build_add_request(new)],
     )
+
+
+def _over_budget(
+    names: list[str],
+    budget: float,
+    corpora: CorporaResource,
+    chat: ChatModelResource,
+    embeddings: EmbeddingModelResource,
+) -> dict[str, str]:
+    """The corpora whose standard index the estimate prices above the budget (or cannot price), with why."""
+    from ..assets.estimate import estimate_corpus  # reads and chunks the corpus: only when there is one to read
+
+    over = {}
+    for name in names:
+        cost = estimate_corpus(corpora, name, chat, embeddings)["methods"]["standard"]["cost_usd"]
+        if cost is None:
+            over[name] = "its cost cannot be estimated (a model with no known price): set GRAPHRAG_PRICES"
+        elif cost > budget:
+            over[name] = (
+                f"the estimate (${cost:,.2f}) is above {RUN_BUDGET_VARIABLE} (${budget:,.2f}): raise it, or index "
+                f"it by hand (graphrag-assets index --corpus {name} --estimate shows the methods and their costs)"
+            )
+    return over
 
 
 @dg.schedule(

@@ -2,13 +2,14 @@
 
 import dagster as dg
 
-from ..assets import communities, embeddings, evaluation, exports, index, publication, query, tuning
+from ..assets import communities, embeddings, estimate, evaluation, exports, index, publication, query, tuning
 from ..assets.common import corpus_partitions
 
 index_assets = dg.load_assets_from_modules([index, communities, embeddings, exports, publication])
 query_assets = dg.load_assets_from_modules([query])
 evaluation_assets = dg.load_assets_from_modules([evaluation])
 tuning_assets = dg.load_assets_from_modules([tuning])
+estimate_assets = dg.load_assets_from_modules([estimate])
 
 index_corpus_job = dg.define_asset_job(
     "index_corpus",

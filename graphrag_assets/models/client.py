@@ -167,6 +167,18 @@ def usage_scope(client: ModelClient) -> Iterator[Usage]:
         _SCOPES.reset(token)
 
 
+def chat_request(settings: ModelSettings, messages: list[dict], params: dict | None = None) -> tuple[dict, str]:
+    """A chat request's body and the key its valid reply is cached under."""
+    request = {
+        "model": settings.model,
+        "messages": messages,
+        "temperature": settings.temperature,
+        "max_tokens": settings.max_tokens,
+        **(params or {}),
+    }
+    return request, hashlib.sha256(json.dumps(["chat", request], sort_keys=True).encode()).hexdigest()
+
+
 @dataclass(frozen=True)
 class _Reply:
     text: str
@@ -531,15 +543,7 @@ class ModelClient:
                     setattr(usage, name, getattr(usage, name) + amount)
 
     def _chat_request(self, messages: list[dict], params: dict) -> tuple[dict, str]:
-        """The request body and its cache key."""
-        request = {
-            "model": self.settings.model,
-            "messages": messages,
-            "temperature": self.settings.temperature,
-            "max_tokens": self.settings.max_tokens,
-            **params,
-        }
-        return request, hashlib.sha256(json.dumps(["chat", request], sort_keys=True).encode()).hexdigest()
+        return chat_request(self.settings, messages, params)
 
     def _from_cache(self, key: str, accept: Callable[[_Reply], T]) -> tuple[bool, T | None]:
         """(found, value) of the reply cached under `key`, checked by `accept`. An entry that fails the check

@@ -1,0 +1,171 @@
+"""What indexing a corpus will cost, before paying: the `index_estimate` asset, `graphrag-assets index --estimate`,
+and the check the new-corpus sensor makes against a run's budget. No model request is made."""
+
+import math
+
+import dagster as dg
+import diskcache
+import pandas as pd
+
+from ..method.estimate import IndexSettings, MethodEstimate, estimate_index
+from ..method.ingest.conversion import MB, Limits
+from ..method.ingest.documents import TabularColumns, read_corpus
+from ..method.ingest.text_units import chunk_documents
+from ..method.prompts import CORPUS_PROMPTS_FOLDER, PromptSet
+from ..method.tuning import index_prompt_rows
+from ..models.client import chat_request
+from ..models.prices import total_cost
+from ..resources import ChatModelResource, CorporaResource, EmbeddingModelResource
+from .common import corpus_partitions, markdown_table
+from .index import ClaimsConfig, GraphConfig, IngestConfig
+
+ASSUMPTIONS = (
+    "Counted: the text units, each unit's extraction and claims prompt, the gleaning rounds (each assumed to go "
+    "on to the last), claims on or off, and replies already cached. Modelled (Rates in method/estimate.py), from "
+    "indexes of a novella and contracts measured against the test suite's model server: reply lengths, "
+    "description summaries (0.08 a text unit), report requests (0.25 a unit; fewer for fast) and their prompts "
+    "(1,200 tokens each and a fifth of the text), and what is embedded besides the text. A real model's replies "
+    "are longer or shorter: completion tokens are the least sure figure. Prompts: prompts/ and the corpus's own "
+    "files (not tuned ones)."
+)
+
+
+def estimate_corpus(
+    corpora: CorporaResource,
+    corpus: str,
+    chat: ChatModelResource,
+    embeddings: EmbeddingModelResource,
+    ops: dict | None = None,
+) -> dict:
+    """The estimate of indexing `corpus` with every method, with the index's step settings from `ops` (a run
+    config's ops section), as {"corpus", "model", "methods": {name: {...}}, "text_units", "assumptions"}."""
+    ops = ops or {}
+    ingest = IngestConfig(**ops.get("corpus_documents", {}).get("config", {}))
+    graph = GraphConfig(**ops.get("entity_graph", {}).get("config", {}))
+    claims = ClaimsConfig(**ops.get("covariates", {}).get("config", {}))
+    folder = corpora.folder(corpus)
+    with corpora.conversion_cache() as conversions:
+        read = read_corpus(
+            folder,
+            TabularColumns(ingest.text_column, ingest.title_column or None, tuple(ingest.metadata_columns)),
+            keep_boilerplate=ingest.keep_boilerplate,
+            limits=Limits(int(ingest.max_file_mb * MB), ingest.max_document_chars),
+            conversions=conversions,
+        )
+    units, _ = chunk_documents(read.documents, ingest.chunk_size, ingest.chunk_overlap)
+    rows = index_prompt_rows({}, folder / CORPUS_PROMPTS_FOLDER, f"data/{corpus}")
+    prompts = PromptSet.of({row["id"]: row["template"] for row in rows})
+    settings = IndexSettings(
+        entity_types=tuple(graph.entity_types),
+        max_gleanings=graph.max_gleanings,
+        claims=claims.enabled,
+        claim_description=claims.claim_description,
+        claims_max_gleanings=claims.max_gleanings,
+    )
+    chat_settings = chat.settings()
+    cache = diskcache.Cache(chat_settings.cache_dir) if chat.configured and chat_settings.cache_dir else None
+    try:
+        cached = (
+            (lambda prompt: chat_request(chat_settings, [{"role": "user", "content": prompt}])[1] in cache)
+            if cache is not None
+            else None
+        )
+        found = estimate_index(units, settings, prompts, cached=cached)
+    finally:
+        if cache is not None:
+            cache.close()
+    methods = {name: _priced(e, chat, embeddings, batch=False) for name, e in found.items()}
+    methods["standard_batch"] = _priced(found["standard"], chat, embeddings, batch=True)
+    return {
+        "corpus": corpus,
+        "model": chat.model,
+        "embedding_model": embeddings.model,
+        "text_units": len(units),
+        "text_tokens": int(units["n_tokens"].sum()) if len(units) else 0,
+        "methods": methods,
+        "assumptions": ASSUMPTIONS,
+    }
+
+
+def _priced(found: MethodEstimate, chat: ChatModelResource, embeddings: EmbeddingModelResource, batch: bool) -> dict:
+    """One method's figures: requests and tokens of chat and embeddings together, dollars (None: unknown) and the
+    minutes the configured rate limits need for it (None: no limit configured, or the Batch API's day)."""
+    requests = found.chat.requests + found.embeddings.requests
+    chat_price, embedding_price = chat.settings().price(), embeddings.settings().price()
+
+    def cost(price, tokens: int, completion: int) -> float | None:
+        if not tokens and not completion:
+            return 0.0
+        if price is None:
+            return None
+        return price.cost(tokens, completion, *((tokens, completion) if batch else (0, 0)))
+
+    dollars = total_cost(
+        [
+            cost(chat_price, found.chat.prompt_tokens, found.chat.completion_tokens),
+            cost(embedding_price, found.embeddings.prompt_tokens, 0),
+        ]
+    )
+    bounds = [
+        found.chat.requests / chat.requests_per_minute if chat.requests_per_minute else None,
+        (found.chat.prompt_tokens + found.chat.completion_tokens) / chat.tokens_per_minute
+        if chat.tokens_per_minute
+        else None,
+    ]
+    known = [b for b in bounds if b is not None]
+    return {
+        "requests": requests,
+        "prompt_tokens": found.chat.prompt_tokens + found.embeddings.prompt_tokens,
+        "completion_tokens": found.chat.completion_tokens,
+        "embedding_tokens": found.embeddings.prompt_tokens,
+        "cached_requests": found.chat.cached_requests,
+        "cost_usd": None if dollars is None else round(dollars, 4),
+        "minutes": None if batch or not known else round(max(known), 1),
+    }
+
+
+def estimate_table(estimate: dict) -> pd.DataFrame:
+    """The estimate as a person reads it: a row per method."""
+    rows = []
+    for name, m in estimate["methods"].items():
+        rows.append(
+            {
+                "method": name.replace("_", " + "),
+                "requests": f"{m['requests']:,}",
+                "prompt tokens": f"{m['prompt_tokens']:,}",
+                "completion tokens": f"{m['completion_tokens']:,}",
+                "cached": f"{m['cached_requests']:,}",
+                "cost": "unknown" if m["cost_usd"] is None else f"${m['cost_usd']:,.4f}",
+                "minutes": "within 24 h"
+                if name.endswith("batch")
+                else ("no limit set" if m["minutes"] is None else f"{math.ceil(m['minutes']):,}"),
+            }
+        )
+    return pd.DataFrame(rows)
+
+
+@dg.asset(partitions_def=corpus_partitions, group_name="estimate", kinds={"python"})
+def index_estimate(
+    context: dg.AssetExecutionContext,
+    corpora: CorporaResource,
+    chat: ChatModelResource,
+    embeddings: EmbeddingModelResource,
+) -> dg.MaterializeResult:
+    """What indexing this corpus would cost with each method, before any model request: materialize it before
+    the index to see the price (the index job does not run it)."""
+    found = estimate_corpus(corpora, context.partition_key, chat, embeddings)
+    table = estimate_table(found)
+    standard = found["methods"]["standard"]
+    return dg.MaterializeResult(
+        metadata={
+            "estimate": markdown_table(table, list(table.columns), rows=len(table)),
+            "standard_cost_usd": dg.MetadataValue.text("unknown")
+            if standard["cost_usd"] is None
+            else standard["cost_usd"],
+            "standard_requests": standard["requests"],
+            "text_units": found["text_units"],
+            "model": found["model"],
+            "assumptions": dg.MetadataValue.md(found["assumptions"]),
+            "estimate_json": dg.MetadataValue.json(found),
+        }
+    )
