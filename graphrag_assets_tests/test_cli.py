@@ -9,6 +9,7 @@ import sys
 import time
 import tomllib
 
+import dagster as dg
 import duckdb
 import pytest
 import yaml
@@ -357,3 +358,8 @@ def test_an_index_ends_with_what_it_spent_on_the_run_and_in_sql(tmp_path):
         (run,) = instance.get_runs()
     assert int(run.tags["graphrag/requests"]) == by_step["requests"].sum()
     assert float(run.tags["graphrag/cost_usd"]) == pytest.approx(by_step["cost_usd"].sum())
+    with open_instance(cli.home) as instance:
+        published = instance.get_latest_materialization_event(dg.AssetKey("published_index")).asset_materialization
+    metadata = {name: value.value for name, value in published.metadata.items()}
+    assert metadata["model_requests"] == by_step["requests"].sum() and metadata["cost_usd"] > 0
+    assert metadata["cost_per_run"].startswith("![cost per index run of tiny](data:image/png;base64,")

@@ -25,7 +25,7 @@ from ..store.tables import (
     usage_totals,
 )
 from . import communities, embeddings, exports, index
-from .common import code_version, corpus_partitions, markdown_table
+from .common import code_version, corpus_partitions, markdown_table, png
 
 
 def _index_keys() -> list[dg.AssetKey]:
@@ -66,6 +66,16 @@ def published_index(context: dg.AssetExecutionContext, duckdb: DuckDBStoreResour
         tables = {table: rows for table, rows in published.items() if table != "lineage"}
         # The index's version: its assets' data versions as published, so an unchanged re-index keeps it.
         versions = latest_versions(conn, corpus, [key.to_user_string() for key in _index_keys()])
+        runs = (
+            conn.execute(
+                "SELECT min(materialized_at) AS started, sum(requests) AS requests, "
+                "CASE WHEN bool_and(cost_usd IS NOT NULL) THEN sum(cost_usd) END AS cost_usd "
+                "FROM model_usage WHERE corpus = ? GROUP BY run_id ORDER BY started",
+                [corpus],
+            ).df()
+            if table_exists_in(conn, "main", "model_usage")
+            else pd.DataFrame()
+        )
     # After the store's transaction: a kill before it leaves the last index's exports, as the store is left.
     files = [name for folder in folders[duckdb.stage] for name in publish_exports(folder, corpus, duckdb.stage)]
     for stage in leftovers:
@@ -84,6 +94,7 @@ def published_index(context: dg.AssetExecutionContext, duckdb: DuckDBStoreResour
             "tables": markdown_table(summary, ["table", "rows"], rows=len(summary)),
             "exports_published": ", ".join(files) or "none",
             **_spending(spent),
+            **({"cost_per_run": png(cost_chart(runs, corpus), f"cost per index run of {corpus}")} if len(runs) else {}),
         },
     )
 
@@ -142,3 +153,32 @@ def _spending(totals: dict | None) -> dict:
         "cost_usd": dg.MetadataValue.text("unknown") if totals["cost_usd"] is None else round(totals["cost_usd"], 6),
         "spending_sql": "SELECT * FROM model_usage WHERE corpus = '<corpus>' ORDER BY materialized_at DESC",
     }
+
+
+def cost_chart(runs: pd.DataFrame, corpus: str) -> bytes:
+    """A PNG of what each index run of the corpus spent on the model, oldest first (runs whose model has no known
+    price show their requests only)."""
+    import io
+
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    figure, axes = plt.subplots(figsize=(6, 2.6), dpi=90)
+    labels = [started.strftime("%m-%d %H:%M") for started in runs["started"]]
+    priced = runs["cost_usd"].notna()
+    axes.bar(labels, runs["cost_usd"].fillna(0.0), color=["#3b7dd8" if p else "#bbbbbb" for p in priced])
+    for x, (cost, requests) in enumerate(zip(runs["cost_usd"], runs["requests"])):
+        axes.annotate(
+            f"{requests:,} req" if pd.isna(cost) else f"${cost:,.2f}", (x, 0 if pd.isna(cost) else cost),
+            ha="center", va="bottom", fontsize=7,
+        )  # fmt: skip
+    axes.set_ylabel("US dollars")
+    axes.set_title(f"model cost per index run of {corpus} (grey: no known price)", fontsize=9)
+    axes.tick_params(axis="x", labelrotation=45, labelsize=7)
+    buffer = io.BytesIO()
+    figure.tight_layout()
+    figure.savefig(buffer, format="png")
+    plt.close(figure)
+    return buffer.getvalue()
