@@ -16,6 +16,7 @@ measured in the same run.
     .venv/bin/python scripts/benchmark.py limits [--documents 30] [--rpm 10000] [--tpm 2000000]
     .venv/bin/python scripts/benchmark.py tuning [--documents 30]
     .venv/bin/python scripts/benchmark.py serve [--questions 40] [--clients 16] [--latency 0.2]
+    .venv/bin/python scripts/benchmark.py estimate
 
 models: the model-calling part of the index of the sample corpus (extraction, claims, reports) against
   the test model server, concurrent (the
@@ -39,6 +40,8 @@ limits: a high rate limit used by the derived ceiling on requests in flight, nex
 tuning: a corpus of another domain indexed with default and with tuned prompts: see tuning_benchmark.py.
 serve: `graphrag-assets serve` answering one and many clients, against the same answers in-process: see
   serve_benchmark.py.
+estimate: `index --estimate` against the index it estimates, on four corpora of different shapes and with each
+  method: see estimate_benchmark.py.
 graph: each non-model step (communities, node2vec, UMAP, offline text embeddings) on the sample
   corpus graph and on a synthetic graph the size of the paper's podcast graph, each in a fresh
   process for its peak memory; baseline: the bare library call on the same input.
@@ -345,6 +348,7 @@ def main() -> None:
     serve.add_argument("--questions", type=int, default=40)
     serve.add_argument("--clients", type=int, default=16)
     serve.add_argument("--latency", type=float, default=0.2, help="seconds the test model server takes to answer")
+    commands.add_parser("estimate", help="the estimate of an index against the run, on corpora of four shapes")
     tuning = commands.add_parser("tuning", help="a contracts corpus indexed with default and with tuned prompts")
     tuning.add_argument("--documents", type=int, default=30, help="fictional supply agreements")
     growth = commands.add_parser("growth", help="every offline step's wall time at 5 and 50 MB, against n log n")
@@ -412,6 +416,10 @@ def main() -> None:
         from batch_benchmark import batch_benchmark
 
         batch_benchmark(args)
+    elif args.command == "estimate":
+        from estimate_benchmark import main as estimate_main
+
+        estimate_main()
     elif args.command == "serve":
         from serve_benchmark import main as serve_main
 
