@@ -7,7 +7,6 @@ A step is named by its asset (entities, covariates, text_embeddings, ...) or its
 
 import argparse
 import contextlib
-import dataclasses
 import functools
 import io
 import json
@@ -19,7 +18,6 @@ import socket
 import sys
 import time
 import traceback
-import uuid
 from pathlib import Path
 
 # Only the standard library at import: `--help` and a mistyped argument answer at once. Dagster, DuckDB and the
@@ -543,10 +541,6 @@ def ask(
     from .settings import DATABASE
 
     chat, embeddings = endpoint_settings_from_environment()
-    if budget is not None:  # the question's own cap, shared by its chat and embedding requests
-        capped = {"max_cost_usd": budget, "budget_key": f"question-{uuid.uuid4()}", "spending_file": None}
-        chat = dataclasses.replace(chat, **capped) if chat else None
-        embeddings = dataclasses.replace(embeddings, **capped) if embeddings else None
     observe = functools.partial(observe_in_dagster, instance=instance)
     service = AnswerService(DATABASE, chat=chat, embeddings=embeddings, observe=observe)
     if not follow_up:
@@ -562,6 +556,7 @@ def ask(
             dynamic=dynamic,
             follow_up=follow_up,
             asked_by="cli",
+            max_cost_usd=budget,
             **settings,
         )
     except AnswerFailed as failure:
@@ -606,11 +601,25 @@ def show_answer(found) -> None:
         print(f"  [{labels[source['kind']]} {source['number']}] {place}: {excerpt}")
 
 
-def serve(host: str, port: int, keys: str | None, cors: list[str], poll_seconds: float, rate: int) -> int:
+def serve(
+    host: str,
+    port: int,
+    keys: str | None,
+    cors: list[str],
+    poll_seconds: float,
+    rate: int,
+    question_budget: float | None = None,
+) -> int:
     from .server.app import ServerSettings, load_keys, run
 
     settings = ServerSettings(
-        host=host, port=port, keys_file=keys, cors_origins=cors, poll_seconds=poll_seconds, rate=rate
+        host=host,
+        port=port,
+        keys_file=keys,
+        cors_origins=cors,
+        poll_seconds=poll_seconds,
+        rate=rate,
+        question_budget=question_budget,
     )
     load_keys(settings)  # refused in one line before anything loads
     return run(settings, instance=_instance())
@@ -757,6 +766,13 @@ def main(argv: list[str] | None = None) -> int:
     )
     serve_parser.add_argument("--poll-seconds", type=float, default=1.0, help="how often to look for new indexes")
     serve_parser.add_argument(
+        "--question-budget",
+        type=_dollars,
+        default=None,
+        metavar="USD",
+        help="most one answer's model requests may spend, whoever asks (a request may ask for less)",
+    )
+    serve_parser.add_argument(
         "--rate", type=int, default=60, help="questions a minute per key, unless its entry says otherwise"
     )
     commands.add_parser("mcp", help="an MCP server on standard input and output, for desktop MCP clients")
@@ -812,7 +828,9 @@ def main(argv: list[str] | None = None) -> int:
         os.environ[PROGRESS_TO_TERMINAL] = "1"
     try:
         if args.command == "serve":
-            return serve(args.host, args.port, args.keys, args.cors_origin, args.poll_seconds, args.rate)
+            return serve(
+                args.host, args.port, args.keys, args.cors_origin, args.poll_seconds, args.rate, args.question_budget
+            )
         if args.command == "mcp":
             return mcp_stdio()
         if args.command == "key":

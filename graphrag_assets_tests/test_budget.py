@@ -88,7 +88,13 @@ def test_an_index_stops_at_its_budget_in_one_line_and_a_rerun_pays_only_the_rest
         cli.env["GRAPHRAG_API_BASE"] = server.base_url
         done = cli.run("index", "--corpus", "tiny", "--budget", "100")
         again = server.count()
-    assert done.returncode == 0, done.stderr
+        assert done.returncode == 0, done.stderr
+        # A question has a cap of its own: its first request would pass this one, so none is sent.
+        question = ("ask", "--corpus", "tiny", "--method", "local", "Who wrote letters?")
+        capped = cli.run(*question, "--budget", "0.0001")
+        answered = cli.run(*question, "--budget", "50")
+    assert capped.returncode == 1 and "budget of $0.0001 reached after $0.0000" in capped.stderr, capped.stderr
+    assert answered.returncode == 0, answered.stderr
     spent = next(line for line in done.stdout.splitlines() if line.strip().startswith("spent"))
     assert "replies from cache" in spent and not spent.split("model requests")[1].startswith(" (")
     # what the first run paid for is not asked again: fewer requests than a run from nothing would send

@@ -9,11 +9,13 @@ reads two publications.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import json
 import logging
 import os
 import threading
 import time
+import uuid
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -63,6 +65,15 @@ class UnknownDocument(LookupError):
 class _Loaded:
     publication: Publication
     index: Index
+
+
+def capped(chat, embeddings, max_cost_usd: float | None):
+    """The endpoints with one budget for the question's chat and embedding requests together (None: as they are);
+    BudgetReached fails the answer in one line before a request could pass it."""
+    if max_cost_usd is None:
+        return chat, embeddings
+    cap = {"max_cost_usd": max_cost_usd, "budget_key": f"question-{uuid.uuid4()}", "spending_file": None}
+    return tuple(dataclasses.replace(s, **cap) if s is not None else None for s in (chat, embeddings))
 
 
 def endpoint_settings_from_environment() -> tuple[ModelSettings | None, ModelSettings | None]:
@@ -190,6 +201,7 @@ class AnswerService:
         follow_up: str | None = None,
         asked_by: str = "local",
         allowed: Callable[[str], bool] = lambda corpus: True,
+        max_cost_usd: float | None = None,
         **method_settings: object,
     ) -> Answer:
         """Answer a question of a published corpus and record it; `follow_up` continues a recorded answer's
@@ -207,7 +219,8 @@ class AnswerService:
         loaded = self.loaded(corpus)
         options = options_for(method, question, level, dynamic, conversation, **method_settings)
         check(method, options, loaded.index, self.embeddings is not None, self.chat is not None)
-        found = answer(corpus, loaded.index, method, options, self.chat, self.embeddings, loaded.publication.version)
+        chat, embeddings = capped(self.chat, self.embeddings, max_cost_usd)
+        found = answer(corpus, loaded.index, method, options, chat, embeddings, loaded.publication.version)
         self.journal.add(corpus, found.row(asked_by))
         return found
 

@@ -43,6 +43,7 @@ class ServerSettings:
     poll_seconds: float = 1.0
     rate: int = 60  # questions a minute per key, unless its entry says otherwise
     max_body_bytes: int = 256 * 1024
+    question_budget: float | None = None  # dollars each answer may spend on the model, whoever asks
 
 
 class ServerRefused(ValueError):
@@ -140,6 +141,11 @@ class AskRequest(BaseModel):
     level: int | None = Field(None, ge=0, description="Community level: 0 is the root, deeper is finer.")
     dynamic: bool = Field(False, description="Global search: rate reports from the root down, read relevant ones.")
     follow_up: str | None = Field(None, max_length=64, description="An answer id: continue its conversation.")
+    max_cost_usd: float | None = Field(
+        None,
+        gt=0,
+        description="Most this answer's model requests may spend (dollars); the server's own cap applies too.",
+    )
 
 
 def build_app(service: AnswerService, settings: ServerSettings, keys: KeyRing | None, with_mcp: bool = True):
@@ -231,6 +237,7 @@ def build_app(service: AnswerService, settings: ServerSettings, keys: KeyRing | 
             level=body.level,
             dynamic=body.dynamic,
             follow_up=body.follow_up,
+            max_cost_usd=min(filter(None, (body.max_cost_usd, settings.question_budget)), default=None),
         )
         return answer_out(found)
 
