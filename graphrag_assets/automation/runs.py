@@ -11,7 +11,7 @@ import socket
 import dagster as dg
 
 from ..assets.publication import discard_failed_stage
-from ..resources import DuckDBStoreResource
+from ..resources import PUBLISHED_INDEX, DuckDBStoreResource
 
 PID_TAG = "graphrag/pid"
 HOST_TAG = "graphrag/host"
@@ -64,6 +64,14 @@ def abandoned_runs_sensor(context: dg.SensorEvaluationContext):
     description="Drops the staged tables and exports of an index run that failed with no retry to follow.",
 )
 def failed_stages_sensor(context: dg.RunFailureSensorContext, duckdb: DuckDBStoreResource):
+    run = context.dagster_run
+    plan = (
+        context.instance.get_execution_plan_snapshot(run.execution_plan_snapshot_id)
+        if run.execution_plan_snapshot_id
+        else None
+    )
+    if plan is None or not any(step.key == PUBLISHED_INDEX for step in plan.steps):
+        return  # the run staged nothing (a question, one asset by hand): the store is not opened for it
     with duckdb.get_connection() as conn:
         stage = discard_failed_stage(conn, context.instance, context.dagster_run)
     if stage:
