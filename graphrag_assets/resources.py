@@ -276,8 +276,11 @@ def run_with_models(
     deadlines = [e.step_deadline_seconds for e in endpoints if e.configured and e.step_deadline_seconds]
     deadline = min(deadlines) if deadlines else None
 
+    made: list[ModelClient] = []
+
     async def main() -> tuple[T, list[Usage | None]]:
         clients = [ModelClient(e.settings(), batch_ledger=batch_ledger) if e.configured else None for e in endpoints]
+        made.extend(c for c in clients if c is not None)
         try:
             return await asyncio.wait_for(work(*clients), deadline), [c.usage if c else None for c in clients]
         finally:
@@ -288,7 +291,9 @@ def run_with_models(
     try:
         return asyncio.run(main())
     except BudgetReached as reached:  # says itself what was kept and how to go on
-        raise step_failure(str(reached), retryable=False) from None
+        progress = next((c.progress for c in made if c.progress is not None), None)
+        how_far = f"{progress.what}: {progress.done} of {progress.total}" if progress else ""
+        raise step_failure(reached.saying(how_far), retryable=False) from None
     except EndpointError as error:
         raise step_failure(
             f"{error}. Replies received so far are cached; a re-run continues from them.", retryable=error.retryable

@@ -1,6 +1,7 @@
 """A budget in dollars that a run's requests never pass, with requests in flight and clients side by side."""
 
 import asyncio
+import re
 
 import pytest
 
@@ -83,6 +84,7 @@ def test_an_index_stops_at_its_budget_in_one_line_and_a_rerun_pays_only_the_rest
     assert stopped.returncode == 1
     failed = [line for line in stopped.stderr.splitlines() if line.startswith("failed:")]
     assert len(failed) == 1 and "budget of $3.0000 reached after $" in failed[0], stopped.stderr
+    assert re.search(r"reached after \$[\d.]+, [a-z ]+: \d+ of \d+: the next request", failed[0]), failed[0]
     assert 0 < first <= 3.0
     with FakeOpenAIServer() as server:
         cli.env["GRAPHRAG_API_BASE"] = server.base_url

@@ -349,4 +349,9 @@ def tell(context: dg.AssetExecutionContext, line: str, warning: bool = False) ->
 
 def step_progress(context: dg.AssetExecutionContext, what: str, total: int, client=None) -> Progress:
     """How far the step is, in the run's event log (the run page shows it) at most every 10 s and at the end."""
-    return Progress(what, total, lambda line: tell(context, line), usage=client.usage if client is not None else None)
+    progress = Progress(
+        what, total, lambda line: tell(context, line), usage=client.usage if client is not None else None
+    )
+    if client is not None:
+        client.progress = progress  # so a budget that stops the step can say how far it got
+    return progress

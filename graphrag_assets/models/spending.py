@@ -19,13 +19,18 @@ from .errors import EndpointError
 
 class BudgetReached(EndpointError):
     def __init__(self, limit: float, spent: float):
-        super().__init__(
-            f"budget of ${limit:,.4f} reached after ${spent:,.4f}: the next request could pass it, so it was not "
-            "sent. What was paid is kept (the replies are cached); run it again with a higher budget (--budget, or "
-            "the run's graphrag/max_cost_usd tag) to go on, and only what is missing is paid for",
-            retryable=False,
-        )
         self.limit, self.spent = limit, spent
+        super().__init__(self.saying(), retryable=False)
+
+    def saying(self, how_far: str = "") -> str:
+        """The one line a user reads; `how_far` is where the step got ("40 of 89 text units extracted")."""
+        return (
+            f"budget of ${self.limit:,.4f} reached after ${self.spent:,.4f}"
+            + (f", {how_far}" if how_far else "")
+            + ": the next request could pass it, so it was not sent. What was paid is kept (the replies are "
+            "cached); run it again with a higher budget (--budget, or the run's graphrag/max_cost_usd tag) to go "
+            "on, and only what is missing is paid for"
+        )
 
 
 class SpendingBudget:
