@@ -67,7 +67,9 @@ def ensure_table(conn: duckdb.DuckDBPyConnection, table: str, schema: str | None
     else:
         definition = ", ".join(f'"{name}" {kind}' for name, kind in columns.items())
         conn.execute(f'CREATE TABLE "{schema}"."{table}" ({definition})')
-    if table == "lineage":  # (a store made before the view was added gets it at its next write)
+    # The view over it, once (a store made before the view gets it at its next write). Checked before, not created
+    # "if not exists" at every write: on DuckLake each DDL statement is a catalog commit of its own.
+    if table == "lineage" and not (existing and table_exists_in(conn, schema, "model_usage")):
         view = MODEL_USAGE_VIEW.format(lineage=f'"{schema}".lineage')
         conn.execute(f'CREATE VIEW IF NOT EXISTS "{schema}".model_usage AS {view}')
     if existing:
