@@ -202,13 +202,15 @@ class ModelEndpointResource(dg.ConfigurableResource):
         "each endpoint's limits, so that together they stay within them (None: each process counts its own).",
     )
     prompt_price_per_million: float | None = Field(
-        None,
+        ModelSettings.prompt_price_per_million,
         ge=0,
         description="USD per million prompt tokens. Unset: GRAPHRAG_PRICES, else the model's listed price "
         "(genai-prices), else unknown. 0 marks the model free.",
     )
     completion_price_per_million: float | None = Field(
-        None, ge=0, description="USD per million completion tokens; unset as for the prompt price."
+        ModelSettings.completion_price_per_million,
+        ge=0,
+        description="USD per million completion tokens; unset as for the prompt price.",
     )
     batch_api: bool = Field(
         False,

@@ -8,8 +8,6 @@ import diskcache
 import pandas as pd
 
 from ..method.estimate import IndexSettings, MethodEstimate, estimate_index
-from ..method.ingest.conversion import MB, Limits
-from ..method.ingest.documents import TabularColumns, read_corpus
 from ..method.ingest.text_units import chunk_documents
 from ..method.prompts import CORPUS_PROMPTS_FOLDER, PromptSet
 from ..method.tuning import index_prompt_rows
@@ -17,7 +15,7 @@ from ..models.client import chat_request
 from ..models.prices import total_cost
 from ..resources import ChatModelResource, CorporaResource, EmbeddingModelResource
 from .common import corpus_partitions, markdown_table
-from .index import ClaimsConfig, GraphConfig, IngestConfig
+from .index import ClaimsConfig, GraphConfig, IngestConfig, read_documents
 
 ASSUMPTIONS = (
     "Counted: the text units, each unit's extraction and claims prompt, the gleaning rounds (each assumed to go "
@@ -44,14 +42,7 @@ def estimate_corpus(
     graph = GraphConfig(**ops.get("entity_graph", {}).get("config", {}))
     claims = ClaimsConfig(**ops.get("covariates", {}).get("config", {}))
     folder = corpora.folder(corpus)
-    with corpora.conversion_cache() as conversions:
-        read = read_corpus(
-            folder,
-            TabularColumns(ingest.text_column, ingest.title_column or None, tuple(ingest.metadata_columns)),
-            keep_boilerplate=ingest.keep_boilerplate,
-            limits=Limits(int(ingest.max_file_mb * MB), ingest.max_document_chars),
-            conversions=conversions,
-        )
+    read = read_documents(corpora, folder, ingest)
     units, _ = chunk_documents(read.documents, ingest.chunk_size, ingest.chunk_overlap)
     rows = index_prompt_rows({}, folder / CORPUS_PROMPTS_FOLDER, f"data/{corpus}")
     prompts = PromptSet.of({row["id"]: row["template"] for row in rows})

@@ -73,6 +73,18 @@ class IngestConfig(dg.Config):
     )
 
 
+def read_documents(corpora: CorporaResource, folder, config: IngestConfig):
+    """The corpus folder's documents, read as the ingest settings say (the index and its estimate read alike)."""
+    with corpora.conversion_cache() as conversions:
+        return read_corpus(
+            folder,
+            TabularColumns(config.text_column, config.title_column or None, tuple(config.metadata_columns)),
+            keep_boilerplate=config.keep_boilerplate,
+            limits=Limits(int(config.max_file_mb * MB), config.max_document_chars),
+            conversions=conversions,
+        )
+
+
 class IndexPromptsConfig(dg.Config):
     prompts: Literal["last", "default", "tuned"] = Field(
         "last",
@@ -191,14 +203,7 @@ def corpus_documents(
             yield publish_imported(context, conn, "base_text_units", text_units, imported)
         return
     folder = corpora.folder(context.partition_key)
-    with corpora.conversion_cache() as conversions:
-        read = read_corpus(
-            folder,
-            TabularColumns(config.text_column, config.title_column or None, tuple(config.metadata_columns)),
-            keep_boilerplate=config.keep_boilerplate,
-            limits=Limits(int(config.max_file_mb * MB), config.max_document_chars),
-            conversions=conversions,
-        )
+    read = read_documents(corpora, folder, config)
     summary = problem_summary(read.problems)
     for line in summary[:_PROBLEMS_SHOWN]:
         tell(context, f"{folder.name}/{line}", warning=True)
