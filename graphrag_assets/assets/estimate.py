@@ -1,30 +1,43 @@
 """What indexing a corpus will cost, before paying: the `index_estimate` asset, `graphrag-assets index --estimate`,
 and the check the new-corpus sensor makes against a run's budget. No model request is made."""
 
+import asyncio
 import math
 
 import dagster as dg
 import diskcache
 import pandas as pd
 
-from ..method.estimate import IndexSettings, MethodEstimate, estimate_index
+from ..method.communities.leiden import build_communities
+from ..method.entity_graph import build_entity_graph
+from ..method.estimate import (
+    ConceptGraph,
+    IndexSettings,
+    MethodEstimate,
+    ReportSettings,
+    estimate_concept_index,
+    estimate_standard_index,
+)
+from ..method.graph import aliases
 from ..method.ingest.text_units import chunk_documents
 from ..method.prompts import CORPUS_PROMPTS_FOLDER, PromptSet
 from ..method.tuning import index_prompt_rows
-from ..models.client import chat_request
+from ..models.client import chat_request, embedding_key
 from ..models.prices import total_cost
 from ..resources import ChatModelResource, CorporaResource, EmbeddingModelResource
 from .common import corpus_partitions, markdown_table
-from .index import ClaimsConfig, GraphConfig, IngestConfig, read_documents
+from .communities import CommunityConfig, ReportConfig
+from .index import AliasConfig, ClaimsConfig, GraphConfig, IngestConfig, graph_options, read_documents
 
 ASSUMPTIONS = (
     "Counted: the text units, each unit's extraction and claims prompt, the gleaning rounds (each assumed to go "
-    "on to the last), claims on or off, and replies already cached. Modelled (Rates in method/estimate.py), from "
-    "indexes of a novella and contracts measured against the test suite's model server: reply lengths, "
-    "description summaries (0.08 a text unit), report requests (0.25 a unit; fewer for fast) and their prompts "
-    "(1,200 tokens each and a fifth of the text), and what is embedded besides the text. A real model's replies "
-    "are longer or shorter: completion tokens are the least sure figure. Prompts: prompts/ and the corpus's own "
-    "files (not tuned ones)."
+    "on to the last), claims on or off, and replies already cached; for fast and lazy, which build their graph "
+    "with no model, the graph and its communities themselves, every report request fast sends and every text "
+    "either embeds. Modelled (Rates in method/estimate.py), from indexes of a novella and contracts measured "
+    "against the test suite's model server: reply lengths, and for standard the description summaries (0.08 a "
+    "text unit), report requests (0.25 a unit) and their prompts (1,200 tokens each and a fifth of the text), and "
+    "what is embedded besides the text. A real model's replies are longer or shorter: completion tokens are the "
+    "least sure figure. Prompts: prompts/ and the corpus's own files (not tuned ones)."
 )
 
 
@@ -38,9 +51,13 @@ def estimate_corpus(
     """The estimate of indexing `corpus` with every method, with the index's step settings from `ops` (a run
     config's ops section), as {"corpus", "model", "methods": {name: {...}}, "text_units", "assumptions"}."""
     ops = ops or {}
-    ingest = IngestConfig(**ops.get("corpus_documents", {}).get("config", {}))
-    graph = GraphConfig(**ops.get("entity_graph", {}).get("config", {}))
-    claims = ClaimsConfig(**ops.get("covariates", {}).get("config", {}))
+
+    def config(cls, step: str):
+        return cls(**ops.get(step, {}).get("config", {}))
+
+    ingest = config(IngestConfig, "corpus_documents")
+    graph = config(GraphConfig, "entity_graph")
+    claims = config(ClaimsConfig, "covariates")
     folder = corpora.folder(corpus)
     read = read_documents(corpora, folder, ingest)
     units, _ = chunk_documents(read.documents, ingest.chunk_size, ingest.chunk_overlap)
@@ -53,18 +70,44 @@ def estimate_corpus(
         claim_description=claims.claim_description,
         claims_max_gleanings=claims.max_gleanings,
     )
-    chat_settings = chat.settings()
-    cache = diskcache.Cache(chat_settings.cache_dir) if chat.configured and chat_settings.cache_dir else None
+    concepts = _concept_graph(
+        units, graph, config(AliasConfig, "entity_aliases"), config(CommunityConfig, "communities"), folder
+    )
+    report = config(ReportConfig, "community_reports")
+    report = ReportSettings(
+        report.max_context_tokens, report.max_report_length, report.batch_below_tokens, report.batch_size
+    )
+    chat_settings, embedding_settings = chat.settings(), embeddings.settings()
+    chat_cache = _cache(chat.configured, chat_settings.cache_dir)
+    embedding_cache = _cache(embeddings.configured, embedding_settings.cache_dir)
     try:
-        cached = (
-            (lambda prompt: chat_request(chat_settings, [{"role": "user", "content": prompt}])[1] in cache)
-            if cache is not None
+        chat_cached = (
+            (lambda messages, params=None: chat_cache.get(chat_request(chat_settings, messages, params)[1]))
+            if chat_cache is not None
             else None
         )
-        found = estimate_index(units, settings, prompts, cached=cached)
+        found = {
+            "standard": estimate_standard_index(
+                units,
+                settings,
+                prompts,
+                cached=chat_cached and (lambda prompt: chat_cached([{"role": "user", "content": prompt}]) is not None),
+            ),
+            **estimate_concept_index(
+                concepts,
+                report,
+                prompts,
+                chat_cached=chat_cached,
+                embedding_cached=(lambda text: embedding_key(embedding_settings, text) in embedding_cache)
+                if embedding_cache is not None
+                else None,
+                embedding_batch=(embeddings.batch_size, embeddings.batch_tokens),
+            ),
+        }
     finally:
-        if cache is not None:
-            cache.close()
+        for cache in (chat_cache, embedding_cache):
+            if cache is not None:
+                cache.close()
     methods = {name: _priced(e, chat, embeddings, batch=False) for name, e in found.items()}
     methods["standard_batch"] = _priced(found["standard"], chat, embeddings, batch=True)
     return {
@@ -76,6 +119,31 @@ def estimate_corpus(
         "methods": methods,
         "assumptions": ASSUMPTIONS,
     }
+
+
+def _cache(configured: bool, folder: str | None) -> diskcache.Cache | None:
+    return diskcache.Cache(folder) if configured and folder else None
+
+
+def _concept_graph(
+    units: pd.DataFrame, graph: GraphConfig, alias: AliasConfig, community: CommunityConfig, folder
+) -> ConceptGraph:
+    """The graph a fast or lazy index builds from these units, with no model, as its steps build it: noun phrases,
+    aliases confirmed by rule and by the corpus's aliases.csv, and communities."""
+    options = graph_options(graph.model_copy(update={"method": "fast"}))
+    # In the order the index reads them from the store: a concept's description is its first sentences met.
+    units = units.sort_values("id", ignore_index=True)
+    built = asyncio.run(build_entity_graph(None, units, **options))
+    table = pd.DataFrame(columns=aliases.ALIAS_COLUMNS)
+    candidates = aliases.candidate_pairs(built.entities, alias.min_name_overlap) if alias.enabled else None
+    if candidates is not None and not candidates.empty:
+        table = candidates.assign(confirmed_by="rule", accepted=aliases.confirm_by_rule(candidates))
+    table, _ = aliases.apply_overrides(table, aliases.read_overrides(folder)[0], built.entities)
+    entities, relationships = aliases.resolve(built.entities, built.relationships, table)
+    communities = build_communities(
+        entities, relationships, community.max_cluster_size, community.seed, community.use_lcc
+    )
+    return ConceptGraph(units, built.entities, entities, relationships, communities)
 
 
 def _priced(found: MethodEstimate, chat: ChatModelResource, embeddings: EmbeddingModelResource, batch: bool) -> dict:
@@ -106,6 +174,7 @@ def _priced(found: MethodEstimate, chat: ChatModelResource, embeddings: Embeddin
     known = [b for b in bounds if b is not None]
     return {
         "requests": requests,
+        "embedding_requests": found.embeddings.requests,
         "prompt_tokens": found.chat.prompt_tokens + found.embeddings.prompt_tokens,
         "completion_tokens": found.chat.completion_tokens,
         "embedding_tokens": found.embeddings.prompt_tokens,

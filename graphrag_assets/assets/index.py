@@ -249,6 +249,21 @@ def corpus_documents(
         )
 
 
+def graph_options(config: GraphConfig) -> dict:
+    """build_entity_graph's settings from the step's config; the concept settings only for the fast and lazy
+    methods (the noun-phrase graph)."""
+    concepts = config.method != "standard"
+    options = config.model_dump(
+        exclude={"method", "entity_types", "max_failed_unit_fraction", "concept_max_unit_fraction", "concept_phrases"}
+    )
+    return {
+        **options,
+        "entity_types": tuple(config.entity_types),
+        "concept_max_unit_fraction": config.concept_max_unit_fraction if concepts else None,
+        "concept_phrases": config.concept_phrases if concepts else "names",
+    }
+
+
 @dg.asset(
     deps=["tuned_prompts"],
     partitions_def=corpus_partitions,
@@ -360,20 +375,14 @@ def entity_graph(
         units = read_table(conn, "base_text_units", corpus)
         prompts = index_prompt_set(conn, corpus)
     concepts = config.method != "standard"  # the noun-phrase graph: no client, so not one request, not even a probe
-    options = config.model_dump(
-        exclude={"method", "entity_types", "max_failed_unit_fraction", "concept_max_unit_fraction", "concept_phrases"}
-    )
 
     def build(client):
         return build_entity_graph(
             client,
             units,
-            entity_types=tuple(config.entity_types),
-            concept_max_unit_fraction=config.concept_max_unit_fraction if concepts else None,
-            concept_phrases=config.concept_phrases if concepts else "names",
             progress=step_progress(context, "text units extracted", len(units), client),
             prompts=prompts,
-            **options,
+            **graph_options(config),
         )
 
     if concepts:

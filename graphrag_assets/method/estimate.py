@@ -3,22 +3,30 @@ tokens and completion tokens, of chat and of embeddings apart (their prices diff
 
 Counted: the text units (the corpus is read and chunked as the index does), each unit's extraction and claims
 prompt as the index writes it, the gleaning rounds, claims on or off, and the first requests whose replies are
-already cached (a re-index of unchanged documents pays for none of them). Modelled, from `Rates`: how much the
-model answers, and what depends on the graph it extracts (description summaries, communities and their reports,
-the text that is embedded). A change to the pipeline or the prompts that the rates do not follow makes
-`test_estimate` fail.
+already cached (a re-index of unchanged documents pays for none of them). The fast and lazy methods build their
+graph with no model, so the estimate builds it too, with their communities, and counts every report request and
+every embedded text by running the index's own code against a model that sends nothing (`DryRunChat`,
+`DryRunEmbedder`). Modelled, from `Rates`: how much the model answers, and for the standard method what depends
+on the graph it extracts (description summaries, communities and their reports, the text that is embedded). A
+change to the pipeline or the prompts that the rates do not follow makes `test_estimate` fail.
 """
 
 from __future__ import annotations
 
+import asyncio
+import json
 import math
+import re
 from collections.abc import Callable
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass
 
 import pandas as pd
 
+from . import defaults
+from .communities.reports import generate_reports
 from .defaults import MAX_GLEANINGS
-from .graph.claims import DEFAULT_CLAIM_DESCRIPTION, claims_prompt
+from .embeddings.text import embed_with_model, embedding_inputs
+from .graph.claims import COVARIATE_COLUMNS, DEFAULT_CLAIM_DESCRIPTION, claims_prompt
 from .graph.extraction import DEFAULT_ENTITY_TYPES, extraction_prompt
 from .graph.records import COMPLETION_DELIMITER, RECORD_DELIMITER, TUPLE_DELIMITER
 from .ingest.tokens import count_tokens
@@ -41,13 +49,10 @@ class Rates:
     report_requests: float = 0.25  # report requests per text unit (small communities share a request)
     report_prompt: tuple[float, float] = (1200.0, 0.20)  # a + b x text tokens, per request and per token
     report_reply: float = 250.0  # per request
-    fast_report_requests: tuple[float, float] = (0.063, 0.00014)  # per text unit, and per token of text
-    fast_report_prompt: tuple[float, float] = (500.0, 1.15)
-    fast_report_reply: float = 300.0
-    # Tokens embedded besides the text (entity descriptions, reports, concepts): per text unit, and per token
-    embedded: dict = field(
-        default_factory=lambda: {"standard": (150.0, 0.0), "fast": (25.0, 0.2), "lazy": (18.0, 0.085)}
-    )
+    fast_report_reply: float = 300.0  # completion tokens of a fast report written alone
+    fast_batch_report_reply: float = 150.0  # of each report in a reply on several communities
+    # Tokens the standard method embeds besides the text (entity descriptions, reports): per text unit
+    embedded: float = 150.0
     embedding_batch_tokens: int = 30_000  # a request of embeddings holds texts up to about this many tokens
 
 
@@ -133,14 +138,14 @@ def _gleaned(
     return total
 
 
-def estimate_index(
+def estimate_standard_index(
     units: pd.DataFrame,
     settings: IndexSettings = IndexSettings(),
     prompts: PromptSet = DEFAULT_PROMPTS,
     rates: Rates = Rates(),
     cached: Callable[[str], bool] | None = None,
-) -> dict[str, MethodEstimate]:
-    """Per method, what an index of the text units (columns `text`, `n_tokens`) will ask. `cached(prompt)` says
+) -> MethodEstimate:
+    """What a standard index of the text units (columns `text`, `n_tokens`) will ask. `cached(prompt)` says
     whether the reply to a first request with this prompt is in the cache (None: nothing is)."""
     unit_tokens = [int(n) for n in units["n_tokens"]]
     corpus_tokens = sum(unit_tokens)
@@ -179,23 +184,134 @@ def estimate_index(
     reports = max(1.0, rates.report_requests * count) if count else 0.0
     (fixed, per_token) = rates.report_prompt
     standard.add(reports, fixed * reports + per_token * text, rates.report_reply * reports)
-    fast = Requests()
-    per_unit, per_text_token = rates.fast_report_requests
-    reports = max(1.0, per_unit * count + per_text_token * text) if count else 0.0
-    (fixed, per_token) = rates.fast_report_prompt
-    fast.add(reports, fixed * reports + per_token * text, rates.fast_report_reply * reports)
     # Each step that calls the model first sends it a probe of a few tokens (a dead endpoint fails in seconds).
     standard.add(2 + settings.claims, 0)
-    fast.add(1, 0)
+    tokens = text + rates.embedded * count
+    embedded = Requests()
+    embedded.add(math.ceil(tokens / rates.embedding_batch_tokens) + 1 if tokens else 0, tokens)
+    return MethodEstimate(standard, embedded)
 
-    def embedded(method: str) -> Requests:
-        per_unit, per_token = rates.embedded[method]
-        tokens = text * (1 + per_token) + per_unit * count
-        requests = math.ceil(tokens / rates.embedding_batch_tokens) + 1 if tokens else 0
-        return Requests(requests=requests, prompt_tokens=round(tokens))
 
+@dataclass(frozen=True)
+class ReportSettings:
+    """How reports are written (the report asset config's fields of the same names)."""
+
+    max_context_tokens: int = defaults.REPORT_MAX_CONTEXT_TOKENS
+    max_report_length: int = defaults.REPORT_MAX_LENGTH
+    batch_below_tokens: int = defaults.REPORT_BATCH_BELOW_TOKENS
+    batch_size: int = defaults.REPORT_BATCH_SIZE
+
+
+_COMMUNITY_BLOCK = re.compile(r'<community id="(\d+)">')
+
+
+class DryRunChat:
+    """A chat model that sends nothing: it counts each request, and answers it with the cached reply when there is
+    one (counted as cached), else with a report of the length the rates give in the shape the prompt asks for, so
+    that the index's own report writing runs as it would against a model."""
+
+    def __init__(self, rates: Rates, cached: Callable[[list[dict], dict], str | None] | None = None):
+        self.rates, self.cached_reply, self.traffic = rates, cached, Requests()
+
+    @staticmethod
+    def _report(words: float, community: int | None = None) -> dict:
+        filler = " ".join(["word"] * max(1, round(words)))  # about a token a word, and never a row id
+        report = {"title": "report", "summary": filler, "rating": 5, "rating_explanation": "estimated"}
+        report["findings"] = [{"summary": "finding", "explanation": filler}]
+        return report if community is None else {"community": community, **report}
+
+    async def complete(self, messages: list[dict], *, parse=None, allow_truncated: bool = False, **params):
+        reply = self.cached_reply(messages, params) if self.cached_reply is not None else None
+        if reply is not None:
+            self.traffic.add(0, 0, 0, cached=1)
+            return parse(reply) if parse else reply
+        prompt = "".join(m["content"] for m in messages)
+        communities = [int(n) for n in _COMMUNITY_BLOCK.findall(prompt)]
+        if communities:
+            each = self.rates.fast_batch_report_reply / 2
+            reply = json.dumps({"reports": [self._report(each, n) for n in communities]})
+        else:
+            reply = json.dumps(self._report(self.rates.fast_report_reply / 2))
+        self.traffic.add(1, count_tokens(prompt), count_tokens(reply))
+        return parse(reply) if parse else reply
+
+    def cached(self, messages: list[dict], *, parse=None, **params):
+        return None  # `complete` answers from the cache and counts it
+
+    def remember(self, messages: list[dict], text: str, **params) -> None:
+        pass
+
+
+class DryRunEmbedder:
+    """An embedding model that sends nothing: it counts each batch the index would send (texts already cached
+    are not sent) and answers with empty vectors."""
+
+    def __init__(self, cached: Callable[[str], bool] | None = None):
+        self.is_cached, self.traffic = cached, Requests()
+
+    def cached_embeddings(self, texts: list[str]) -> list[list[float] | None]:
+        return [[0.0] if self.is_cached and self.is_cached(text) else None for text in texts]
+
+    async def embed(self, texts: list[str]) -> list[list[float]]:
+        self.traffic.add(1, sum(count_tokens(t) for t in texts))
+        return [[0.0] for _ in texts]
+
+
+@dataclass(frozen=True)
+class ConceptGraph:
+    """A fast or lazy index's graph, built as the index builds it (no model is needed for it)."""
+
+    text_units: pd.DataFrame  # the base text units: id, text, n_tokens
+    extracted: pd.DataFrame  # the entities as found, before aliases are merged: what is embedded
+    entities: pd.DataFrame  # with every alias group one entity: what communities and reports are made of
+    relationships: pd.DataFrame
+    communities: pd.DataFrame
+
+
+def estimate_concept_index(
+    graph: ConceptGraph,
+    report: ReportSettings = ReportSettings(),
+    prompts: PromptSet = DEFAULT_PROMPTS,
+    rates: Rates = Rates(),
+    chat_cached: Callable[[list[dict], dict], str | None] | None = None,
+    embedding_cached: Callable[[str], bool] | None = None,
+    embedding_batch: tuple[int, int] = (256, 50_000),
+) -> dict[str, MethodEstimate]:
+    """What a fast and a lazy index of the graph will ask: the fast one's reports, written by the index's own code
+    against a model that sends nothing, and both indexes' embeddings, batched as the index batches them.
+    `chat_cached(messages, params)` is the cached reply to a request (None: there is none); `embedding_cached(text)`
+    whether a text's vector is cached."""
+    chat = DryRunChat(rates, chat_cached)
+    reports, _ = asyncio.run(
+        generate_reports(
+            chat,
+            graph.communities,
+            graph.entities,
+            graph.relationships,
+            pd.DataFrame(columns=COVARIATE_COLUMNS),
+            graph.text_units,
+            max_context_tokens=report.max_context_tokens,
+            max_report_length=report.max_report_length,
+            batch_below_tokens=report.batch_below_tokens,
+            batch_size=report.batch_size,
+            from_sources=True,
+            templates=prompts,
+        )
+    )
+    fast_chat = chat.traffic
+    if fast_chat.requests:
+        fast_chat.add(1, 0)  # the probe before the reports
+
+    def embedded(reports: pd.DataFrame) -> Requests:
+        embedder = DryRunEmbedder(embedding_cached)
+        texts = embedding_inputs(graph.extracted, graph.text_units, reports)["text"].tolist()
+        asyncio.run(embed_with_model(embedder, texts, *embedding_batch))
+        if embedder.traffic.requests:
+            embedder.traffic.add(1, 0)  # the probe
+        return embedder.traffic
+
+    no_reports = reports.iloc[0:0]
     return {
-        "standard": MethodEstimate(standard, embedded("standard")),
-        "fast": MethodEstimate(fast, embedded("fast")),
-        "lazy": MethodEstimate(Requests(), embedded("lazy")),
+        "fast": MethodEstimate(fast_chat, embedded(reports)),
+        "lazy": MethodEstimate(Requests(), embedded(no_reports)),
     }

@@ -179,6 +179,11 @@ def chat_request(settings: ModelSettings, messages: list[dict], params: dict | N
     return request, hashlib.sha256(json.dumps(["chat", request], sort_keys=True).encode()).hexdigest()
 
 
+def embedding_key(settings: ModelSettings, text: str) -> str:
+    """The key one text's vector is cached under."""
+    return hashlib.sha256(json.dumps(["embed-text", settings.model, text]).encode()).hexdigest()
+
+
 @dataclass(frozen=True)
 class _Reply:
     text: str
@@ -681,7 +686,7 @@ class ModelClient:
             self._batches.settle(kind, body)
 
     def _embedding_key(self, text: str) -> str:
-        return hashlib.sha256(json.dumps(["embed-text", self.settings.model, text]).encode()).hexdigest()
+        return embedding_key(self.settings, text)
 
     def cached_embeddings(self, texts: list[str]) -> list[list[float] | None]:
         """The cached vector of each text, None where there is none: a batch need carry only what is new."""
