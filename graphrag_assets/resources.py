@@ -158,6 +158,10 @@ class DuckDBStoreResource(DuckDBResource):
             conn.close()
 
 
+# Told, when a step's model work fails, what each endpoint's client spent before it did (a run's totals count it).
+SpentOnFailure = Callable[["ModelEndpointResource", Usage], None]
+
+
 class ModelEndpointResource(dg.ConfigurableResource):
     """Any OpenAI-compatible endpoint (OpenAI, Azure OpenAI, Ollama, vLLM, llama.cpp's server)."""
 
@@ -254,14 +258,18 @@ class ModelEndpointResource(dg.ConfigurableResource):
         return ModelSettings(**{**fields, **budget, **overrides})
 
     def run(
-        self, work: Callable[[ModelClient | None], Awaitable[T]], batch_ledger: BatchLedger | None = None
+        self,
+        work: Callable[[ModelClient | None], Awaitable[T]],
+        batch_ledger: BatchLedger | None = None,
+        on_failure: SpentOnFailure | None = None,
     ) -> tuple[T, Usage | None]:
         """Run async work with a fresh client in its own event loop; returns its result and the usage.
 
         With no endpoint configured, `work` gets None (the offline engine) and the usage is None. With
-        `batch_ledger` (index steps that run in batch mode), requests go to the Batch API.
+        `batch_ledger` (index steps that run in batch mode), requests go to the Batch API. `on_failure` is told
+        what the client spent when the work fails.
         """
-        result, (usage,) = run_with_models([self], work, batch_ledger)
+        result, (usage,) = run_with_models([self], work, batch_ledger, on_failure)
         return result, usage
 
 
@@ -269,6 +277,7 @@ def run_with_models(
     endpoints: list[ModelEndpointResource],
     work: Callable[..., Awaitable[T]],
     batch_ledger: BatchLedger | None = None,
+    on_failure: SpentOnFailure | None = None,
 ) -> tuple[T, list[Usage | None]]:
     """Run `work(client, ...)` with one client per endpoint (None where none is configured) in one event loop.
 
@@ -279,10 +288,12 @@ def run_with_models(
     deadline = min(deadlines) if deadlines else None
 
     made: list[ModelClient] = []
+    owners: list[ModelEndpointResource] = []
 
     async def main() -> tuple[T, list[Usage | None]]:
         clients = [ModelClient(e.settings(), batch_ledger=batch_ledger) if e.configured else None for e in endpoints]
         made.extend(c for c in clients if c is not None)
+        owners.extend(e for e, c in zip(endpoints, clients) if c is not None)
         try:
             return await asyncio.wait_for(work(*clients), deadline), [c.usage if c else None for c in clients]
         finally:
@@ -291,7 +302,12 @@ def run_with_models(
                     await client.close()
 
     try:
-        return asyncio.run(main())
+        try:
+            return asyncio.run(main())
+        except BaseException:
+            for endpoint, client in zip(owners, made) if on_failure else ():
+                on_failure(endpoint, client.usage)
+            raise
     except BudgetReached as reached:  # says itself what was kept and how to go on
         progress = next((c.progress for c in made if c.progress is not None), None)
         how_far = f"{progress.what}: {progress.done} of {progress.total}" if progress else ""

@@ -3,6 +3,7 @@
 import asyncio
 import re
 
+import duckdb
 import pytest
 
 from graphrag_assets.models.client import ModelClient
@@ -86,6 +87,13 @@ def test_an_index_stops_at_its_budget_in_one_line_and_a_rerun_pays_only_the_rest
     assert len(failed) == 1 and "budget of $3.0000 reached after $" in failed[0], stopped.stderr
     assert re.search(r"reached after \$[\d.]+, [a-z ]+: \d+ of \d+: the next request", failed[0]), failed[0]
     assert 0 < first <= 3.0
+    # The step the budget stopped published nothing, and what it paid still counts: in the run's totals and in
+    # the store's model_usage view, as a failed step.
+    line = next(line for line in stopped.stdout.splitlines() if line.strip().startswith("spent"))
+    assert line.split()[1] == f"{requests:,}", (line, requests)
+    with duckdb.connect(str(cli.database), read_only=True) as conn:
+        failed_steps = conn.execute("SELECT step, requests FROM model_usage WHERE failed").fetchall()
+    assert len(failed_steps) == 1 and failed_steps[0][1] > 0, failed_steps
     with FakeOpenAIServer() as server:
         cli.env["GRAPHRAG_API_BASE"] = server.base_url
         done = cli.run("index", "--corpus", "tiny", "--budget", "100")

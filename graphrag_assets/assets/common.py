@@ -20,7 +20,13 @@ from ..method.imports import GraphRAGOutputError
 from ..method.progress import PROGRESS_TO_TERMINAL, Progress
 from ..method.prompts import DEFAULT_PROMPTS, PromptSet, prompts_version
 from ..models import Usage
-from ..resources import BATCH_API_TAG, DuckDBStoreResource, EmbeddingModelResource, ModelEndpointResource
+from ..resources import (
+    BATCH_API_TAG,
+    DuckDBStoreResource,
+    EmbeddingModelResource,
+    ModelEndpointResource,
+    SpentOnFailure,
+)
 from ..store.batch_ledger import DuckDBBatchLedger
 from ..store.tables import (
     Lineage,
@@ -29,6 +35,7 @@ from ..store.tables import (
     latest_versions,
     read_table,
     read_tables,
+    record_failed_step,
     record_lineage,
     row_count,
     table_exists,
@@ -140,6 +147,12 @@ def read_inputs(context: dg.AssetExecutionContext, conn: duckdb.DuckDBPyConnecti
     return read_tables(conn, upstream_of(context, asset), context.partition_key)
 
 
+def usage_record(model: ModelEndpointResource, usage: Usage) -> dict:
+    """A step's usage of one endpoint as the store keeps it (the model_usage view reads it)."""
+    endpoint = "embeddings" if isinstance(model, EmbeddingModelResource) else "chat"
+    return {**usage.as_metadata(model.settings()), "endpoint": endpoint}
+
+
 def lineage_for(
     context: dg.AssetExecutionContext,
     conn: duckdb.DuckDBPyConnection,
@@ -154,14 +167,7 @@ def lineage_for(
 ) -> Lineage:
     """The lineage row; `upstream` defaults to the asset's declared deps (pass it only for a table that is no asset)."""
     upstream = upstream_of(context, asset) if upstream is None else upstream
-    model_usage = (
-        {
-            **usage.as_metadata(model.settings()),
-            "endpoint": "embeddings" if isinstance(model, EmbeddingModelResource) else "chat",
-        }
-        if usage and model
-        else None
-    )
+    model_usage = usage_record(model, usage) if usage and model else None
     code = context.assets_def.code_versions_by_key.get(dg.AssetKey(asset)) or ""
     upstream_versions = latest_versions(conn, context.partition_key, upstream)
     return Lineage(
@@ -255,17 +261,40 @@ def previous_output(
     return read_table(conn, asset, corpus)
 
 
+def spent_on_failure(context: dg.AssetExecutionContext, duckdb: DuckDBStoreResource) -> SpentOnFailure:
+    """What the step's clients paid, kept in the store's failed_step_usage when it fails (it publishes no lineage
+    row then): the run's totals and the model_usage view count it."""
+
+    def keep(model: ModelEndpointResource, usage: Usage | None) -> None:
+        if usage is None or not (usage.calls or usage.batch_calls):
+            return
+        corpus = context.partition_key if context.has_partition_key else ""
+        with duckdb.get_connection() as conn:
+            record_failed_step(conn, context.op_handle.name, corpus, context.run_id, usage_record(model, usage))
+
+    return keep
+
+
 def fail_if_too_many_failed(
-    context: dg.AssetExecutionContext, what: str, failed: int, total: int, usage: Usage | None, max_fraction: float
+    context: dg.AssetExecutionContext,
+    what: str,
+    failed: int,
+    total: int,
+    usage: Usage | None,
+    max_fraction: float,
+    keep: Callable[[], None] | None = None,
 ) -> None:
     """A few failures are logged; more than `max_fraction` of `total` fail the step, so nobody ships a hollow index.
 
-    Every reply that was valid is in the response cache, so re-running the step pays only for the failures.
+    Every reply that was valid is in the response cache, so re-running the step pays only for the failures. `keep`
+    records what the step paid before it fails.
     """
     if not failed:
         return
     message = f"{failed} of {total} {what} got no valid model reply after retries"
     if failed > max_fraction * total:
+        if keep is not None:
+            keep()
         raise step_failure(
             f"{message} (more than {max_fraction:.0%}); valid replies are cached, so a re-run pays only for the "
             "failed ones",

@@ -1,5 +1,7 @@
 """Communities of the entity graph and their reports."""
 
+from functools import partial
+
 import dagster as dg
 import pandas as pd
 from pydantic import Field
@@ -25,6 +27,7 @@ from .common import (
     publish_imported,
     read_inputs,
     reuse_previous,
+    spent_on_failure,
     step_progress,
 )
 
@@ -229,8 +232,12 @@ def community_reports(
             templates=prompts,
         )
 
-    (reports, stats), usage = chat.run(work, batch_ledger(context, duckdb, chat))
-    fail_if_too_many_failed(context, "community reports", stats.failed, len(reports), usage, config.max_failed_fraction)
+    spent = spent_on_failure(context, duckdb)
+    (reports, stats), usage = chat.run(work, batch_ledger(context, duckdb, chat), spent)
+    keep = partial(spent, chat, usage)
+    fail_if_too_many_failed(
+        context, "community reports", stats.failed, len(reports), usage, config.max_failed_fraction, keep
+    )
     top = reports[reports["status"] == "ok"].sort_values(["level", "rank"], ascending=[True, False])
     quality = {
         "index_method": method,

@@ -1,5 +1,7 @@
 """Embeddings of text, documents and the graph, and their 2-D layouts."""
 
+from functools import partial
+
 import dagster as dg
 import numpy as np
 import pandas as pd
@@ -25,6 +27,7 @@ from .common import (
     publish,
     read_inputs,
     reuse_previous,
+    spent_on_failure,
 )
 
 
@@ -151,8 +154,12 @@ def text_embeddings(
         (vectors, failed_texts), usage = embeddings.run(
             lambda client: embed_with_model(client, texts, embeddings.batch_size, embeddings.batch_tokens),
             batch_ledger(context, duckdb, embeddings),
+            spent := spent_on_failure(context, duckdb),
         )
-        fail_if_too_many_failed(context, "texts to embed", failed_texts, len(texts), usage, config.max_failed_fraction)
+        keep = partial(spent, embeddings, usage)
+        fail_if_too_many_failed(
+            context, "texts to embed", failed_texts, len(texts), usage, config.max_failed_fraction, keep
+        )
         dimensions = None
     else:
         local_model = LocalEmbedder.fit(texts, config.offline_dimensions, config.seed)

@@ -1,6 +1,7 @@
 """The first half of the index: documents, text units, the entity graph and claims."""
 
 import asyncio
+from functools import partial
 from typing import Literal
 
 import dagster as dg
@@ -34,6 +35,7 @@ from .common import (
     publish,
     publish_imported,
     read_inputs,
+    spent_on_failure,
     step_progress,
     tell,
 )
@@ -385,16 +387,18 @@ def entity_graph(
             **graph_options(config),
         )
 
+    spent = spent_on_failure(context, duckdb)
     if concepts:
         graph, usage = asyncio.run(build(None)), None
     else:
-        graph, usage = chat.run(build, batch_ledger(context, duckdb, chat))
+        graph, usage = chat.run(build, batch_ledger(context, duckdb, chat), spent)
     engine = f"nlp ({config.method} method)" if concepts else chat.engine
     extraction, summaries = graph.extraction, graph.summaries
-    limit = config.max_failed_unit_fraction
-    fail_if_too_many_failed(context, "text units", len(extraction.failed_units), extraction.units, usage, limit)
+    limit, keep = config.max_failed_unit_fraction, partial(spent, chat, usage)
+    failed_units = len(extraction.failed_units)
+    fail_if_too_many_failed(context, "text units", failed_units, extraction.units, usage, limit, keep)
     summarized = summaries.summarized + summaries.failed
-    fail_if_too_many_failed(context, "description summaries", summaries.failed, summarized, usage, limit)
+    fail_if_too_many_failed(context, "description summaries", summaries.failed, summarized, usage, limit, keep)
     quality = {
         "index_method": config.method,
         **graph.extraction.as_metadata(),
@@ -532,7 +536,8 @@ def entity_aliases(
             f"{len(candidates)} candidate alias pairs: {-(-len(candidates) // config.batch_size)} model calls"
         )
         verdicts, usage = chat.run(
-            lambda client: alias_method.confirm_by_model(client, candidates, entities, config.batch_size)
+            lambda client: alias_method.confirm_by_model(client, candidates, entities, config.batch_size),
+            on_failure=spent_on_failure(context, duckdb),
         )
         table = candidates.assign(
             confirmed_by=["model" if v is not None else "unconfirmed" for v in verdicts],
@@ -624,9 +629,16 @@ def covariates(
             prompts,
         ),
         batch_ledger(context, duckdb, chat),
+        spent := spent_on_failure(context, duckdb),
     )
     fail_if_too_many_failed(
-        context, "text units", len(stats.failed_units), stats.units, usage, config.max_failed_unit_fraction
+        context,
+        "text units",
+        len(stats.failed_units),
+        stats.units,
+        usage,
+        config.max_failed_unit_fraction,
+        partial(spent, chat, usage),
     )
     with duckdb.get_connection() as conn:
         return publish(

@@ -166,8 +166,17 @@ SELECT DISTINCT u.answer_id, u.corpus, u.via, u.element_id, u.text_unit_id, t.do
 
 # What each run's model-calling steps spent, one row per step and corpus: a view over the lineage rows' usage.
 # cost_usd is NULL where the model has no known price.
+# A step that failed published nothing, so it has no lineage row; what it paid before failing is kept here.
+FAILED_STEP_USAGE = {
+    "asset": "VARCHAR",
+    "corpus": "VARCHAR",
+    "run_id": "VARCHAR",
+    "model_usage": "JSON",
+    "materialized_at": "TIMESTAMP",  # when it failed
+}
+
 MODEL_USAGE_VIEW = """
-SELECT run_id, asset AS step, corpus, materialized_at,
+SELECT run_id, asset AS step, corpus, materialized_at, failed,
        model_usage->>'model' AS model,
        coalesce(model_usage->>'endpoint', 'chat') AS endpoint,
        (model_usage->>'calls')::BIGINT AS requests,
@@ -178,7 +187,10 @@ SELECT run_id, asset AS step, corpus, materialized_at,
        (model_usage->>'retries')::BIGINT AS retries,
        (model_usage->>'failures')::BIGINT AS failed_calls,
        (model_usage->>'estimated_cost_usd')::DOUBLE AS cost_usd
-FROM {lineage} WHERE model_usage IS NOT NULL
+FROM (
+    SELECT run_id, asset, corpus, materialized_at, model_usage, false AS failed FROM {lineage}
+    UNION ALL SELECT run_id, asset, corpus, materialized_at, model_usage, true FROM "main".failed_step_usage
+) WHERE model_usage IS NOT NULL
 """
 
 # One row per materialization of an asset for a corpus (the table has its own corpus column).

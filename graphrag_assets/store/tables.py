@@ -14,7 +14,7 @@ import duckdb
 import pandas as pd
 import tenacity
 
-from .schema import LINEAGE, MODEL_USAGE_VIEW, TABLES
+from .schema import FAILED_STEP_USAGE, LINEAGE, MODEL_USAGE_VIEW, TABLES
 
 _IN_THIS_DATABASE = "table_catalog = current_database()"  # not a table of the same name in another attached database
 
@@ -69,9 +69,10 @@ def ensure_table(conn: duckdb.DuckDBPyConnection, table: str, schema: str | None
         conn.execute(f'CREATE TABLE "{schema}"."{table}" ({definition})')
     # The view over it, once (a store made before the view gets it at its next write). Checked before, not created
     # "if not exists" at every write: on DuckLake each DDL statement is a catalog commit of its own.
-    if table == "lineage" and not (existing and table_exists_in(conn, schema, "model_usage")):
+    if table == "lineage" and not (existing and _usage_view_is_current(conn, schema)):
+        _create_table(conn, "main", "failed_step_usage", FAILED_STEP_USAGE)
         view = MODEL_USAGE_VIEW.format(lineage=f'"{schema}".lineage')
-        conn.execute(f'CREATE VIEW IF NOT EXISTS "{schema}".model_usage AS {view}')
+        conn.execute(f'CREATE OR REPLACE VIEW "{schema}".model_usage AS {view}')
     if existing:
         return
     if _is_ducklake(conn) and table != "lineage":
@@ -190,6 +191,33 @@ def _lineage(conn: duckdb.DuckDBPyConnection) -> str | None:
 def _is_ducklake(conn: duckdb.DuckDBPyConnection) -> bool:
     kind = conn.execute("SELECT type FROM duckdb_databases() WHERE database_name = current_database()").fetchone()
     return bool(kind) and kind[0] == "ducklake"
+
+
+def _usage_view_is_current(conn: duckdb.DuckDBPyConnection, schema: str) -> bool:
+    """Whether the schema's model_usage view exists and counts failed steps (a store made before they were kept
+    has a view without them: it is replaced once)."""
+    found = conn.execute(
+        "SELECT sql FROM duckdb_views() WHERE view_name = 'model_usage' AND schema_name = ? "
+        "AND database_name = current_database()",
+        [schema],
+    ).fetchone()
+    return bool(found) and "failed_step_usage" in found[0]
+
+
+def _create_table(conn: duckdb.DuckDBPyConnection, schema: str, table: str, columns: dict[str, str]) -> None:
+    definition = ", ".join(f'"{name}" {kind}' for name, kind in columns.items())
+    conn.execute(f'CREATE TABLE IF NOT EXISTS "{schema}"."{table}" ({definition})')
+
+
+def record_failed_step(
+    conn: duckdb.DuckDBPyConnection, asset: str, corpus: str, run_id: str, model_usage: dict
+) -> None:
+    """What a step paid before it failed, in main (a failed run's stage is dropped; what it paid stays paid)."""
+    ensure_table(conn, "lineage", "main")  # with it, the failed steps' table and the model_usage view over both
+    conn.execute(
+        'INSERT INTO "main".failed_step_usage VALUES (?, ?, ?, ?, ?)',
+        [asset, corpus, run_id, json.dumps(model_usage), dt.datetime.now(dt.UTC).replace(tzinfo=None)],
+    )
 
 
 def record_lineage(conn: duckdb.DuckDBPyConnection, lineage: Lineage, corpus: str, version: str, rows: int) -> None:
