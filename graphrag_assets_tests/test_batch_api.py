@@ -12,7 +12,7 @@ import pandas as pd
 import pytest
 
 from graphrag_assets.store.batch_ledger import recorded_batches
-from graphrag_assets_tests.model_server import BatchFaults, FakeOpenAIServer, Faults
+from graphrag_assets_tests.model_server import REFUSAL, BatchFaults, FakeOpenAIServer, Faults
 
 from .conftest import (
     SAMPLE_CORPUS,
@@ -313,3 +313,55 @@ def test_a_batch_created_by_a_step_that_died_before_recording_it_is_found_and_pa
     assert {b["batch_id"] for b in batches_of(workspace)} == set(server.batches)  # each record names a real batch
     for name in GRAPH:
         pd.testing.assert_frame_equal(table(workspace, name), table(clean, name))
+
+
+@pytest.mark.parametrize("faults", [Faults(truncated_every=1), Faults(refusal_every=1)], ids=["cut-off", "refused"])
+def test_a_prose_reply_cut_off_or_refused_in_a_batch_is_asked_again_and_never_kept(tmp_path, faults):
+    """A batch's output lines are checked as a synchronous reply is: a summary cut off at max_tokens or refused
+    is asked again (the correction, asked in the next batch, is answered in full) and never cached."""
+    import asyncio
+    from contextlib import contextmanager
+
+    import diskcache
+    import duckdb
+
+    from graphrag_assets.method.graph.records import check_free_text
+    from graphrag_assets.models import ModelClient, ModelSettings
+    from graphrag_assets.store.batch_ledger import DuckDBBatchLedger
+
+    from .test_model_client import summary_request
+
+    prompts = [summary_request(f"E{i}", f"fact number {i}", f"another fact {i}") for i in range(8)]
+
+    @contextmanager
+    def store():
+        with duckdb.connect(str(tmp_path / "store.duckdb")) as conn:
+            yield conn
+
+    ledger = DuckDBBatchLedger(store, {"step": "summaries", "corpus": "c", "run_id": "r"}, lambda line: None)
+
+    async def ask(server: FakeOpenAIServer):
+        settings = ModelSettings(
+            model="test-model",
+            base_url=server.base_url,
+            cache_dir=str(tmp_path / "cache"),
+            batch_min_requests=2,
+            batch_gather_seconds=0.1,
+            batch_poll_seconds=0.05,
+        )
+        client = ModelClient(settings, batch_ledger=ledger)
+        try:
+            return await asyncio.gather(*(client.complete(p, parse=check_free_text) for p in prompts)), client.usage
+        finally:
+            await client.close()
+
+    with FakeOpenAIServer(faults, batch_seconds=0.1) as server:
+        answers, usage = asyncio.run(ask(server))
+        first_replies = [s for s in server.served if s.via == "batch" and s.kind == "summarize"]
+    # every prompt was first answered in a batch, and every such answer was faulty
+    assert len({s.key for s in first_replies}) == len(prompts)
+    assert usage.invalid_replies >= len(prompts) and usage.failures == 0
+    assert all(answer and REFUSAL not in answer for answer in answers)
+    with diskcache.Cache(str(tmp_path / "cache")) as cache:
+        kept = {cache[key] for key in cache}
+    assert kept == set(answers)  # only the full replies to the corrections were kept

@@ -1,6 +1,7 @@
 """The method's pure functions: chunking, record parsing, merging, offline extraction."""
 
 import asyncio
+import json
 import re
 from pathlib import Path
 
@@ -361,3 +362,50 @@ def test_a_claims_source_quote_must_come_from_its_text_unit():
     for quote in ("Marley was alive", "Your last reply was cut off; answer again"):  # invented, or the re-ask's note
         with pytest.raises(InvalidReply, match="quotes text that is not in the input"):
             check_claims_reply(claim.format(quote=quote), unit)
+
+
+def test_a_tied_vote_on_an_assertion_counts_as_not_supported():
+    """Two repeats of the judge, one for and one against: no majority, so the assertion is not supported; the
+    answer's accuracy is weighted by the assertions' scores."""
+    from graphrag_assets.method.assertions import answer_scores, assertion_checks
+
+    assertions = [{"statement": "Scrooge is mean", "score": 3}, {"statement": "Marley is dead", "score": 1}]
+    questions = pd.DataFrame(
+        [{"id": "q", "question": "Who?", "assertions": json.dumps(assertions), "question_class": "local"}]
+    )
+    answers = pd.DataFrame([{"id": "a", "question_id": "q", "condition": "C0", "answer": "text"}])
+    checks = assertion_checks(answers, questions, repeats=2)
+    votes = {(0, 0): True, (0, 1): False, (1, 0): True, (1, 1): True}  # (assertion, repeat): supported
+    verdicts = [{"supported": votes[(c.assertion, c.repeat)], "reasoning": ""} for c in checks]
+    row = answer_scores(answers, questions, checks, verdicts).iloc[0]
+    tied, held = json.loads(row["verdicts"])
+    assert (tied["supported"], tied["votes_supported"], tied["votes"]) == (False, 1, 2)
+    assert held["supported"] is True
+    assert row["assertions_supported"] == 1 and row["accuracy"] == pytest.approx(1 / 4)
+
+
+def test_after_a_small_edit_a_warm_start_moves_few_communities():
+    """The sample's offline graph clustered under seed 2, then one new entity tied to one old one: started from
+    seed 2's communities, Leiden under seed 1 keeps nearly all of them; from scratch, seed 1 gives a partition
+    of its own. What a warm start saves is those communities' reports."""
+    sample = Path(__file__).parents[1] / "data" / "a-christmas-carol" / "a-christmas-carol.txt"
+    documents = pd.DataFrame([{"id": "d", "title": "carol", "source_path": "carol.txt", "text": sample.read_text()}])
+    units, _ = chunk_documents(documents, 600, 100)
+    from graphrag_assets.method.entity_graph import build_entity_graph
+
+    graph = asyncio.run(build_entity_graph(None, units))
+    entities, relationships = graph.entities, graph.relationships
+    before = build_communities(entities, relationships, seed=2)
+    edited_entities = pd.concat(
+        [entities, entities.iloc[[0]].assign(id="new", title="NEW ENTITY", degree=1)], ignore_index=True
+    )
+    edge = relationships.iloc[[0]].assign(id="new-edge", source="NEW ENTITY", target=entities["title"].iloc[0])
+    edited_relationships = pd.concat([relationships, edge], ignore_index=True)
+
+    def moved(after: pd.DataFrame) -> int:
+        old = {(r.level, frozenset(r.entity_ids) - {"new"}) for r in after.itertuples()}
+        return sum((r.level, frozenset(r.entity_ids)) not in old for r in before.itertuples())
+
+    warm = build_communities(edited_entities, edited_relationships, seed=1, previous=before)
+    cold = build_communities(edited_entities, edited_relationships, seed=1)
+    assert moved(warm) <= 1 and moved(warm) < moved(cold), (moved(warm), moved(cold), len(before))
