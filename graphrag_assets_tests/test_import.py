@@ -4,6 +4,7 @@ import json
 import shutil
 
 import dagster as dg
+import pandas as pd
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
@@ -218,6 +219,17 @@ def test_our_export_imports_back_with_the_same_rows_and_ids(llm_index, tmp_path)
         back = workspace.sql(f"SELECT * FROM {name} WHERE corpus = ? ORDER BY id", CORPUS)
         assert len(back) == len(ours), name
         assert back["id"].tolist() == ours["id"].tolist(), name
+    # Each text comes back in its own column: a report's title is not its summary, nor its summary its full text.
+    texts = {
+        "community_reports": ["title", "summary", "full_content", "rank", "rating_explanation"],
+        "entities": ["title", "type", "description"],
+        "relationships": ["source", "target", "description", "weight"],
+        "text_units": ["text", "n_tokens"],
+    }
+    for name, columns in texts.items():
+        ours = table(source, name).set_index("id")[columns].sort_index()
+        back = workspace.sql(f"SELECT * FROM {name} WHERE corpus = ?", CORPUS).set_index("id")[columns].sort_index()
+        pd.testing.assert_frame_equal(back, ours, check_dtype=False, obj=name)
     # The hierarchy comes back whole: the same communities at every level, copies included.
     ours, back = table(source, "communities"), workspace.sql("SELECT * FROM communities WHERE corpus = ?", CORPUS)
     assert sorted(zip(ours["level"], ours["id"])) == sorted(zip(back["level"], back["id"]))
