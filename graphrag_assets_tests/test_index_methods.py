@@ -44,6 +44,8 @@ def test_a_fast_index_asks_the_model_for_reports_alone_and_they_cite_their_own_p
     assert not kinds & CHAT_KINDS_OF_EXTRACTION and {"report", "report_batch"} & kinds
     entities = materialization_metadata(result, "entities")
     assert entities["index_method"] == "fast" and entities["engine"] == "nlp (fast method)"
+    plan = materialization_metadata(result, "documents")["index_plan"]  # what every step of the run was told
+    assert "- covariates: none: a fast index extracts no claims" in plan and "from source text units" in plan
     assert workspace.sql("SELECT count(*) AS n FROM covariates")["n"][0] == 0
     settings = workspace.sql("SELECT settings FROM lineage WHERE asset = 'entities'")["settings"][0]
     assert json.loads(settings)["method"] == "fast"  # what makes a later run of another method rebuild

@@ -409,3 +409,21 @@ def test_after_a_small_edit_a_warm_start_moves_few_communities():
     warm = build_communities(edited_entities, edited_relationships, seed=1, previous=before)
     cold = build_communities(edited_entities, edited_relationships, seed=1)
     assert moved(warm) <= 1 and moved(warm) < moved(cold), (moved(warm), moved(cold), len(before))
+
+
+def test_the_index_plan_says_what_each_step_does_for_each_source_method_and_engine():
+    from graphrag_assets.method.plan import IndexPlan
+
+    standard = IndexPlan("c", None, "standard", "gpt-4o-mini")
+    assert standard.claims_skipped_because is None and standard.aliases_by_model and standard.writes_reports
+    assert standard.steps()["covariates"] == "extracted by the chat model gpt-4o-mini"
+    offline = IndexPlan("c", None, "standard", None)
+    assert offline.builds_concept_graph and not offline.aliases_by_model
+    assert offline.claims_skipped_because == "the offline engine extracts no claims"
+    lazy = IndexPlan("c", None, "lazy", "gpt-4o-mini", claims_enabled=False)
+    assert not lazy.writes_reports and lazy.claims_skipped_because == "claims are switched off"
+    assert lazy.steps()["community_reports"] == "none: a lazy index writes no reports"
+    imported = IndexPlan("c", Path("data/c/output"), "standard", "gpt-4o-mini")
+    assert imported.writes_reports and imported.claims_skipped_because is None and not imported.looks_for_aliases
+    assert set(imported.steps().values()) == {"imported from data/c/output", "none: an imported graph is kept as it is"}
+    assert list(imported.steps()) == list(standard.steps())  # the same steps, in the order they run

@@ -17,11 +17,14 @@ import pandas as pd
 
 from ..failures import step_failure
 from ..method.imports import GraphRAGOutputError
+from ..method.plan import IndexPlan
 from ..method.progress import PROGRESS_TO_TERMINAL, Progress
 from ..method.prompts import DEFAULT_PROMPTS, PromptSet, prompts_version
 from ..models import Usage
 from ..resources import (
     BATCH_API_TAG,
+    ChatModelResource,
+    CorporaResource,
     DuckDBStoreResource,
     EmbeddingModelResource,
     ModelEndpointResource,
@@ -41,6 +44,7 @@ from ..store.tables import (
     table_exists,
     write_table,
 )
+from .index_configs import AliasConfig, ClaimsConfig, GraphConfig, step_config
 
 T = TypeVar("T")
 
@@ -226,13 +230,34 @@ def reuse_previous(
     )
 
 
-def index_method(context: dg.AssetExecutionContext, conn: duckdb.DuckDBPyConnection) -> str:
-    """The corpus's index method (standard, fast or lazy): entity_graph's setting when this run builds the graph, else
-    the one recorded in the lineage of the graph the step reads (a re-execution, or a step run alone)."""
+def index_plan(
+    context: dg.AssetExecutionContext,
+    corpora: CorporaResource,
+    chat: ChatModelResource,
+    conn: duckdb.DuckDBPyConnection,
+) -> IndexPlan:
+    """The run's plan for the corpus, from its folder, the run's settings and the chat resource: the same in every
+    step of the run, so each step reads it rather than deciding anew."""
+    corpus, run = context.partition_key, context.run
+    aliases = step_config(run.run_config, AliasConfig, "entity_aliases")
+    return IndexPlan(
+        corpus,
+        imported=corpora.graphrag_output(corpus),
+        method=_index_method(context, conn),
+        chat=chat.model if chat.configured else None,
+        claims_enabled=step_config(run.run_config, ClaimsConfig, "covariates").enabled,
+        aliases_enabled=aliases.enabled,
+        aliases_on_imported=aliases.on_imported_graphs,
+    )
+
+
+def _index_method(context: dg.AssetExecutionContext, conn: duckdb.DuckDBPyConnection) -> str:
+    """entity_graph's method setting when this run builds the graph, else the one recorded in the lineage of the
+    graph the step reads (a re-execution, or a step run alone)."""
     run = context.run
-    plan = context.instance.get_execution_plan_snapshot(run.execution_plan_snapshot_id)
-    if any(step.key == "entity_graph" for step in plan.steps):
-        return run.run_config.get("ops", {}).get("entity_graph", {}).get("config", {}).get("method", "standard")
+    steps = context.instance.get_execution_plan_snapshot(run.execution_plan_snapshot_id).steps
+    if any(step.key == "entity_graph" for step in steps):
+        return step_config(run.run_config, GraphConfig, "entity_graph").method
     return (last_settings(conn, "entities", context.partition_key) or {}).get("method", "standard")
 
 

@@ -4,9 +4,8 @@ from functools import partial
 
 import dagster as dg
 import pandas as pd
-from pydantic import Field
 
-from ..method import defaults, imports
+from ..method import imports
 from ..method.communities.leiden import build_communities
 from ..method.communities.reports import REPORT_COLUMNS, REPORT_PROMPTS, SOURCE_REPORT_PROMPTS, generate_reports
 from ..method.graph.aliases import resolve
@@ -19,7 +18,7 @@ from .common import (
     corpus_partitions,
     fail_if_too_many_failed,
     from_graphrag,
-    index_method,
+    index_plan,
     index_prompt_set,
     markdown_table,
     previous_output,
@@ -30,51 +29,7 @@ from .common import (
     spent_on_failure,
     step_progress,
 )
-
-
-class CommunityConfig(dg.Config):
-    max_cluster_size: int = Field(
-        defaults.MAX_CLUSTER_SIZE,
-        ge=2,
-        description="A community larger than this is split again at the next level (Leiden).",
-    )
-    seed: int = Field(
-        defaults.COMMUNITY_SEED, description="Leiden's random seed: the same seed gives the same communities."
-    )
-    use_lcc: bool = Field(
-        False,
-        description="Cluster only the largest connected component, as GraphRAG does by default; off here so that "
-        "no entity is left out of the communities.",
-    )
-    start_from_previous: bool = Field(
-        True,
-        description="Start Leiden from the communities stored by the last run with the same settings, so that an "
-        "edit moves only the communities it touches and the rest keep their reports. Off: cluster from scratch, "
-        "as a new index of the same entities would.",
-    )
-
-
-class ReportConfig(dg.Config):
-    max_context_tokens: int = Field(
-        defaults.REPORT_MAX_CONTEXT_TOKENS,
-        ge=500,
-        description="Tokens of entities, relationships, claims and sub-reports a report is written from.",
-    )
-    max_report_length: int = Field(defaults.REPORT_MAX_LENGTH, ge=100, description="Words a report may have.")
-    batch_below_tokens: int = Field(
-        defaults.REPORT_BATCH_BELOW_TOKENS,
-        ge=0,
-        description="Communities whose context has at most this many tokens (two or three entities) are reported "
-        "several to a request, each report short; each is still cached as its own, so an edit re-asks only its own.",
-    )
-    batch_size: int = Field(
-        defaults.REPORT_BATCH_SIZE,
-        ge=1,
-        description="Small communities reported in one request at most (1: each alone).",
-    )
-    max_failed_fraction: float = Field(
-        0.05, ge=0, le=1, description="Share of reports that may fail (and stay unwritten) before the step fails."
-    )
+from .index_configs import CommunityConfig, ReportConfig
 
 
 def per_level(df: pd.DataFrame, **aggregations) -> dg.MetadataValue:
@@ -96,11 +51,16 @@ def per_level(df: pd.DataFrame, **aggregations) -> dg.MetadataValue:
     ],
 )
 def communities(
-    context: dg.AssetExecutionContext, config: CommunityConfig, corpora: CorporaResource, duckdb: DuckDBStoreResource
+    context: dg.AssetExecutionContext,
+    config: CommunityConfig,
+    chat: ChatModelResource,
+    corpora: CorporaResource,
+    duckdb: DuckDBStoreResource,
 ):
     """Hierarchical Leiden communities; level 0 is the coarsest, unsplit communities are carried down."""
     corpus = context.partition_key
-    imported = corpora.graphrag_output(corpus)
+    with duckdb.get_connection() as conn:
+        imported = index_plan(context, corpora, chat, conn).imported
     if imported:
         table = from_graphrag(imported, imports.communities)
         with duckdb.get_connection() as conn:
@@ -194,18 +154,16 @@ def community_reports(
     inputs.pop("index_prompts")
     with duckdb.get_connection() as conn:
         prompts = index_prompt_set(conn, context.partition_key)
-    imported = corpora.graphrag_output(context.partition_key)
-    if imported:
-        reports = from_graphrag(imported, imports.community_reports, inputs["communities"])
+        plan = index_plan(context, corpora, chat, conn)
+    if plan.imported:
+        reports = from_graphrag(plan.imported, imports.community_reports, inputs["communities"])
         with duckdb.get_connection() as conn:
-            yield publish_imported(context, conn, "community_reports", reports, imported)
+            yield publish_imported(context, conn, "community_reports", reports, plan.imported)
         yield every_community_reported(inputs["communities"], reports)
         return
 
-    with duckdb.get_connection() as conn:
-        method = index_method(context, conn)
-    if method == "lazy":
-        # LazyGraphRAG defers every model call to the question: no reports, by design.
+    method = plan.method
+    if not plan.writes_reports:
         context.log.info("community_reports left empty: a lazy index writes no reports")
         with duckdb.get_connection() as conn:
             yield publish(

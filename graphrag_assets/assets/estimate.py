@@ -26,8 +26,16 @@ from ..models.client import chat_request, embedding_key
 from ..models.prices import total_cost
 from ..resources import ChatModelResource, CorporaResource, EmbeddingModelResource
 from .common import corpus_partitions, markdown_table
-from .communities import CommunityConfig, ReportConfig
-from .index import AliasConfig, ClaimsConfig, GraphConfig, IngestConfig, graph_options, read_documents
+from .index import graph_options, read_documents
+from .index_configs import (
+    AliasConfig,
+    ClaimsConfig,
+    CommunityConfig,
+    GraphConfig,
+    IngestConfig,
+    ReportConfig,
+    step_config,
+)
 
 ASSUMPTIONS = (
     "Counted: the text units, each unit's extraction and claims prompt, the gleaning rounds (each assumed to go "
@@ -50,10 +58,10 @@ def estimate_corpus(
 ) -> dict:
     """The estimate of indexing `corpus` with every method, with the index's step settings from `ops` (a run
     config's ops section), as {"corpus", "model", "methods": {name: {...}}, "text_units", "assumptions"}."""
-    ops = ops or {}
+    run_config = {"ops": ops or {}}
 
     def config(cls, step: str):
-        return cls(**ops.get(step, {}).get("config", {}))
+        return step_config(run_config, cls, step)
 
     ingest = config(IngestConfig, "corpus_documents")
     graph = config(GraphConfig, "entity_graph")

@@ -2,20 +2,18 @@
 
 import asyncio
 from functools import partial
-from typing import Literal
 
 import dagster as dg
 import pandas as pd
-from pydantic import Field
 
 from ..failures import step_failure
-from ..method import defaults, imports
+from ..method import imports
 from ..method.entity_graph import build_entity_graph
 from ..method.graph import aliases as alias_method
-from ..method.graph.claims import CLAIM_PROMPTS, COVARIATE_COLUMNS, DEFAULT_CLAIM_DESCRIPTION, extract_claims
-from ..method.graph.extraction import DEFAULT_ENTITY_TYPES, EXTRACTION_PROMPTS
+from ..method.graph.claims import CLAIM_PROMPTS, COVARIATE_COLUMNS, extract_claims
+from ..method.graph.extraction import EXTRACTION_PROMPTS
 from ..method.graph.tables import link_text_units
-from ..method.ingest.conversion import ARCHIVE_EXPANSION, MB, Limits
+from ..method.ingest.conversion import MB, Limits
 from ..method.ingest.documents import TabularColumns, problem_summary, read_corpus
 from ..method.ingest.text_units import chunk_documents
 from ..method.prompts import CORPUS_PROMPTS_FOLDER
@@ -29,7 +27,7 @@ from .common import (
     corpus_partitions,
     fail_if_too_many_failed,
     from_graphrag,
-    index_method,
+    index_plan,
     index_prompt_set,
     markdown_table,
     publish,
@@ -39,40 +37,9 @@ from .common import (
     step_progress,
     tell,
 )
+from .index_configs import AliasConfig, ClaimsConfig, GraphConfig, IndexPromptsConfig, IngestConfig
 
 _PROBLEMS_SHOWN = 5  # kinds of problem said in the log and terminal; the metadata has up to 20, each with a count
-
-
-class IngestConfig(dg.Config):
-    chunk_size: int = Field(defaults.CHUNK_SIZE, ge=1, description="Tokens a text unit may have, its overlap included.")
-    chunk_overlap: int = Field(
-        defaults.CHUNK_OVERLAP,
-        ge=0,
-        description="Tokens of the previous text unit that open the next one (less than chunk_size).",
-    )
-    text_column: str = Field("text", description="CSV, JSON, JSONL and parquet files: the column that holds the text.")
-    title_column: str = Field(
-        "title", description="CSV, JSON, JSONL and parquet files: the column that holds the title, if any."
-    )
-    metadata_columns: list[str] = Field(
-        [], description="CSV, JSON, JSONL and parquet files: columns kept as document metadata."
-    )
-    max_file_mb: float = Field(
-        Limits.max_file_bytes / MB,
-        gt=0,
-        description="Files larger than this are skipped with a warning; Office files and EPUBs may also unpack to "
-        f"at most {ARCHIVE_EXPANSION} times it.",
-    )
-    max_document_chars: int = Field(
-        Limits.max_document_chars,
-        ge=1,
-        description="Text one converted file (PDF, Office, HTML, EPUB) may give; the rest is left out, with a warning.",
-    )
-    keep_boilerplate: bool = Field(
-        False,
-        description="Keep Project Gutenberg's licence header and footer, found by its '*** START/END OF THE PROJECT "
-        "GUTENBERG EBOOK' markers; left out by default so they do not become entities and communities.",
-    )
 
 
 def read_documents(corpora: CorporaResource, folder, config: IngestConfig):
@@ -85,85 +52,6 @@ def read_documents(corpora: CorporaResource, folder, config: IngestConfig):
             limits=Limits(int(config.max_file_mb * MB), config.max_document_chars),
             conversions=conversions,
         )
-
-
-class IndexPromptsConfig(dg.Config):
-    prompts: Literal["last", "default", "tuned"] = Field(
-        "last",
-        description="default: the files in prompts/. tuned: the corpus's tuned_prompts (materialize them first: "
-        "graphrag-assets tune --corpus <name>). last: what the corpus's last index used (default on its first), so "
-        "a nightly re-index keeps the corpus's choice. Either way, a file data/<corpus>/prompts/<name>.txt replaces "
-        "that prompt.",
-    )
-
-
-class GraphConfig(dg.Config):
-    method: Literal["standard", "fast", "lazy"] = Field(
-        "standard",
-        description="How the index is built. standard: the model extracts entities, relationships and claims (the "
-        "paper's method). fast: noun phrases and their co-occurrence make the graph with no model call, and the "
-        "model writes each community's report from its text units. lazy: no chat call at all; questions go to "
-        "search methods that read text units (basic, local).",
-    )
-    entity_types: list[str] = Field(list(DEFAULT_ENTITY_TYPES), description="The kinds of entity to extract.")
-    max_gleanings: int = Field(
-        defaults.MAX_GLEANINGS,
-        ge=0,
-        description="Times the model is asked for what it missed in a text unit (0: never).",
-    )
-    summary_max_input_tokens: int = Field(
-        defaults.SUMMARY_MAX_INPUT_TOKENS,
-        ge=1,
-        description="Tokens of descriptions one summary call reads; longer lists go in batches.",
-    )
-    summary_max_tokens: int = Field(
-        defaults.SUMMARY_MAX_TOKENS, ge=20, description="Tokens a description summary may have."
-    )
-    summarize_above_tokens: int = Field(
-        defaults.SUMMARIZE_ABOVE_TOKENS,
-        ge=0,
-        description="Descriptions of one element that together fit this are joined, not summarized.",
-    )
-    offline_min_mentions: int = Field(
-        defaults.OFFLINE_MIN_MENTIONS,
-        ge=1,
-        description="Noun-phrase graph (offline engine, fast and lazy methods): mentions a phrase needs to become an "
-        "entity.",
-    )
-    concept_max_unit_fraction: float = Field(
-        defaults.CONCEPT_MAX_UNIT_FRACTION,
-        gt=0,
-        le=1,
-        description="fast and lazy methods: a phrase found in more than this share of the text units is left out "
-        "(it says nothing about where a topic is).",
-    )
-    concept_phrases: Literal["names", "noun_phrases"] = Field(
-        "names",
-        description="fast and lazy methods: which phrases become concepts. names: capitalised names (people, places, "
-        "titles). noun_phrases: the noun phrases (found by TextBlob's part-of-speech chunker) that name something "
-        "particular: a proper noun, two words or more, or a hyphenated compound. A richer graph, with more "
-        "communities (and, for fast, reports: about half the standard index's chat tokens on the sample).",
-    )
-    concept_min_edge_weight: float = Field(
-        defaults.CONCEPT_MIN_EDGE_WEIGHT,
-        ge=1,
-        description="fast and lazy methods: sentences two phrases must share before they are related.",
-    )
-    max_failed_unit_fraction: float = Field(
-        0.05, ge=0, le=1, description="Share of text units whose extraction may fail before the step fails."
-    )
-
-
-class ClaimsConfig(dg.Config):
-    enabled: bool = Field(True, description="Extract claims (one more model pass over every text unit).")
-    claim_description: str = Field(DEFAULT_CLAIM_DESCRIPTION, description="What counts as a claim.")
-    entity_specs: list[str] = Field(list(DEFAULT_ENTITY_TYPES), description="The kinds of entity claims are about.")
-    max_gleanings: int = Field(
-        defaults.MAX_GLEANINGS, ge=0, description="Times the model is asked for claims it missed (0: never)."
-    )
-    max_failed_unit_fraction: float = Field(
-        0.05, ge=0, le=1, description="Share of text units whose claim extraction may fail before the step fails."
-    )
 
 
 def files_by_type(files: dict) -> str:
@@ -195,9 +83,15 @@ def files_by_type(files: dict) -> str:
     group_name="ingest",
 )
 def corpus_documents(
-    context: dg.AssetExecutionContext, config: IngestConfig, corpora: CorporaResource, duckdb: DuckDBStoreResource
+    context: dg.AssetExecutionContext,
+    config: IngestConfig,
+    chat: ChatModelResource,
+    corpora: CorporaResource,
+    duckdb: DuckDBStoreResource,
 ):
-    imported = corpora.graphrag_output(context.partition_key)
+    with duckdb.get_connection() as conn:
+        plan = index_plan(context, corpora, chat, conn)
+    imported = plan.imported
     if imported:
         documents, text_units = from_graphrag(imported, imports.documents_and_units)
         with duckdb.get_connection() as conn:
@@ -230,6 +124,7 @@ def corpus_documents(
             engine="none",
             metadata={
                 "source": "documents folder",
+                "index_plan": dg.MetadataValue.md(plan.as_markdown()),
                 "files_read": read.files_read,
                 "files": dg.MetadataValue.md(files_by_type(read.files)),
                 "problems": problems,
@@ -369,9 +264,10 @@ def entity_graph(
     duckdb: DuckDBStoreResource,
 ):
     corpus = context.partition_key
-    imported = corpora.graphrag_output(corpus)
-    if imported:
-        yield from _imported_graph(context, duckdb, imported)
+    with duckdb.get_connection() as conn:
+        plan = index_plan(context, corpora, chat, conn)
+    if plan.imported:
+        yield from _imported_graph(context, duckdb, plan.imported)
         return
     with duckdb.get_connection() as conn:
         units = read_table(conn, "base_text_units", corpus)
@@ -487,23 +383,6 @@ def relationship_endpoints_are_entities(
     )
 
 
-class AliasConfig(dg.Config):
-    enabled: bool = Field(True, description="Look for names of one entity (off: no aliases, the graph as extracted).")
-    on_imported_graphs: bool = Field(
-        False,
-        description="Also look for aliases in a graph imported from Microsoft GraphRAG: with a model configured "
-        "that costs model calls, and an import otherwise makes none.",
-    )
-    min_name_overlap: float = Field(
-        0.5,
-        ge=0,
-        le=1,
-        description="Share of name words two names must share to be a candidate pair, when neither "
-        "name holds the other.",
-    )
-    batch_size: int = Field(20, ge=1, description="Candidate pairs the model judges in one call.")
-
-
 @dg.asset(
     deps=["entities"],
     partitions_def=corpus_partitions,
@@ -524,14 +403,13 @@ def entity_aliases(
     corpus = context.partition_key
     with duckdb.get_connection() as conn:
         entities = read_table(conn, "entities", corpus)
-    wanted = config.enabled and (config.on_imported_graphs or not corpora.graphrag_output(corpus))
+        plan = index_plan(context, corpora, chat, conn)
+    wanted = plan.looks_for_aliases
     candidates = alias_method.candidate_pairs(entities, config.min_name_overlap) if wanted else None
     usage = None
-    with duckdb.get_connection() as conn:
-        method = index_method(context, conn)
     if candidates is None or candidates.empty:
         table = pd.DataFrame(columns=alias_method.ALIAS_COLUMNS)
-    elif chat.configured and method == "standard":  # a fast or lazy index pays for no model call here either
+    elif plan.aliases_by_model:
         context.log.info(
             f"{len(candidates)} candidate alias pairs: {-(-len(candidates) // config.batch_size)} model calls"
         )
@@ -591,20 +469,14 @@ def covariates(
 ) -> dg.MaterializeResult:
     """Claims about entities (subject, object, type, status, dates, quote), one LLM pass per text unit."""
     corpus = context.partition_key
-    imported = corpora.graphrag_output(corpus)
-    if imported:
-        with duckdb.get_connection() as conn:
-            return publish_imported(context, conn, "covariates", from_graphrag(imported, imports.covariates), imported)
     with duckdb.get_connection() as conn:
-        method = index_method(context, conn)
-    if not (config.enabled and chat.configured and method == "standard"):
-        reason = (
-            "claims are switched off"
-            if not config.enabled
-            else f"a {method} index extracts no claims"
-            if method != "standard"
-            else "the offline engine extracts no claims"
-        )
+        plan = index_plan(context, corpora, chat, conn)
+    if plan.imported:
+        with duckdb.get_connection() as conn:
+            covariates = from_graphrag(plan.imported, imports.covariates)
+            return publish_imported(context, conn, "covariates", covariates, plan.imported)
+    reason = plan.claims_skipped_because
+    if reason:
         context.log.info(f"covariates left empty: {reason}")
         with duckdb.get_connection() as conn:
             return publish(
