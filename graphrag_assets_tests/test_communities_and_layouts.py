@@ -21,7 +21,7 @@ from graphrag_assets.method.communities.leiden import cluster_graph
 from graphrag_assets.method.communities.reports import generate_reports, parse_report, parse_report_batch
 from graphrag_assets.method.embeddings.text import document_embeddings
 from graphrag_assets.method.graph.aliases import canonical_of
-from graphrag_assets.method.graph.records import InvalidReply
+from graphrag_assets.method.model_interface import InvalidReply
 from graphrag_assets.method.search.context import nearest
 from graphrag_assets.models import ModelClient, ModelSettings
 

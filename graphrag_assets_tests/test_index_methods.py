@@ -9,7 +9,7 @@ import pytest
 
 from graphrag_assets.method.communities.reports import parse_report
 from graphrag_assets.method.graph.aliases import resolve
-from graphrag_assets.method.graph.records import InvalidReply
+from graphrag_assets.method.model_interface import InvalidReply
 from graphrag_assets.method.offline.nlp_graph import extract_concept_graph, noun_phrases, prune_concept_graph
 
 from .conftest import SAMPLE_CORPUS, chat_resource, embedding_resource, materialization_metadata, table

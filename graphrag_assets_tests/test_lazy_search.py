@@ -5,7 +5,7 @@ import json
 
 import pytest
 
-from graphrag_assets.method.graph.records import InvalidReply
+from graphrag_assets.method.model_interface import InvalidReply
 from graphrag_assets.method.search.lazy_search import (
     Community,
     _trim,

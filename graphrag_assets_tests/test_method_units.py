@@ -15,10 +15,11 @@ from graphrag_assets.method.communities.reports import generate_reports
 from graphrag_assets.method.embeddings.node2vec import random_walks, walk_lengths
 from graphrag_assets.method.graph.claims import COVARIATE_COLUMNS, check_claims_reply
 from graphrag_assets.method.graph.extraction import merge_entities, merge_relationships, records_to_graph
-from graphrag_assets.method.graph.records import InvalidReply, parse_records
+from graphrag_assets.method.graph.records import parse_records
 from graphrag_assets.method.graph.tables import finalize_graph, link_text_units
 from graphrag_assets.method.ingest.text_units import chunk_documents
 from graphrag_assets.method.ingest.tokens import chunk_text, count_tokens
+from graphrag_assets.method.model_interface import InvalidReply
 from graphrag_assets.method.offline.nlp_graph import extract_nlp_graph
 
 BOOK = Path(__file__).parents[1] / "data" / "a-christmas-carol" / "a-christmas-carol.txt"

@@ -330,7 +330,8 @@ def test_a_cache_key_is_the_same_in_another_process():
     ],
 )
 def test_a_written_answer_is_prose_that_answers(reply, accepted):
-    from graphrag_assets.method.graph.records import InvalidReply, check_answer_text
+    from graphrag_assets.method.graph.records import check_answer_text
+    from graphrag_assets.method.model_interface import InvalidReply
 
     if accepted:
         assert check_answer_text(reply) == reply

@@ -13,7 +13,7 @@ from graphrag_assets.automation.corpora import prompt_files_sensor
 from graphrag_assets.cli import step_settings
 from graphrag_assets.definitions import index_assets, tuning_assets
 from graphrag_assets.method.embeddings.text import LocalEmbedder
-from graphrag_assets.method.graph.records import InvalidReply
+from graphrag_assets.method.model_interface import InvalidReply
 from graphrag_assets.method.tuning import entity_type_list, example_records, parse_profile, sample_text_units
 from graphrag_assets.resources import CorporaResource
 from graphrag_assets_tests.corpora import supply_contracts

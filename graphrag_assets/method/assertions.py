@@ -14,7 +14,8 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
-from .graph.records import ChatModel, InvalidReply, parse_json_reply
+from .graph.records import parse_json_reply
+from .model_interface import ChatModel, InvalidReply
 from .prompts import user_message
 
 ALL_CLASSES = "all"

@@ -10,9 +10,9 @@ import pandas as pd
 
 from . import defaults
 from .graph.extraction import DEFAULT_ENTITY_TYPES, ExtractionStats, extract_graph
-from .graph.records import ChatModel
 from .graph.summaries import SummaryStats, summarize_descriptions
 from .graph.tables import finalize_graph
+from .model_interface import ChatModel
 from .offline.nlp_graph import extract_concept_graph, extract_nlp_graph, prune_concept_graph
 from .progress import Progress
 from .prompts import DEFAULT_PROMPTS, PromptSet

@@ -18,7 +18,8 @@ import numpy as np
 import pandas as pd
 
 from . import defaults
-from .graph.records import ChatModel, Embedder, InvalidReply, check_free_text, parse_json_reply
+from .graph.records import check_free_text, parse_json_reply
+from .model_interface import ChatModel, Embedder, InvalidReply
 from .prompts import user_message
 from .search.context import Index, SearchResult, windows
 from .search.global_search import MAP_HEADERS, global_search, report_records, text_summary_search, unit_records

@@ -21,15 +21,9 @@ import pandas as pd
 from .communities.reports import REPORT_PROMPTS, SOURCE_REPORT_PROMPTS
 from .graph.claims import CLAIM_PROMPTS
 from .graph.extraction import DEFAULT_ENTITY_TYPES, EXTRACTION_PROMPTS, check_graph_reply, records_to_graph
-from .graph.records import (
-    COMPLETION_DELIMITER,
-    RECORD_DELIMITER,
-    TUPLE_DELIMITER,
-    ChatModel,
-    InvalidReply,
-    parse_json_reply,
-)
+from .graph.records import COMPLETION_DELIMITER, RECORD_DELIMITER, TUPLE_DELIMITER, parse_json_reply
 from .ingest.tokens import count_tokens, truncate_to_tokens
+from .model_interface import ChatModel, InvalidReply
 from .prompts import Prompt, load_prompt, user_message
 from .words import STOPWORDS, split_sentences
 

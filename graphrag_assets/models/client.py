@@ -39,8 +39,8 @@ import numpy as np
 import openai
 from tenacity import AsyncRetrying, retry_if_exception, stop_after_attempt, wait_random_exponential
 
-from ..method.graph.records import InvalidReply
 from ..method.ingest.tokens import count_tokens
+from ..method.model_interface import InvalidReply
 from .batches import SEND_NOW, BatchLedger, BatchQueue, BatchSettings
 from .budgets import budget
 from .errors import EndpointError

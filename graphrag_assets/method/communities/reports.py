@@ -13,7 +13,8 @@ from dataclasses import dataclass, field, replace
 import pandas as pd
 
 from .. import defaults
-from ..graph.records import ChatModel, InvalidReply, parse_json_reply
+from ..graph.records import parse_json_reply
+from ..model_interface import ChatModel, InvalidReply
 from ..offline.extractive import WordCases, extractive_report
 from ..progress import Progress
 from ..prompts import DEFAULT_PROMPTS, PromptSet

@@ -23,10 +23,11 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from ..model_interface import ChatModel, InvalidReply
 from ..prompts import user_message
 from ..schema import columns
 from ..words import STOPWORDS, terms
-from .records import ChatModel, InvalidReply, parse_json_reply
+from .records import parse_json_reply
 
 ALIAS_COLUMNS = columns("entity_aliases")
 OVERRIDES_FILE = "aliases.csv"

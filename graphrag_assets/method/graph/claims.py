@@ -8,6 +8,7 @@ import hashlib
 import pandas as pd
 
 from ..defaults import MAX_GLEANINGS
+from ..model_interface import ChatModel, InvalidReply
 from ..progress import Progress
 from ..prompts import DEFAULT_PROMPTS, PromptSet
 from ..schema import columns
@@ -16,8 +17,6 @@ from .records import (
     COMPLETION_DELIMITER,
     RECORD_DELIMITER,
     TUPLE_DELIMITER,
-    ChatModel,
-    InvalidReply,
     check_records_reply,
     complete_with_gleaning,
     parse_records,

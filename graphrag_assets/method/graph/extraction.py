@@ -10,13 +10,13 @@ from dataclasses import dataclass, field
 import pandas as pd
 
 from ..defaults import MAX_GLEANINGS
+from ..model_interface import ChatModel
 from ..progress import Progress
 from ..prompts import DEFAULT_PROMPTS, PromptSet
 from .records import (
     COMPLETION_DELIMITER,
     RECORD_DELIMITER,
     TUPLE_DELIMITER,
-    ChatModel,
     check_records_reply,
     complete_with_gleaning,
     parse_records,

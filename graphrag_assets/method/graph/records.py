@@ -14,52 +14,15 @@ import json
 import re
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Protocol, TypeVar
 
 import json_repair
 
-T = TypeVar("T")
+from ..model_interface import ChatModel, InvalidReply
 
 TUPLE_DELIMITER = "<|>"
 RECORD_DELIMITER = "##"
 COMPLETION_DELIMITER = "<|COMPLETE|>"
 _RECORD = re.compile(r"^\s*\((.*)\)\s*$", re.DOTALL)
-
-
-class InvalidReply(ValueError):
-    """A reply that does not answer what the prompt asked: cut off, refused, empty or in the wrong format."""
-
-
-class ChatModel(Protocol):
-    """What the method needs of a chat model.
-
-    `parse` turns the reply text into what the caller needs, raising InvalidReply when the reply does
-    not answer the prompt; the model then asks again, and caches only replies that parse. The result
-    is None when no valid reply came after every retry.
-    """
-
-    async def complete(
-        self,
-        messages: list[dict],
-        *,
-        parse: Callable[[str], T] | None = None,
-        allow_truncated: bool = False,
-        **params: object,
-    ) -> T | str | None: ...
-
-    def cached(
-        self, messages: list[dict], *, parse: Callable[[str], T] | None = None, **params: object
-    ) -> T | str | None:
-        """The valid cached reply to this request, or None: what `complete` would answer without a call."""
-
-    def remember(self, messages: list[dict], text: str, **params: object) -> None:
-        """Keep a checked reply to this request that came another way (several requests answered in one)."""
-
-
-class Embedder(Protocol):
-    """What the method needs of an embedding model: one vector per text, None when the batch failed for good."""
-
-    async def embed(self, texts: list[str]) -> list[list[float]] | None: ...
 
 
 @dataclass

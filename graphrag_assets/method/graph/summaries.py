@@ -6,8 +6,9 @@ import asyncio
 from dataclasses import dataclass
 
 from ..ingest.tokens import count_tokens
+from ..model_interface import ChatModel
 from ..prompts import DEFAULT_PROMPTS, PromptSet
-from .records import ChatModel, check_free_text
+from .records import check_free_text
 
 
 @dataclass

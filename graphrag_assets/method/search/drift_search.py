@@ -5,7 +5,8 @@ from __future__ import annotations
 import asyncio
 import re
 
-from ..graph.records import ChatModel, Embedder, InvalidReply, check_answer_text, parse_json_reply
+from ..graph.records import check_answer_text, parse_json_reply
+from ..model_interface import ChatModel, Embedder, InvalidReply
 from ..prompts import user_message
 from .context import (
     EXTRACTIVE_LABEL,

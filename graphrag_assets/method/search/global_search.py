@@ -11,7 +11,8 @@ from __future__ import annotations
 import asyncio
 import random
 
-from ..graph.records import ChatModel, Embedder, InvalidReply, check_answer_text, parse_json_reply
+from ..graph.records import check_answer_text, parse_json_reply
+from ..model_interface import ChatModel, Embedder, InvalidReply
 from ..offline.answers import BROAD_WORDS, best_sentences, clean_sentence, extractive_answer, terms, terms_in_order
 from ..prompts import load_prompt, user_message
 from ..words import split_sentences

@@ -20,8 +20,9 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from ..graph.records import ChatModel, Embedder, InvalidReply, check_answer_text, parse_json_reply
+from ..graph.records import check_answer_text, parse_json_reply
 from ..ingest.tokens import count_tokens, truncate_to_tokens
+from ..model_interface import ChatModel, Embedder, InvalidReply
 from ..offline.answers import best_sentences, extractive_answer, overlap_score, terms_in_order
 from ..prompts import user_message
 from ..words import split_sentences

@@ -10,8 +10,9 @@ from dataclasses import dataclass
 
 import pandas as pd
 
-from ..graph.records import ChatModel, Embedder, check_answer_text
+from ..graph.records import check_answer_text
 from ..ingest.tokens import count_tokens
+from ..model_interface import ChatModel, Embedder
 from ..offline.answers import cited_sentences
 from ..prompts import user_message
 from .context import Index, SearchResult, conversation_block, csv_line, embed_query, pack, with_recent_turns

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import re
 
-from ..graph.records import ChatModel, Embedder
+from ..model_interface import ChatModel, Embedder
 from ..prompts import user_message
 from .context import Index, SearchResult
 from .local_search import local_context_for
