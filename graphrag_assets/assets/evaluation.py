@@ -9,7 +9,6 @@ paying twice.
 import asyncio
 import hashlib
 import json
-import re
 from pathlib import Path
 
 import dagster as dg
@@ -329,11 +328,10 @@ def evaluation_answers(
     """Every question answered under every condition: C0-C3 (global search), TS and SS (paper section 3.3)."""
     require_model(chat)
     corpus = context.partition_key
-    unknown = [c for c in config.conditions if not re.fullmatch(r"C\d+|TS|SS|LGR[1-9]\d*", c)]
-    if unknown:
-        raise step_failure(
-            f"unknown conditions {unknown}: use C<level>, TS, SS or LGR<relevance budget> (LGR100)", retryable=False
-        )
+    try:
+        parsed = [ev.Condition.parse(c) for c in dict.fromkeys(config.conditions)]
+    except ValueError as unknown:
+        raise step_failure(str(unknown), retryable=False) from None
     try:
         with duckdb.get_connection() as conn:
             questions = read_table(conn, "evaluation_questions", corpus)
@@ -343,8 +341,8 @@ def evaluation_answers(
         raise step_failure(str(problem), retryable=False) from None
     # Global search needs reports of its level: a level the corpus lacks, or a lazy index (no reports), skips it.
     no_reports = index.reports.empty
-    skipped = [c for c in config.conditions if c.startswith("C") and (no_reports or int(c[1:]) not in index.levels)]
-    conditions = [c for c in dict.fromkeys(config.conditions) if c not in skipped]
+    skipped = [c.name for c in parsed if c.level is not None and (no_reports or c.level not in index.levels)]
+    conditions = [c.name for c in parsed if c.name not in skipped]
     if skipped:
         why = "a lazy index has no community reports" if no_reports else f"this corpus has levels {index.levels}"
         context.log.warning(f"conditions {skipped} skipped: {why}")

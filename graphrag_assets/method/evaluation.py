@@ -160,23 +160,49 @@ def generation_calls(personas: int, tasks: int, describe: bool, classes: list[st
     return calls + units * ("data_local" in classes) + ("data_global" in classes)
 
 
-def lazy_budget(condition: str) -> int | None:
-    """The relevance budget of an LGR<budget> condition (lazy search), else None."""
-    return int(condition[3:]) if condition.startswith("LGR") else None
+_CONDITION = re.compile(r"(?P<kind>C|LGR)(?P<number>\d+)|TS|SS")
+
+
+@dataclass(frozen=True)
+class Condition:
+    """One of the conditions answers are compared under: C<level> (global search over that level's reports), TS
+    (map-reduce over the source text), SS (vector search over it), LGR<budget> (lazy search with that relevance
+    budget). Parsed here and nowhere else."""
+
+    name: str
+    level: int | None = None  # of C<level>
+    budget: int | None = None  # of LGR<budget>
+
+    @classmethod
+    def parse(cls, name: str) -> Condition:
+        found = _CONDITION.fullmatch(name)
+        if not found or (found["kind"] == "LGR" and int(found["number"]) < 1):
+            raise ValueError(f"unknown condition {name!r}: use C<level>, TS, SS or LGR<relevance budget> (LGR100)")
+        number = int(found["number"]) if found["number"] else None
+        return cls(name, number if found["kind"] == "C" else None, number if found["kind"] == "LGR" else None)
+
+    @property
+    def order(self) -> tuple:
+        """The paper's order: C0, C1, ... then TS, then the others by name (LGR..., SS)."""
+        return (0, self.level) if self.level is not None else (1, self.name != "TS", self.name)
+
+
+def condition_order(condition: str) -> tuple:
+    return Condition.parse(condition).order
 
 
 def condition_calls(index: Index, condition: str, window: int) -> int:
     """Chat calls one answer under `condition` makes, at most: a map call per window of records, then the reduce;
     for lazy search, the refinement, a relevance test per community visit, a claims call per community found
     relevant, and an answer per sub-question with the reduce."""
-    if condition == "SS":
+    parsed = Condition.parse(condition)
+    if parsed.name == "SS":
         return 1
-    budget = lazy_budget(condition)
-    if budget is not None:
-        visits = -(-budget // defaults.LAZY_UNITS_PER_VISIT)
+    if parsed.budget is not None:
+        visits = -(-parsed.budget // defaults.LAZY_UNITS_PER_VISIT)
         return 1 + 2 * visits + defaults.LAZY_MAX_SUB_QUESTIONS + 1
-    records = unit_records(index) if condition == "TS" else report_records(index, level=int(condition[1:]))
-    kind = "text_units" if condition == "TS" else "reports"
+    records = unit_records(index) if parsed.name == "TS" else report_records(index, level=parsed.level)
+    kind = "text_units" if parsed.name == "TS" else "reports"
     return len(windows(records, MAP_HEADERS[kind], window)) + 1
 
 
@@ -192,14 +218,14 @@ async def answer_under(
     """An answer under one condition (C<level>, TS, SS, LGR<budget>), by the query methods' own code, with the same
     context window and answer format for every condition."""
     common = {"question": question, "response_type": response_type}
-    budget = lazy_budget(condition)
-    if budget is not None:
+    parsed = Condition.parse(condition)
+    if parsed.budget is not None:
         return await lazy_search(
             chat,
             embedder,
             index,
             **common,
-            relevance_budget=budget,
+            relevance_budget=parsed.budget,
             max_sub_questions=defaults.LAZY_MAX_SUB_QUESTIONS,
             units_per_visit=defaults.LAZY_UNITS_PER_VISIT,
             patience=defaults.LAZY_PATIENCE,
@@ -207,12 +233,12 @@ async def answer_under(
             claim_passage_tokens=defaults.LAZY_CLAIM_PASSAGE_TOKENS,
             max_context_tokens=window,
         )
-    if condition == "SS":
+    if parsed.name == "SS":
         return await basic_search(
             chat, embedder, index, **common, top_k=len(index.text_units), max_context_tokens=window
         )
     map_reduce = {"map_window_tokens": window, "reduce_window_tokens": window, "seed": 42}
-    if condition == "TS":
+    if parsed.name == "TS":
         return await text_summary_search(chat, embedder, index, **common, **map_reduce)
     return await global_search(
         chat,
@@ -220,7 +246,7 @@ async def answer_under(
         index,
         **common,
         **map_reduce,
-        community_level=int(condition[1:]),
+        community_level=parsed.level,
         dynamic_community_selection=False,
         dynamic_threshold=1,
     )
@@ -378,11 +404,6 @@ async def answer_claims(chat: ChatModel, answer: str) -> list[str] | None:
         parse=string_list("claims"),
         response_format={"type": "json_object"},
     )
-
-
-def condition_order(condition: str) -> tuple:
-    """The paper's order: C0, C1, ... then TS, then SS."""
-    return (0, int(condition[1:])) if condition[1:].isdigit() else (1, condition != "TS", condition)
 
 
 def claim_agreement(claims: pd.DataFrame, judgements: pd.DataFrame, thresholds: list[float]) -> pd.DataFrame:
