@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import os
 
+from .method.prompts import use_prompts_dir
 from .models.prices import PriceRefused, prices_from_environment
 
 # Where the project keeps what it makes (store, response cache, vector indexes, exports), unless each is set apart.
@@ -19,6 +20,9 @@ VECTOR_INDEX_DIR = os.getenv("GRAPHRAG_VECTOR_INDEX_DIR", f"{STATE_DIR}/vector-i
 DATA_DIR = os.getenv("GRAPHRAG_DATA_DIR", "data")
 RATE_LIMITS_FILE = f"{STATE_DIR}/rate-limits.sqlite"
 SPENDING_FILE = f"{STATE_DIR}/spending.sqlite"  # what each run with a budget has spent and holds (models/spending.py)
+PROMPTS_DIR = os.getenv("GRAPHRAG_PROMPTS_DIR")  # a copy of prompts/ to read instead (the method reads no variable)
+if PROMPTS_DIR:
+    use_prompts_dir(PROMPTS_DIR)
 
 
 def answer_queue_path(database: str = DATABASE) -> str:

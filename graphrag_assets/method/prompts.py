@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import hashlib
-import os
 from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
@@ -12,8 +11,17 @@ DEFAULT_PROMPTS_DIR = Path(__file__).resolve().parents[2] / "prompts"
 CORPUS_PROMPTS_FOLDER = "prompts"  # data/<corpus>/prompts/<name>.txt: a corpus's own prompt, in place of the file here
 
 
+_prompts_dir = DEFAULT_PROMPTS_DIR
+
+
+def use_prompts_dir(folder: str | Path) -> None:
+    """Read the prompt files from `folder` instead of prompts/ (settings.py does, for GRAPHRAG_PROMPTS_DIR)."""
+    global _prompts_dir
+    _prompts_dir = Path(folder)
+
+
 def prompts_dir() -> Path:
-    return Path(os.environ.get("GRAPHRAG_PROMPTS_DIR", DEFAULT_PROMPTS_DIR))
+    return _prompts_dir
 
 
 @dataclass(frozen=True)
