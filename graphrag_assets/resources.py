@@ -27,7 +27,7 @@ from .store.tables import stage_name, use_stage
 T = TypeVar("T")
 PUBLISHED_INDEX = "published_index"  # the index job's last step: see assets/publication.py
 PARTITION_TAG = "dagster/partition"
-# A run tag: true sends the run's index requests to the Batch API, false one at a time (assets/common.py).
+# A run tag: true sends the run's index requests to the Batch API, false one at a time (assets/run_plan.py).
 BATCH_API_TAG = "graphrag/batch_api"
 # A run's cap in dollars on what its model requests spend together (CLI --budget; a tag in the launchpad)
 MAX_COST_TAG = "graphrag/max_cost_usd"

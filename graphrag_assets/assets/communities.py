@@ -11,25 +11,20 @@ from ..method.communities.reports import REPORT_COLUMNS, REPORT_PROMPTS, SOURCE_
 from ..method.graph.aliases import resolve
 from ..resources import ChatModelResource, CorporaResource, DuckDBStoreResource
 from ..store.tables import read_table
-from .common import (
-    MODEL_POOL,
-    batch_ledger,
-    code_version,
-    corpus_partitions,
+from .common import MODEL_POOL, code_version, corpus_partitions
+from .index_configs import CommunityConfig, ReportConfig
+from .metadata import markdown_table, step_progress
+from .publishing import (
     fail_if_too_many_failed,
     from_graphrag,
-    index_plan,
-    index_prompt_set,
-    markdown_table,
     previous_output,
     publish,
     publish_imported,
     read_inputs,
     reuse_previous,
     spent_on_failure,
-    step_progress,
 )
-from .index_configs import CommunityConfig, ReportConfig
+from .run_plan import batch_ledger, index_plan, index_prompt_set
 
 
 def per_level(df: pd.DataFrame, **aggregations) -> dg.MetadataValue:

@@ -16,19 +16,10 @@ from ..method.embeddings.text import document_embeddings as mean_document_embedd
 from ..resources import DuckDBStoreResource, EmbeddingModelResource
 from ..store import vector_index
 from ..store.tables import read_table, row_count, write_table
-from .common import (
-    MODEL_POOL,
-    batch_ledger,
-    code_version,
-    corpus_partitions,
-    fail_if_too_many_failed,
-    lineage_for,
-    png,
-    publish,
-    read_inputs,
-    reuse_previous,
-    spent_on_failure,
-)
+from .common import MODEL_POOL, code_version, corpus_partitions
+from .metadata import png
+from .publishing import fail_if_too_many_failed, lineage_for, publish, read_inputs, reuse_previous, spent_on_failure
+from .run_plan import batch_ledger
 
 
 class TextEmbeddingConfig(dg.Config):

@@ -25,7 +25,7 @@ from ..method.tuning import index_prompt_rows
 from ..models.client import chat_request, embedding_key
 from ..models.prices import total_cost
 from ..resources import ChatModelResource, CorporaResource, EmbeddingModelResource
-from .common import corpus_partitions, markdown_table
+from .common import corpus_partitions
 from .index import graph_options, read_documents
 from .index_configs import (
     AliasConfig,
@@ -36,6 +36,7 @@ from .index_configs import (
     ReportConfig,
     step_config,
 )
+from .metadata import markdown_table
 
 ASSUMPTIONS = (
     "Counted: the text units, each unit's extraction and claims prompt, the gleaning rounds (each assumed to go "

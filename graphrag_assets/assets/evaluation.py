@@ -38,15 +38,9 @@ from ..resources import (
 )
 from ..store.schema import TABLES
 from ..store.tables import read_table
-from .common import (
-    MODEL_POOL,
-    code_version,
-    corpus_partitions,
-    fail_if_too_many_failed,
-    markdown_table,
-    png,
-    publish,
-)
+from .common import MODEL_POOL, code_version, corpus_partitions
+from .metadata import markdown_table, png
+from .publishing import fail_if_too_many_failed, publish
 
 GROUP = "evaluation"
 

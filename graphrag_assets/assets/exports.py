@@ -9,7 +9,8 @@ from ..method import exports
 from ..resources import DuckDBStoreResource
 from ..settings import STATE_DIR
 from ..store.tables import record_lineage
-from .common import code_version, corpus_partitions, lineage_for, read_inputs
+from .common import code_version, corpus_partitions
+from .publishing import lineage_for, read_inputs
 
 PARQUET_TABLES = (
     "documents",

@@ -20,24 +20,11 @@ from ..method.prompts import CORPUS_PROMPTS_FOLDER
 from ..method.tuning import INDEX_PROMPTS, PromptFileError, index_prompt_rows, prompt_diff
 from ..resources import ChatModelResource, CorporaResource, DuckDBStoreResource
 from ..store.tables import last_settings, read_table, table_exists
-from .common import (
-    MODEL_POOL,
-    batch_ledger,
-    code_version,
-    corpus_partitions,
-    fail_if_too_many_failed,
-    from_graphrag,
-    index_plan,
-    index_prompt_set,
-    markdown_table,
-    publish,
-    publish_imported,
-    read_inputs,
-    spent_on_failure,
-    step_progress,
-    tell,
-)
+from .common import MODEL_POOL, code_version, corpus_partitions
 from .index_configs import AliasConfig, ClaimsConfig, GraphConfig, IndexPromptsConfig, IngestConfig
+from .metadata import markdown_table, step_progress, tell
+from .publishing import fail_if_too_many_failed, from_graphrag, publish, publish_imported, read_inputs, spent_on_failure
+from .run_plan import batch_ledger, index_plan, index_prompt_set
 
 _PROBLEMS_SHOWN = 5  # kinds of problem said in the log and terminal; the metadata has up to 20, each with a count
 

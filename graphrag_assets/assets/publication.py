@@ -25,7 +25,8 @@ from ..store.tables import (
     usage_totals,
 )
 from . import communities, embeddings, exports, index
-from .common import code_version, corpus_partitions, markdown_table, png
+from .common import code_version, corpus_partitions
+from .metadata import markdown_table, png
 
 
 def _index_keys() -> list[dg.AssetKey]:

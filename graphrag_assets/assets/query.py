@@ -23,7 +23,8 @@ from ..answers.records import write_answers
 from ..answers.sources import sources_markdown
 from ..failures import step_failure
 from ..resources import ChatModelResource, DuckDBStoreResource, EmbeddingModelResource
-from .common import MODEL_POOL, code_version, corpus_partitions, cost_value
+from .common import MODEL_POOL, code_version, corpus_partitions
+from .metadata import cost_value
 
 
 def answer_query(

@@ -24,7 +24,8 @@ from ..method.tuning import (
     tuned_templates,
 )
 from ..resources import ChatModelResource, CorporaResource, DuckDBStoreResource, EmbeddingModelResource, run_with_models
-from .common import MODEL_POOL, code_version, corpus_partitions, publish
+from .common import MODEL_POOL, code_version, corpus_partitions
+from .publishing import publish
 
 GROUP = "prompt_tuning"
 

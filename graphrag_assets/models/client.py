@@ -300,7 +300,7 @@ class ModelClient:
             if amount
         }
         self._typical: tuple[float, float] | None = None  # seconds and tokens of a request, averaged over replies
-        self.progress = None  # the step's Progress, when it keeps one (assets/common.py step_progress)
+        self.progress = None  # the step's Progress, when it keeps one (assets/metadata.py step_progress)
         self._spending, self._price = None, settings.price()
         if settings.max_cost_usd is not None:
             if self._price is None:

@@ -28,7 +28,7 @@ class Lineage:
     engine: str
     upstream_versions: dict[str, str] = field(default_factory=dict)
     model_usage: dict | None = None
-    inputs: str = ""  # a fingerprint of code version, engine, upstream versions and settings: see assets/common.py
+    inputs: str = ""  # a fingerprint of code version, engine, upstream versions and settings: see assets/publishing.py
     settings: dict | None = None
 
 

@@ -1,0 +1,99 @@
+"""What a person reads of a step: metadata in the UI (tables, images, usage and cost) and lines in the log and
+the terminal."""
+
+from __future__ import annotations
+
+import base64
+import os
+import sys
+
+import dagster as dg
+import pandas as pd
+
+from ..method.progress import PROGRESS_TO_TERMINAL, Progress
+from ..models import Usage
+from ..resources import (
+    EmbeddingModelResource,
+    ModelEndpointResource,
+)
+
+
+def markdown_table(df: pd.DataFrame, columns: list[str], rows: int = 10) -> dg.MetadataValue:
+    preview = df[columns].head(rows).copy()
+    for column in preview.columns:
+        if preview[column].dtype == object:
+            preview[column] = preview[column].map(lambda v: (str(v)[:120] + "…") if len(str(v)) > 120 else v)
+    return dg.MetadataValue.md(preview.to_markdown(index=False) if len(preview) else "_(no rows)_")
+
+
+def png(image: bytes, caption: str) -> dg.MetadataValue:
+    """An image shown inline in the asset's metadata."""
+    return dg.MetadataValue.md(f"![{caption}](data:image/png;base64,{base64.b64encode(image).decode()})")
+
+
+def usage_metadata(model: ModelEndpointResource, usage: Usage | None) -> dict:
+    """Calls and tokens for the UI. Embedding tokens are named apart: they cost an order of magnitude less."""
+    if usage is None:
+        return {}
+    figures = usage.as_metadata(model.settings())
+    tokens = (
+        {"embedding_tokens": figures["prompt_tokens"]}
+        if isinstance(model, EmbeddingModelResource)
+        else {
+            "prompt_tokens": figures["prompt_tokens"],
+            # Served from the endpoint's prompt cache (OpenAI, Azure, vLLM): gleaning re-sends the first
+            # request as the prefix of its own, so only the new part is paid at the full rate.
+            "cached_prompt_tokens": figures["cached_prompt_tokens"],
+            "completion_tokens": figures["completion_tokens"],
+        }
+    )
+    batch = (
+        {
+            "batches": figures["batches"],
+            "batches_waited_for_again": figures["batches_reattached"],
+            "batch_calls": figures["batch_calls"],
+            "synchronous_calls": figures["calls"] - figures["batch_calls"],
+            "batch_tokens": figures["batch_prompt_tokens"] + figures["batch_completion_tokens"],
+            "batch_lines_asked_again": figures["batch_lines_failed"],
+            "batch_wait_seconds": round(figures["batch_wait_seconds"], 1),
+        }
+        if figures["batches"] or figures["batches_reattached"] or figures["batch_calls"] or figures["batch_sent_alone"]
+        else {}
+    )
+    return {
+        "model_calls": figures["calls"],
+        "cache_hits": figures["cache_hits"],
+        **batch,
+        **tokens,
+        "retries": figures["retries"],
+        "rate_limited": figures["rate_limited"],
+        "peak_concurrency": figures["peak_concurrency"],
+        "invalid_replies": figures["invalid_replies"],
+        "reasked": figures["reasked"],
+        "failed_calls": figures["failures"],
+        "estimated_cost_usd": cost_value(figures["estimated_cost_usd"], model.model),
+    }
+
+
+def cost_value(cost: float | None, model: str) -> dg.MetadataValue:
+    """A cost for the UI: a number, or why there is none."""
+    if cost is None:
+        return dg.MetadataValue.text(f"unknown: no price for model {model!r} (set GRAPHRAG_PRICES, see the README)")
+    return dg.MetadataValue.float(float(cost))
+
+
+def tell(context: dg.AssetExecutionContext, line: str, warning: bool = False) -> None:
+    """A line for the run's event log and, under the CLI, for the terminal too."""
+    (context.log.warning if warning else context.log.info)(line)
+    if os.environ.get(PROGRESS_TO_TERMINAL):
+        print(f"  [{context.partition_key}] {'warning: ' if warning else ''}{line}", file=sys.stderr, flush=True)
+
+
+def step_progress(context: dg.AssetExecutionContext, what: str, total: int, client=None) -> Progress:
+    """How far the step is, in the run's event log (the run page shows it) at most every 10 s and at the end."""
+    progress = Progress(
+        what, total, lambda line: tell(context, line), usage=client.usage if client is not None else None
+    )
+    if client is not None:
+        client.progress = progress  # so a budget that stops the step can say how far it got
+    return progress
