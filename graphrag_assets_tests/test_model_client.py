@@ -160,7 +160,8 @@ def test_the_tokens_header_paces_too(tmp_path):
 
 
 def test_concurrency_rises_while_the_endpoint_keeps_up_and_halves_on_429():
-    concurrency = AdaptiveConcurrency(start=8, ceiling=64)
+    now = [0.0]  # a clock of the test's own: a cut waits a round trip, and the test moves time on itself
+    concurrency = AdaptiveConcurrency(start=8, ceiling=64, clock=lambda: now[0])
     for _ in range(200):
         concurrency.in_flight = int(concurrency.limit)  # every slot in use, as under load
         concurrency.succeeded(seconds=0.5, completion_tokens=100)
@@ -174,7 +175,7 @@ def test_concurrency_rises_while_the_endpoint_keeps_up_and_halves_on_429():
     for _ in range(20):
         concurrency.succeeded(seconds=0.0, completion_tokens=100)
     slower = concurrency.limit
-    time.sleep(0.06)
+    now[0] += 0.06
     for _ in range(20):
         concurrency.succeeded(seconds=0.05, completion_tokens=100)
     assert concurrency.limit < slower
