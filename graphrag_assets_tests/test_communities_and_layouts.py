@@ -18,7 +18,12 @@ from graphrag_assets.assets.embeddings import vectors_check
 from graphrag_assets.assets.index import entities_found, relationship_endpoints_are_entities
 from graphrag_assets.method.communities.context import CommunityContext, Element, SubReport, build_context
 from graphrag_assets.method.communities.leiden import cluster_graph
-from graphrag_assets.method.communities.reports import generate_reports, parse_report, parse_report_batch
+from graphrag_assets.method.communities.reports import (
+    ReportSettings,
+    generate_reports,
+    parse_report,
+    parse_report_batch,
+)
 from graphrag_assets.method.embeddings.text import document_embeddings
 from graphrag_assets.method.graph.aliases import canonical_of
 from graphrag_assets.method.model_interface import InvalidReply
@@ -510,7 +515,7 @@ def test_a_community_whose_elements_overflow_its_budget_is_written_from_its_sub_
             client = ModelClient(settings)
             try:
                 graph = (tables["communities"], tables["entities"], tables["relationships"], tables["covariates"])
-                return await generate_reports(client, *graph, units, max_context_tokens=600)
+                return await generate_reports(client, *graph, units, ReportSettings(max_context_tokens=600))
             finally:
                 await client.close()
 
@@ -543,7 +548,7 @@ def test_communities_that_fit_their_budget_are_all_written_at_once_whatever_thei
             client = ModelClient(settings)
             try:
                 graph = (tables["communities"], tables["entities"], tables["relationships"], tables["covariates"])
-                return await generate_reports(client, *graph, units, max_context_tokens=100_000)
+                return await generate_reports(client, *graph, units, ReportSettings(max_context_tokens=100_000))
             finally:
                 await client.close()
 

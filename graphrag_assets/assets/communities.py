@@ -7,8 +7,15 @@ import pandas as pd
 
 from ..method import imports
 from ..method.communities.leiden import build_communities
-from ..method.communities.reports import REPORT_COLUMNS, REPORT_PROMPTS, SOURCE_REPORT_PROMPTS, generate_reports
+from ..method.communities.reports import (
+    REPORT_COLUMNS,
+    REPORT_PROMPTS,
+    SOURCE_REPORT_PROMPTS,
+    ReportSettings,
+    generate_reports,
+)
 from ..method.graph.aliases import resolve
+from ..method.prompts import DEFAULT_PROMPTS
 from ..resources import ChatModelResource, CorporaResource, DuckDBStoreResource
 from ..store.tables import read_table
 from .common import MODEL_POOL, code_version, corpus_partitions
@@ -176,13 +183,8 @@ def community_reports(
         return generate_reports(
             client,
             **inputs,
-            max_context_tokens=config.max_context_tokens,
-            max_report_length=config.max_report_length,
-            batch_below_tokens=config.batch_below_tokens,
-            batch_size=config.batch_size,
-            from_sources=method == "fast",
+            settings=report_settings(config, method == "fast", prompts),
             progress=step_progress(context, "community reports written", len(inputs["communities"]), client),
-            templates=prompts,
         )
 
     spent = spent_on_failure(context, duckdb)
@@ -222,6 +224,18 @@ def community_reports(
             },
         )
     yield every_community_reported(inputs["communities"], reports)
+
+
+def report_settings(config: ReportConfig, from_sources: bool = False, templates=DEFAULT_PROMPTS) -> ReportSettings:
+    """How reports are written, from the step's config."""
+    return ReportSettings(
+        config.max_context_tokens,
+        config.max_report_length,
+        config.batch_below_tokens,
+        config.batch_size,
+        from_sources,
+        templates,
+    )
 
 
 def every_community_reported(communities: pd.DataFrame, reports: pd.DataFrame | None) -> dg.AssetCheckResult:

@@ -14,7 +14,6 @@ from ..method.estimate import (
     ConceptGraph,
     IndexSettings,
     MethodEstimate,
-    ReportSettings,
     estimate_concept_index,
     estimate_standard_index,
 )
@@ -26,7 +25,8 @@ from ..models.client import chat_request, embedding_key
 from ..models.prices import total_cost
 from ..resources import ChatModelResource, CorporaResource, EmbeddingModelResource
 from .common import corpus_partitions
-from .index import graph_options, read_documents
+from .communities import report_settings
+from .index import graph_settings, read_documents
 from .index_configs import (
     AliasConfig,
     ClaimsConfig,
@@ -82,10 +82,7 @@ def estimate_corpus(
     concepts = _concept_graph(
         units, graph, config(AliasConfig, "entity_aliases"), config(CommunityConfig, "communities"), folder
     )
-    report = config(ReportConfig, "community_reports")
-    report = ReportSettings(
-        report.max_context_tokens, report.max_report_length, report.batch_below_tokens, report.batch_size
-    )
+    report = report_settings(config(ReportConfig, "community_reports"))
     chat_settings, embedding_settings = chat.settings(), embeddings.settings()
     chat_cache = _cache(chat.configured, chat_settings.cache_dir)
     embedding_cache = _cache(embeddings.configured, embedding_settings.cache_dir)
@@ -139,10 +136,10 @@ def _concept_graph(
 ) -> ConceptGraph:
     """The graph a fast or lazy index builds from these units, with no model, as its steps build it: noun phrases,
     aliases confirmed by rule and by the corpus's aliases.csv, and communities."""
-    options = graph_options(graph.model_copy(update={"method": "fast"}))
+    settings = graph_settings(graph.model_copy(update={"method": "fast"}))
     # In the order the index reads them from the store: a concept's description is its first sentences met.
     units = units.sort_values("id", ignore_index=True)
-    built = asyncio.run(build_entity_graph(None, units, **options))
+    built = asyncio.run(build_entity_graph(None, units, settings))
     table = pd.DataFrame(columns=aliases.ALIAS_COLUMNS)
     candidates = aliases.candidate_pairs(built.entities, alias.min_name_overlap) if alias.enabled else None
     if candidates is not None and not candidates.empty:

@@ -8,7 +8,7 @@ import pandas as pd
 
 from ..failures import step_failure
 from ..method import imports
-from ..method.entity_graph import build_entity_graph
+from ..method.entity_graph import GraphSettings, build_entity_graph
 from ..method.graph import aliases as alias_method
 from ..method.graph.claims import CLAIM_PROMPTS, COVARIATE_COLUMNS, extract_claims
 from ..method.graph.extraction import EXTRACTION_PROMPTS
@@ -16,7 +16,7 @@ from ..method.graph.tables import link_text_units
 from ..method.ingest.conversion import MB, Limits
 from ..method.ingest.documents import TabularColumns, problem_summary, read_corpus
 from ..method.ingest.text_units import chunk_documents
-from ..method.prompts import CORPUS_PROMPTS_FOLDER
+from ..method.prompts import CORPUS_PROMPTS_FOLDER, DEFAULT_PROMPTS, PromptSet
 from ..method.tuning import INDEX_PROMPTS, PromptFileError, index_prompt_rows, prompt_diff
 from ..resources import ChatModelResource, CorporaResource, DuckDBStoreResource
 from ..store.tables import last_settings, read_table, table_exists
@@ -133,19 +133,20 @@ def corpus_documents(
         )
 
 
-def graph_options(config: GraphConfig) -> dict:
-    """build_entity_graph's settings from the step's config; the concept settings only for the fast and lazy
-    methods (the noun-phrase graph)."""
+def graph_settings(config: GraphConfig, prompts: PromptSet = DEFAULT_PROMPTS) -> GraphSettings:
+    """How the graph is built, from the step's config; the concept settings only for the fast and lazy methods (the
+    noun-phrase graph)."""
     concepts = config.method != "standard"
     options = config.model_dump(
         exclude={"method", "entity_types", "max_failed_unit_fraction", "concept_max_unit_fraction", "concept_phrases"}
     )
-    return {
+    return GraphSettings(
         **options,
-        "entity_types": tuple(config.entity_types),
-        "concept_max_unit_fraction": config.concept_max_unit_fraction if concepts else None,
-        "concept_phrases": config.concept_phrases if concepts else "names",
-    }
+        entity_types=tuple(config.entity_types),
+        concept_max_unit_fraction=config.concept_max_unit_fraction if concepts else None,
+        concept_phrases=config.concept_phrases if concepts else "names",
+        prompts=prompts,
+    )
 
 
 @dg.asset(
@@ -265,9 +266,8 @@ def entity_graph(
         return build_entity_graph(
             client,
             units,
+            graph_settings(config, prompts),
             progress=step_progress(context, "text units extracted", len(units), client),
-            prompts=prompts,
-            **graph_options(config),
         )
 
     spent = spent_on_failure(context, duckdb)

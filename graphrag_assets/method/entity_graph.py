@@ -33,47 +33,57 @@ class GraphBuild:
     pruned: dict = field(default_factory=dict)
 
 
+@dataclass(frozen=True)
+class GraphSettings:
+    """How the entity graph is built (entity_graph's config builds one). `concept_max_unit_fraction` (set for the
+    fast and lazy methods) prunes the co-occurrence graph: see prune_concept_graph. `concept_phrases`: "names"
+    (capitalised names, the offline engine's rule) or "noun_phrases" (the noun phrases a part-of-speech chunker
+    finds that name something particular)."""
+
+    entity_types: tuple[str, ...] = DEFAULT_ENTITY_TYPES
+    max_gleanings: int = defaults.MAX_GLEANINGS
+    summary_max_input_tokens: int = defaults.SUMMARY_MAX_INPUT_TOKENS
+    summary_max_tokens: int = defaults.SUMMARY_MAX_TOKENS
+    summarize_above_tokens: int = defaults.SUMMARIZE_ABOVE_TOKENS
+    offline_min_mentions: int = defaults.OFFLINE_MIN_MENTIONS
+    concept_max_unit_fraction: float | None = None
+    concept_min_edge_weight: float = 1.0
+    concept_phrases: str = "names"
+    prompts: PromptSet = DEFAULT_PROMPTS
+
+
 async def build_entity_graph(
     chat: ChatModel | None,
     text_units: pd.DataFrame,
-    entity_types: tuple[str, ...] = DEFAULT_ENTITY_TYPES,
-    max_gleanings: int = defaults.MAX_GLEANINGS,
-    summary_max_input_tokens: int = defaults.SUMMARY_MAX_INPUT_TOKENS,
-    summary_max_tokens: int = defaults.SUMMARY_MAX_TOKENS,
-    summarize_above_tokens: int = defaults.SUMMARIZE_ABOVE_TOKENS,
-    offline_min_mentions: int = defaults.OFFLINE_MIN_MENTIONS,
-    concept_max_unit_fraction: float | None = None,
-    concept_min_edge_weight: float = 1.0,
-    concept_phrases: str = "names",
+    settings: GraphSettings = GraphSettings(),
     progress: Progress | None = None,
-    prompts: PromptSet = DEFAULT_PROMPTS,
 ) -> GraphBuild:
-    """Extract, merge, summarize and finalize: with a chat model, or offline by noun-phrase co-occurrence.
-
-    `concept_max_unit_fraction` (set for the fast and lazy methods) prunes the co-occurrence graph: see
-    prune_concept_graph. `concept_phrases`: "names" (capitalised names, the offline engine's rule) or "noun_phrases"
-    (the noun phrases a part-of-speech chunker finds that name something particular)."""
+    """Extract, merge, summarize and finalize: with a chat model, or offline by noun-phrase co-occurrence."""
     pruned: dict = {}
     if chat is None:
-        extract = extract_concept_graph if concept_phrases == "noun_phrases" else extract_nlp_graph
-        entities, relationships = extract(text_units, offline_min_mentions)
-        if concept_max_unit_fraction is not None:
+        extract = extract_concept_graph if settings.concept_phrases == "noun_phrases" else extract_nlp_graph
+        entities, relationships = extract(text_units, settings.offline_min_mentions)
+        if settings.concept_max_unit_fraction is not None:
             entities, relationships, pruned = prune_concept_graph(
-                entities, relationships, len(text_units), concept_max_unit_fraction, concept_min_edge_weight
+                entities,
+                relationships,
+                len(text_units),
+                settings.concept_max_unit_fraction,
+                settings.concept_min_edge_weight,
             )
         stats = ExtractionStats(units=len(text_units))
     else:
         entities, relationships, stats = await extract_graph(
-            chat, text_units, entity_types, max_gleanings, progress, prompts
+            chat, text_units, settings.entity_types, settings.max_gleanings, progress, settings.prompts
         )
     entity_summaries, relationship_summaries = await asyncio.gather(
         summarize_descriptions(
             chat,
             list(zip(entities["title"], entities["descriptions"])),
-            summary_max_input_tokens,
-            summary_max_tokens,
-            summarize_above_tokens,
-            prompts,
+            settings.summary_max_input_tokens,
+            settings.summary_max_tokens,
+            settings.summarize_above_tokens,
+            settings.prompts,
         ),
         summarize_descriptions(
             chat,
@@ -81,10 +91,10 @@ async def build_entity_graph(
                 (f"the relationship between {s} and {t}", d)
                 for s, t, d in zip(relationships["source"], relationships["target"], relationships["descriptions"])
             ],
-            summary_max_input_tokens,
-            summary_max_tokens,
-            summarize_above_tokens,
-            prompts,
+            settings.summary_max_input_tokens,
+            settings.summary_max_tokens,
+            settings.summarize_above_tokens,
+            settings.prompts,
         ),
     )
     entities = entities.drop(columns="descriptions").assign(description=entity_summaries[0])

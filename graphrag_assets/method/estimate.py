@@ -18,12 +18,11 @@ import json
 import math
 import re
 from collections.abc import Callable
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 
 import pandas as pd
 
-from . import defaults
-from .communities.reports import generate_reports
+from .communities.reports import ReportSettings, generate_reports
 from .defaults import MAX_GLEANINGS
 from .embeddings.text import embed_with_model, embedding_inputs
 from .graph.claims import COVARIATE_COLUMNS, DEFAULT_CLAIM_DESCRIPTION, claims_prompt
@@ -192,16 +191,6 @@ def estimate_standard_index(
     return MethodEstimate(standard, embedded)
 
 
-@dataclass(frozen=True)
-class ReportSettings:
-    """How reports are written (the report asset config's fields of the same names)."""
-
-    max_context_tokens: int = defaults.REPORT_MAX_CONTEXT_TOKENS
-    max_report_length: int = defaults.REPORT_MAX_LENGTH
-    batch_below_tokens: int = defaults.REPORT_BATCH_BELOW_TOKENS
-    batch_size: int = defaults.REPORT_BATCH_SIZE
-
-
 _COMMUNITY_BLOCK = re.compile(r'<community id="(\d+)">')
 
 
@@ -270,7 +259,7 @@ class ConceptGraph:
 
 def estimate_concept_index(
     graph: ConceptGraph,
-    report: ReportSettings = ReportSettings(),
+    report: ReportSettings | None = None,
     prompts: PromptSet = DEFAULT_PROMPTS,
     rates: Rates = Rates(),
     chat_cached: Callable[[list[dict], dict], str | None] | None = None,
@@ -290,12 +279,7 @@ def estimate_concept_index(
             graph.relationships,
             pd.DataFrame(columns=COVARIATE_COLUMNS),
             graph.text_units,
-            max_context_tokens=report.max_context_tokens,
-            max_report_length=report.max_report_length,
-            batch_below_tokens=report.batch_below_tokens,
-            batch_size=report.batch_size,
-            from_sources=True,
-            templates=prompts,
+            replace(report or ReportSettings(), from_sources=True, templates=prompts),
         )
     )
     fast_chat = chat.traffic

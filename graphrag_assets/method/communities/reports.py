@@ -201,6 +201,21 @@ def _groups(contexts: dict[int, CommunityContext], size: int) -> list[dict[int, 
     return [{n: contexts[n] for n in numbers[i : i + size]} for i in range(0, len(numbers), size)]
 
 
+@dataclass(frozen=True)
+class ReportSettings:
+    """How reports are written (community_reports' config builds one). Communities whose context has at most
+    `batch_below_tokens` tokens are reported `batch_size` to a request: a community of two or three entities needs
+    a short report, not a request of its own. `from_sources` (the fast method): each context is the community's
+    concepts and the text units they occur in, and a report may cite those rows only."""
+
+    max_context_tokens: int = defaults.REPORT_MAX_CONTEXT_TOKENS
+    max_report_length: int = defaults.REPORT_MAX_LENGTH
+    batch_below_tokens: int = defaults.REPORT_BATCH_BELOW_TOKENS
+    batch_size: int = defaults.REPORT_BATCH_SIZE
+    from_sources: bool = False
+    templates: PromptSet = DEFAULT_PROMPTS
+
+
 async def generate_reports(
     chat: ChatModel | None,
     communities: pd.DataFrame,
@@ -208,21 +223,13 @@ async def generate_reports(
     relationships: pd.DataFrame,
     covariates: pd.DataFrame,
     text_units: pd.DataFrame,
-    max_context_tokens: int = defaults.REPORT_MAX_CONTEXT_TOKENS,
-    max_report_length: int = defaults.REPORT_MAX_LENGTH,
-    batch_below_tokens: int = defaults.REPORT_BATCH_BELOW_TOKENS,
-    batch_size: int = defaults.REPORT_BATCH_SIZE,
-    from_sources: bool = False,
+    settings: ReportSettings = ReportSettings(),
     progress: Progress | None = None,
-    templates: PromptSet = DEFAULT_PROMPTS,
 ) -> tuple[pd.DataFrame, ReportStats]:
-    """One report per community; with no chat model, extractive reports from the community's text.
-
-    Communities whose context has at most `batch_below_tokens` tokens are reported `batch_size`
-    to a request: a community of two or three entities needs a short report, not a request of its own.
-    `from_sources` (the fast method): each context is the community's concepts and the text units they occur in,
-    and a report may cite those rows only.
-    """
+    """One report per community; with no chat model, extractive reports from the community's text."""
+    max_context_tokens, max_report_length = settings.max_context_tokens, settings.max_report_length
+    batch_below_tokens, batch_size = settings.batch_below_tokens, settings.batch_size
+    from_sources, templates = settings.from_sources, settings.templates
     graph = GraphIndex(entities, relationships, covariates, text_units if from_sources else None)
     prompts, sections = (SOURCE_REPORTS, SOURCE_SECTIONS) if from_sources else (ENTITY_REPORTS, SECTIONS)
     prompts = replace(prompts, templates=templates)
