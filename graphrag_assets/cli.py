@@ -24,7 +24,7 @@ from pathlib import Path
 # method are imported by the commands that use them.
 
 REPO = Path(__file__).resolve().parents[1]
-INDEX_TABLES = ("documents", "text_units", "entities", "relationships", "covariates")
+SUMMARY_TABLES = ("documents", "text_units", "entities", "relationships", "covariates")  # whose rows `index` prints
 METHODS = {
     "global": "global_search",
     "local": "local_search",
@@ -408,7 +408,7 @@ def index(
     if not names:
         return 1
     with open_store() as conn:  # another run of ours may be writing a DuckDB file: wait for it, as runs do
-        for table in INDEX_TABLES:
+        for table in SUMMARY_TABLES:
             counts = dict(conn.execute(f"SELECT corpus, count(*) FROM {table} GROUP BY corpus").fetchall())
             print(f"  {table:<14}" + "  ".join(f"{name}: {counts.get(name, 0)} rows" for name in names))
         engine = conn.execute(
