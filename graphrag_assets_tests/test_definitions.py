@@ -123,11 +123,11 @@ def test_the_method_imports_no_dagster():
 
 def test_every_launchpad_setting_says_what_it_does():
     """Every field of every asset's config has a description, which the launchpad shows next to it."""
-    from graphrag_assets.assets import communities, embeddings, evaluation, exports, index, query
+    from graphrag_assets.assets import communities, embeddings, evaluation, exports, index, index_configs, query
 
     configs = {
         value
-        for module in (communities, embeddings, evaluation, exports, index, query)
+        for module in (communities, embeddings, evaluation, exports, index, index_configs, query)
         for value in vars(module).values()
         if isinstance(value, type) and issubclass(value, dg.Config) and value.__module__ == module.__name__
     }

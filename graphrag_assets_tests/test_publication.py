@@ -19,13 +19,13 @@ CORPUS = "letters"
 
 def published_tables(workspace: Workspace) -> dict[str, pd.DataFrame]:
     """Every table of the corpus as a reader sees it (the logs aside: lineage has failed runs' steps too, and
-    dropped_stages the stages that publishing dropped)."""
+    dropped_stages the stages that publishing dropped, failed_step_usage what failed steps paid)."""
     with duckdb.connect(str(workspace.database), read_only=True) as conn:
         names = [
             name
             for (name,) in conn.execute(
                 "SELECT table_name FROM information_schema.tables WHERE table_schema = 'main' AND table_type = 'BASE "
-                "TABLE' AND table_name NOT IN ('lineage', 'dropped_stages') ORDER BY 1"
+                "TABLE' AND table_name NOT IN ('lineage', 'dropped_stages', 'failed_step_usage') ORDER BY 1"
             ).fetchall()
         ]
         tables = {
