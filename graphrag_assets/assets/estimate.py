@@ -1,23 +1,21 @@
 """What indexing a corpus will cost, before paying: the `index_estimate` asset, `graphrag-assets index --estimate`,
 and the check the new-corpus sensor makes against a run's budget. No model request is made."""
 
-import asyncio
 import math
 
 import dagster as dg
 import diskcache
 import pandas as pd
 
-from ..method.communities.leiden import build_communities
-from ..method.entity_graph import build_entity_graph
 from ..method.estimate import (
-    ConceptGraph,
+    METHODS,
     IndexSettings,
     MethodEstimate,
+    build_concept_graph,
     estimate_concept_index,
     estimate_standard_index,
 )
-from ..method.graph import aliases
+from ..method.graph.aliases import read_overrides
 from ..method.ingest.text_units import chunk_documents
 from ..method.prompts import CORPUS_PROMPTS_FOLDER, PromptSet
 from ..method.tuning import index_prompt_rows
@@ -56,9 +54,11 @@ def estimate_corpus(
     chat: ChatModelResource,
     embeddings: EmbeddingModelResource,
     ops: dict | None = None,
+    methods: tuple[str, ...] = METHODS,
 ) -> dict:
-    """The estimate of indexing `corpus` with every method, with the index's step settings from `ops` (a run
-    config's ops section), as {"corpus", "model", "methods": {name: {...}}, "text_units", "assumptions"}."""
+    """The estimate of indexing `corpus` with each of `methods`, with the index's step settings from `ops` (a run
+    config's ops section), as {"corpus", "model", "methods": {name: {...}}, "text_units", "assumptions"}. The fast
+    and lazy estimates build the corpus's noun-phrase graph: a caller that needs only standard's says so."""
     run_config = {"ops": ops or {}}
 
     def config(cls, step: str):
@@ -79,10 +79,6 @@ def estimate_corpus(
         claim_description=claims.claim_description,
         claims_max_gleanings=claims.max_gleanings,
     )
-    concepts = _concept_graph(
-        units, graph, config(AliasConfig, "entity_aliases"), config(CommunityConfig, "communities"), folder
-    )
-    report = report_settings(config(ReportConfig, "community_reports"))
     chat_settings, embedding_settings = chat.settings(), embeddings.settings()
     chat_cache = _cache(chat.configured, chat_settings.cache_dir)
     embedding_cache = _cache(embeddings.configured, embedding_settings.cache_dir)
@@ -92,64 +88,54 @@ def estimate_corpus(
             if chat_cache is not None
             else None
         )
-        found = {
-            "standard": estimate_standard_index(
+        found = {}
+        if "standard" in methods:
+            found["standard"] = estimate_standard_index(
                 units,
                 settings,
                 prompts,
                 cached=chat_cached and (lambda prompt: chat_cached([{"role": "user", "content": prompt}]) is not None),
-            ),
-            **estimate_concept_index(
+            )
+        if {"fast", "lazy"} & set(methods):
+            alias, community = config(AliasConfig, "entity_aliases"), config(CommunityConfig, "communities")
+            concepts = build_concept_graph(
+                units,
+                graph_settings(graph.model_copy(update={"method": "fast"})),
+                alias.min_name_overlap if alias.enabled else None,
+                read_overrides(folder)[0],
+                (community.max_cluster_size, community.seed, community.use_lcc),
+            )
+            concept_estimates = estimate_concept_index(
                 concepts,
-                report,
+                report_settings(config(ReportConfig, "community_reports")),
                 prompts,
                 chat_cached=chat_cached,
                 embedding_cached=(lambda text: embedding_key(embedding_settings, text) in embedding_cache)
                 if embedding_cache is not None
                 else None,
                 embedding_batch=(embeddings.batch_size, embeddings.batch_tokens),
-            ),
-        }
+            )
+            found |= {name: concept_estimates[name] for name in ("fast", "lazy") if name in methods}
     finally:
         for cache in (chat_cache, embedding_cache):
             if cache is not None:
                 cache.close()
-    methods = {name: _priced(e, chat, embeddings, batch=False) for name, e in found.items()}
-    methods["standard_batch"] = _priced(found["standard"], chat, embeddings, batch=True)
+    priced = {name: _priced(e, chat, embeddings, batch=False) for name, e in found.items()}
+    if "standard" in found:
+        priced["standard_batch"] = _priced(found["standard"], chat, embeddings, batch=True)
     return {
         "corpus": corpus,
         "model": chat.model,
         "embedding_model": embeddings.model,
         "text_units": len(units),
         "text_tokens": int(units["n_tokens"].sum()) if len(units) else 0,
-        "methods": methods,
+        "methods": priced,
         "assumptions": ASSUMPTIONS,
     }
 
 
 def _cache(configured: bool, folder: str | None) -> diskcache.Cache | None:
     return diskcache.Cache(folder) if configured and folder else None
-
-
-def _concept_graph(
-    units: pd.DataFrame, graph: GraphConfig, alias: AliasConfig, community: CommunityConfig, folder
-) -> ConceptGraph:
-    """The graph a fast or lazy index builds from these units, with no model, as its steps build it: noun phrases,
-    aliases confirmed by rule and by the corpus's aliases.csv, and communities."""
-    settings = graph_settings(graph.model_copy(update={"method": "fast"}))
-    # In the order the index reads them from the store: a concept's description is its first sentences met.
-    units = units.sort_values("id", ignore_index=True)
-    built = asyncio.run(build_entity_graph(None, units, settings))
-    table = pd.DataFrame(columns=aliases.ALIAS_COLUMNS)
-    candidates = aliases.candidate_pairs(built.entities, alias.min_name_overlap) if alias.enabled else None
-    if candidates is not None and not candidates.empty:
-        table = candidates.assign(confirmed_by="rule", accepted=aliases.confirm_by_rule(candidates))
-    table, _ = aliases.apply_overrides(table, aliases.read_overrides(folder)[0], built.entities)
-    entities, relationships = aliases.resolve(built.entities, built.relationships, table)
-    communities = build_communities(
-        entities, relationships, community.max_cluster_size, community.seed, community.use_lcc
-    )
-    return ConceptGraph(units, built.entities, entities, relationships, communities)
 
 
 def _priced(found: MethodEstimate, chat: ChatModelResource, embeddings: EmbeddingModelResource, batch: bool) -> dict:

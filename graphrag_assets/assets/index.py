@@ -409,7 +409,7 @@ def entity_aliases(
             accepted=[bool(v) for v in verdicts],
         )
     else:
-        table = candidates.assign(confirmed_by="rule", accepted=alias_method.confirm_by_rule(candidates))
+        table = alias_method.aliases_by_rule(candidates)
     overrides, problems = alias_method.read_overrides(corpora.folder(corpus))
     table, unknown = alias_method.apply_overrides(table, overrides, entities)
     for problem in problems + unknown:

@@ -104,7 +104,9 @@ def _over_budget(
 
     over = {}
     for name in names:
-        cost = estimate_corpus(corpora, name, chat, embeddings)["methods"]["standard"]["cost_usd"]
+        # standard's alone: the fast and lazy estimates build the corpus's graph, not work for a sensor's tick
+        estimate = estimate_corpus(corpora, name, chat, embeddings, methods=("standard",))
+        cost = estimate["methods"]["standard"]["cost_usd"]
         if cost is None:
             over[name] = "its cost cannot be estimated (a model with no known price): set GRAPHRAG_PRICES"
         elif cost > budget:

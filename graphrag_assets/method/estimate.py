@@ -22,16 +22,20 @@ from dataclasses import asdict, dataclass, replace
 
 import pandas as pd
 
+from . import defaults
+from .communities.leiden import build_communities
 from .communities.reports import ReportSettings, generate_reports
 from .defaults import MAX_GLEANINGS
 from .embeddings.text import embed_with_model, embedding_inputs
+from .entity_graph import INDEX_METHODS, GraphSettings, build_entity_graph
+from .graph import aliases
 from .graph.claims import COVARIATE_COLUMNS, DEFAULT_CLAIM_DESCRIPTION, claims_prompt
 from .graph.extraction import DEFAULT_ENTITY_TYPES, extraction_prompt
 from .graph.records import COMPLETION_DELIMITER, RECORD_DELIMITER, TUPLE_DELIMITER
 from .ingest.tokens import count_tokens
 from .prompts import DEFAULT_PROMPTS, PromptSet
 
-METHODS = ("standard", "fast", "lazy")
+METHODS = INDEX_METHODS
 
 
 @dataclass(frozen=True)
@@ -255,6 +259,29 @@ class ConceptGraph:
     entities: pd.DataFrame  # with every alias group one entity: what communities and reports are made of
     relationships: pd.DataFrame
     communities: pd.DataFrame
+
+
+def build_concept_graph(
+    units: pd.DataFrame,
+    settings: GraphSettings,
+    alias_min_overlap: float | None,
+    alias_overrides: list[tuple[str, str, bool]],
+    communities: tuple[int, int, bool] = (defaults.MAX_CLUSTER_SIZE, defaults.COMMUNITY_SEED, False),
+) -> ConceptGraph:
+    """The graph a fast or lazy index builds from these units, with no model, as its steps build it: noun phrases,
+    aliases confirmed by rule (`alias_min_overlap` None: aliases off) and by the corpus's overrides, then
+    communities (max cluster size, seed, largest connected component only)."""
+    # In the order the index reads them from the store: a concept's description is its first sentences met.
+    units = units.sort_values("id", ignore_index=True)
+    built = asyncio.run(build_entity_graph(None, units, settings))
+    table = pd.DataFrame(columns=aliases.ALIAS_COLUMNS)
+    candidates = aliases.candidate_pairs(built.entities, alias_min_overlap) if alias_min_overlap is not None else None
+    if candidates is not None and not candidates.empty:
+        table = aliases.aliases_by_rule(candidates)
+    table, _ = aliases.apply_overrides(table, alias_overrides, built.entities)
+    entities, relationships = aliases.resolve(built.entities, built.relationships, table)
+    clustered = build_communities(entities, relationships, *communities)
+    return ConceptGraph(units, built.entities, entities, relationships, clustered)
 
 
 def estimate_concept_index(

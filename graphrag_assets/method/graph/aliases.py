@@ -142,6 +142,11 @@ def confirm_by_rule(candidates: pd.DataFrame, min_score: float = 0.2) -> list[bo
     return verdicts
 
 
+def aliases_by_rule(candidates: pd.DataFrame) -> pd.DataFrame:
+    """The candidate pairs with the rule's verdicts, as the aliases table holds them (no model asked)."""
+    return candidates.assign(confirmed_by="rule", accepted=confirm_by_rule(candidates))
+
+
 def parse_verdicts(count: int):
     def parse(reply: str) -> list[bool]:
         data, _ = parse_json_reply(reply)
