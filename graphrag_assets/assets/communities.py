@@ -1,7 +1,5 @@
 """Communities of the entity graph and their reports."""
 
-from functools import partial
-
 import dagster as dg
 import pandas as pd
 
@@ -12,26 +10,16 @@ from ..method.communities.reports import (
     REPORT_PROMPTS,
     SOURCE_REPORT_PROMPTS,
     ReportSettings,
+    ReportStats,
     generate_reports,
 )
 from ..method.graph.aliases import resolve
 from ..method.prompts import DEFAULT_PROMPTS
 from ..resources import ChatModelResource, CorporaResource, DuckDBStoreResource
-from ..store.tables import read_table
 from .common import MODEL_POOL, code_version, corpus_partitions
 from .index_configs import CommunityConfig, ReportConfig
 from .metadata import markdown_table, step_progress
-from .publishing import (
-    fail_if_too_many_failed,
-    from_graphrag,
-    previous_output,
-    publish,
-    publish_imported,
-    read_inputs,
-    reuse_previous,
-    spent_on_failure,
-)
-from .run_plan import batch_ledger, index_plan, index_prompt_set
+from .publishing import Step, from_graphrag
 
 
 def per_level(df: pd.DataFrame, **aggregations) -> dg.MetadataValue:
@@ -60,51 +48,43 @@ def communities(
     duckdb: DuckDBStoreResource,
 ):
     """Hierarchical Leiden communities; level 0 is the coarsest, unsplit communities are carried down."""
-    corpus = context.partition_key
-    with duckdb.get_connection() as conn:
-        imported = index_plan(context, corpora, chat, conn).imported
+    step = Step(context, duckdb)
+    imported = step.plan(corpora, chat).imported
     if imported:
         table = from_graphrag(imported, imports.communities)
-        with duckdb.get_connection() as conn:
-            yield publish_imported(context, conn, "communities", table, imported)
+        yield step.publish_imported("communities", table, imported)
         yield one_community_per_level(table)
         return
-    with duckdb.get_connection() as conn:
-        reused = reuse_previous(context, conn, "communities", engine="graspologic", settings=config)
-        if reused:
-            yield reused
-            yield one_community_per_level(read_table(conn, "communities", corpus))
-            return
-        entities, relationships = resolve(
-            read_table(conn, "entities", corpus),
-            read_table(conn, "relationships", corpus),
-            read_table(conn, "entity_aliases", corpus),
-        )
-        previous = (
-            previous_output(conn, "communities", corpus, config, ignoring={"start_from_previous"})
-            if config.start_from_previous
-            else None
-        )
+    reused = step.reuse_previous("communities", "graspologic", config)
+    if reused:
+        yield reused
+        yield one_community_per_level(step.read("communities"))
+        return
+    graph = step.inputs("communities")
+    entities, relationships = resolve(graph["entities"], graph["relationships"], graph["entity_aliases"])
+    previous = (
+        step.previous_output("communities", config, ignoring={"start_from_previous"})
+        if config.start_from_previous
+        else None
+    )
     table = build_communities(
         entities, relationships, config.max_cluster_size, config.seed, config.use_lcc, previous=previous
     )
-    with duckdb.get_connection() as conn:
-        yield publish(
-            context,
-            conn,
-            "communities",
-            table,
-            engine="graspologic",
-            settings=config,
-            metadata={
-                "levels": int(table["level"].nunique()),
-                "communities_per_level": per_level(
-                    table, communities=("community", "count"), entities=("size", "sum"), largest=("size", "max")
-                ),
-                "started_from": "the last run's communities" if previous is not None else "scratch",
-            },
-        )
+    started_from = "the last run's communities" if previous is not None else "scratch"
+    yield step.publish(
+        "communities", table, engine="graspologic", settings=config, metadata=community_metadata(table, started_from)
+    )
     yield one_community_per_level(table)
+
+
+def community_metadata(table: pd.DataFrame, started_from: str) -> dict:
+    return {
+        "levels": int(table["level"].nunique()),
+        "communities_per_level": per_level(
+            table, communities=("community", "count"), entities=("size", "sum"), largest=("size", "max")
+        ),
+        "started_from": started_from,
+    }
 
 
 def one_community_per_level(table: pd.DataFrame) -> dg.AssetCheckResult:
@@ -147,54 +127,42 @@ def community_reports(
     duckdb: DuckDBStoreResource,
 ):
     """One report per community, written bottom-up (paper section 3.1.5); extractive offline."""
-    with duckdb.get_connection() as conn:
-        inputs = read_inputs(context, conn, "community_reports")
-    # Reports read the graph the communities were made from: alias groups as one entity.
-    inputs["entities"], inputs["relationships"] = resolve(
-        inputs["entities"], inputs["relationships"], inputs.pop("entity_aliases")
-    )
-    inputs.pop("index_prompts")
-    with duckdb.get_connection() as conn:
-        prompts = index_prompt_set(conn, context.partition_key)
-        plan = index_plan(context, corpora, chat, conn)
+    step = Step(context, duckdb)
+    tables, plan = step.inputs("community_reports"), step.plan(corpora, chat)
+    communities = tables["communities"]
     if plan.imported:
-        reports = from_graphrag(plan.imported, imports.community_reports, inputs["communities"])
-        with duckdb.get_connection() as conn:
-            yield publish_imported(context, conn, "community_reports", reports, plan.imported)
-        yield every_community_reported(inputs["communities"], reports)
+        reports = from_graphrag(plan.imported, imports.community_reports, communities)
+        yield step.publish_imported("community_reports", reports, plan.imported)
+        yield every_community_reported(communities, reports)
         return
-
-    method = plan.method
     if not plan.writes_reports:
-        context.log.info("community_reports left empty: a lazy index writes no reports")
-        with duckdb.get_connection() as conn:
-            yield publish(
-                context,
-                conn,
-                "community_reports",
-                pd.DataFrame(columns=REPORT_COLUMNS),
-                engine="none (lazy method)",
-                metadata={"skipped_because": "a lazy index writes no reports; basic and local search read it"},
-            )
-        yield every_community_reported(inputs["communities"], None)
+        why = "a lazy index writes no reports; basic and local search read it"
+        yield step.publish_skipped("community_reports", REPORT_COLUMNS, "none (lazy method)", why)
+        yield every_community_reported(communities, None)
         return
+    # Reports read the graph the communities were made from: alias groups as one entity.
+    entities, relationships = resolve(tables["entities"], tables["relationships"], tables["entity_aliases"])
+    settings = report_settings(config, plan.method == "fast", step.prompts())
 
     def work(client):
+        progress = step_progress(context, "community reports written", len(communities), client)
         return generate_reports(
-            client,
-            **inputs,
-            settings=report_settings(config, method == "fast", prompts),
-            progress=step_progress(context, "community reports written", len(inputs["communities"]), client),
+            client, communities, entities, relationships, tables["covariates"], tables["text_units"], settings, progress
         )
 
-    spent = spent_on_failure(context, duckdb)
-    (reports, stats), usage = chat.run(work, batch_ledger(context, duckdb, chat), spent)
-    keep = partial(spent, chat, usage)
-    fail_if_too_many_failed(
-        context, "community reports", stats.failed, len(reports), usage, config.max_failed_fraction, keep
+    (reports, stats), usage = step.run_model(chat, work)
+    paid = (chat, usage)
+    step.fail_if_too_many_failed("community reports", stats.failed, len(reports), paid, config.max_failed_fraction)
+    quality = report_quality(plan.method, stats)
+    yield step.publish(
+        "community_reports", reports, engine=chat.engine, paid=paid, quality=quality, metadata=report_metadata(reports)
     )
-    top = reports[reports["status"] == "ok"].sort_values(["level", "rank"], ascending=[True, False])
-    quality = {
+    yield every_community_reported(communities, reports)
+
+
+def report_quality(method: str, stats: ReportStats) -> dict:
+    """How the reports were written: for the metadata and the lineage row."""
+    return {
         "index_method": method,
         "written_from": "source text units" if method == "fast" else "entity and relationship descriptions",
         "generated": stats.generated,
@@ -203,27 +171,19 @@ def community_reports(
         "batch_requests": stats.batch_requests,
         "repaired_json": stats.repaired_json,
         "failed": stats.failed,
+        "communities_with_substituted_sub_reports": len(stats.substitutions),
     }
-    with duckdb.get_connection() as conn:
-        yield publish(
-            context,
-            conn,
-            "community_reports",
-            reports,
-            engine=chat.engine,
-            model=chat,
-            usage=usage,
-            quality=quality,
-            metadata={
-                "communities_with_substituted_sub_reports": len(stats.substitutions),
-                "reports_per_level": per_level(
-                    reports, reports=("community", "count"), mean_context_tokens=("context_tokens", "mean")
-                ),
-                "top_reports": markdown_table(top, ["community", "level", "rank", "title"]),
-                "sample_report": dg.MetadataValue.md(top["full_content"].iloc[0] if len(top) else "_none_"),
-            },
-        )
-    yield every_community_reported(inputs["communities"], reports)
+
+
+def report_metadata(reports: pd.DataFrame) -> dict:
+    top = reports[reports["status"] == "ok"].sort_values(["level", "rank"], ascending=[True, False])
+    return {
+        "reports_per_level": per_level(
+            reports, reports=("community", "count"), mean_context_tokens=("context_tokens", "mean")
+        ),
+        "top_reports": markdown_table(top, ["community", "level", "rank", "title"]),
+        "sample_report": dg.MetadataValue.md(top["full_content"].iloc[0] if len(top) else "_none_"),
+    }
 
 
 def report_settings(config: ReportConfig, from_sources: bool = False, templates=DEFAULT_PROMPTS) -> ReportSettings:

@@ -1,7 +1,5 @@
 """Embeddings of text, documents and the graph, and their 2-D layouts."""
 
-from functools import partial
-
 import dagster as dg
 import numpy as np
 import pandas as pd
@@ -15,11 +13,10 @@ from ..method.embeddings.text import LocalEmbedder, embed_with_model, embedding_
 from ..method.embeddings.text import document_embeddings as mean_document_embeddings
 from ..resources import DuckDBStoreResource, EmbeddingModelResource
 from ..store import vector_index
-from ..store.tables import read_table, row_count, write_table
+from ..store.tables import row_count, write_table
 from .common import MODEL_POOL, code_version, corpus_partitions
 from .metadata import png
-from .publishing import fail_if_too_many_failed, lineage_for, publish, read_inputs, reuse_previous, spent_on_failure
-from .run_plan import batch_ledger
+from .publishing import Step, lineage_for
 
 
 class TextEmbeddingConfig(dg.Config):
@@ -74,28 +71,27 @@ def vectors_check(
     )
 
 
-def with_vector_search(
-    result: dg.MaterializeResult, conn, folder: str, corpus: str, threshold: int
-) -> dg.MaterializeResult:
+def with_vector_search(result: dg.MaterializeResult, step: Step, folder: str, threshold: int) -> dg.MaterializeResult:
     """Give each kind of vector with more rows than the threshold an up-to-date HNSW index; say how each is searched.
 
     An index already built from this data version is kept, so a reused step builds nothing.
     """
-    version = result.data_version.value
+    version, corpus = result.data_version.value, step.corpus
     search = {}
-    for kind, count in conn.execute(
-        "SELECT kind, count(*) FROM text_embeddings WHERE corpus = ? GROUP BY kind ORDER BY kind", [corpus]
-    ).fetchall():
-        if count <= threshold:
-            search[kind] = f"exact scan of {count} vectors"
-            continue
-        path = vector_index.index_path(folder, corpus, kind)
-        existing = vector_index.NearestIndex.open(path, version)
-        if existing is None:
-            vector_index.build(path, stored_vectors(conn, corpus, kind), version)
-        else:
-            existing.close()
-        search[kind] = f"HNSW index of {count} vectors ({path})"
+    with step.duckdb.get_connection() as conn:
+        for kind, count in conn.execute(
+            "SELECT kind, count(*) FROM text_embeddings WHERE corpus = ? GROUP BY kind ORDER BY kind", [corpus]
+        ).fetchall():
+            if count <= threshold:
+                search[kind] = f"exact scan of {count} vectors"
+                continue
+            path = vector_index.index_path(folder, corpus, kind)
+            existing = vector_index.NearestIndex.open(path, version)
+            if existing is None:
+                vector_index.build(path, stored_vectors(conn, corpus, kind), version)
+            else:
+                existing.close()
+            search[kind] = f"HNSW index of {count} vectors ({path})"
     return result._replace(metadata={**result.metadata, "vector_search": dg.MetadataValue.json(search)})
 
 
@@ -124,81 +120,72 @@ def text_embeddings(
     duckdb: DuckDBStoreResource,
 ):
     """Entity descriptions, text units and community reports as vectors (kind tells which)."""
-    corpus = context.partition_key
+    step, index_dir, threshold = Step(context, duckdb), duckdb.vector_index_dir, config.approximate_search_above
     engine = embeddings.engine if embeddings.configured else "offline:tfidf-svd"
-    with duckdb.get_connection() as conn:
-        reused = reuse_previous(context, conn, "text_embeddings", engine=engine, settings=config)
-        if reused:
-            yield with_vector_search(reused, conn, duckdb.vector_index_dir, corpus, config.approximate_search_above)
-            yield vectors_check(
-                "text_embeddings_complete", "text_embeddings", read_table(conn, "text_embeddings", corpus), None
-            )
-            return
-        inputs = embedding_inputs(
-            read_table(conn, "entities", corpus),
-            read_table(conn, "text_units", corpus),
-            read_table(conn, "community_reports", corpus),
-        )
-    texts = inputs["text"].tolist()
-    local_model = None
+    reused = step.reuse_previous("text_embeddings", engine, config)
+    if reused:
+        yield with_vector_search(reused, step, index_dir, threshold)
+        yield vectors_check("text_embeddings_complete", "text_embeddings", step.read("text_embeddings"), None)
+        return
+    tables = step.inputs("text_embeddings")
+    inputs = embedding_inputs(tables["entities"], tables["text_units"], tables["community_reports"])
+    texts, local_model, dimensions, usage = inputs["text"].tolist(), None, None, None
     if embeddings.configured:
-        (vectors, failed_texts), usage = embeddings.run(
-            lambda client: embed_with_model(client, texts, embeddings.batch_size, embeddings.batch_tokens),
-            batch_ledger(context, duckdb, embeddings),
-            spent := spent_on_failure(context, duckdb),
+        (vectors, failed), usage = step.run_model(
+            embeddings, lambda client: embed_with_model(client, texts, embeddings.batch_size, embeddings.batch_tokens)
         )
-        keep = partial(spent, embeddings, usage)
-        fail_if_too_many_failed(
-            context, "texts to embed", failed_texts, len(texts), usage, config.max_failed_fraction, keep
-        )
-        dimensions = None
+        paid = (embeddings, usage)
+        step.fail_if_too_many_failed("texts to embed", failed, len(texts), paid, config.max_failed_fraction)
     else:
-        local_model = LocalEmbedder.fit(texts, config.offline_dimensions, config.seed)
-        vectors, failed_texts, usage = local_model.embed(texts).tolist(), 0, None
-        dimensions = local_model.dimensions
-        if dimensions != config.offline_dimensions:
-            context.log.info(
-                f"offline embedding has {dimensions} dimensions, not {config.offline_dimensions}: "
-                f"the corpus has {len(texts)} texts and {len(local_model.vocabulary)} distinct terms"
-            )
+        local_model = offline_embedder(context, texts, config)
+        vectors, failed, dimensions = local_model.embed(texts).tolist(), 0, local_model.dimensions
     table = inputs[["id", "kind"]].assign(embedding=vectors)
     table = table[table["embedding"].notna()].reset_index(drop=True)
-    with duckdb.get_connection() as conn:
-        # The fitted offline model is kept so that questions can be embedded in the same space; with an
-        # embedding model there is none, and an older offline one must not outlive its vectors.
-        models = pd.DataFrame(
-            [local_model.to_row()] if local_model is not None else [],
-            columns=["id", "dimensions", "vocabulary", "idf", "components", "stop_words"],
-        )
-        write_table(
-            conn,
-            "embedding_models",
-            corpus,
-            models,
-            lineage_for(context, conn, "embedding_models", engine=engine, upstream=[]),
-        )
-        published = publish(
-            context,
-            conn,
-            "text_embeddings",
-            table,
-            engine=engine,
-            model=embeddings if embeddings.configured else None,
-            usage=usage,
-            settings=config,
-            metadata={
-                "failed_texts": failed_texts,
-                "dimensions": dimensions or 0,
-                "offline_dimensions_note": (
-                    f"reduced from {config.offline_dimensions}: the corpus is small"
-                    if local_model is not None and dimensions != config.offline_dimensions
-                    else "none"
-                ),
-                "vectors_by_kind": dg.MetadataValue.json(table["kind"].value_counts().to_dict()),
-            },
-        )
-        yield with_vector_search(published, conn, duckdb.vector_index_dir, corpus, config.approximate_search_above)
+    keep_embedding_model(step, local_model, engine)
+    published = step.publish(
+        "text_embeddings",
+        table,
+        engine=engine,
+        paid=(embeddings, usage),
+        settings=config,
+        metadata=embedding_metadata(table, failed, dimensions, config.offline_dimensions if local_model else None),
+    )
+    yield with_vector_search(published, step, index_dir, threshold)
     yield vectors_check("text_embeddings_complete", "text_embeddings", table, dimensions, set(inputs["id"]))
+
+
+def offline_embedder(context: dg.AssetExecutionContext, texts: list[str], config: TextEmbeddingConfig) -> LocalEmbedder:
+    """The offline engine's TF-IDF + SVD model fitted to the corpus (fewer dimensions than asked when it is small)."""
+    model = LocalEmbedder.fit(texts, config.offline_dimensions, config.seed)
+    if model.dimensions != config.offline_dimensions:
+        context.log.info(
+            f"offline embedding has {model.dimensions} dimensions, not {config.offline_dimensions}: "
+            f"the corpus has {len(texts)} texts and {len(model.vocabulary)} distinct terms"
+        )
+    return model
+
+
+def keep_embedding_model(step: Step, local_model: LocalEmbedder | None, engine: str) -> None:
+    """The fitted offline model is kept so that questions can be embedded in the same space; with an embedding model
+    there is none, and an older offline one must not outlive its vectors."""
+    models = pd.DataFrame(
+        [local_model.to_row()] if local_model is not None else [],
+        columns=["id", "dimensions", "vocabulary", "idf", "components", "stop_words"],
+    )
+    with step.duckdb.get_connection() as conn:
+        lineage = lineage_for(step.context, conn, "embedding_models", engine, upstream=[])
+        write_table(conn, "embedding_models", step.corpus, models, lineage)
+
+
+def embedding_metadata(table: pd.DataFrame, failed: int, dimensions: int | None, asked: int | None) -> dict:
+    """`asked`: the offline engine's configured dimensions (None with an embedding model)."""
+    reduced = asked is not None and dimensions != asked
+    return {
+        "failed_texts": failed,
+        "dimensions": dimensions or 0,
+        "offline_dimensions_note": f"reduced from {asked}: the corpus is small" if reduced else "none",
+        "vectors_by_kind": dg.MetadataValue.json(table["kind"].value_counts().to_dict()),
+    }
 
 
 @dg.asset(
@@ -211,12 +198,10 @@ def text_embeddings(
 )
 def document_embeddings(context: dg.AssetExecutionContext, duckdb: DuckDBStoreResource):
     """Each document as the token-weighted mean of its text units' embeddings."""
-    corpus = context.partition_key
-    with duckdb.get_connection() as conn:
-        units = read_table(conn, "base_text_units", corpus)
-        vectors = read_table(conn, "text_embeddings", corpus)
-        table = mean_document_embeddings(units, vectors[vectors["kind"] == "text_unit"])
-        yield publish(context, conn, "document_embeddings", table, engine="weighted-mean")
+    step = Step(context, duckdb)
+    units, vectors = step.read("base_text_units"), step.read("text_embeddings", "kind = 'text_unit'")
+    table = mean_document_embeddings(units, vectors)
+    yield step.publish("document_embeddings", table, engine="weighted-mean")
     yield vectors_check("document_embeddings_valid", "document_embeddings", table, None, set(units["document_id"]))
 
 
@@ -230,15 +215,14 @@ def document_embeddings(context: dg.AssetExecutionContext, duckdb: DuckDBStoreRe
 )
 def graph_embeddings(context: dg.AssetExecutionContext, config: Node2VecConfig, duckdb: DuckDBStoreResource):
     """node2vec vectors of the entities that have relationships."""
-    corpus = context.partition_key
-    with duckdb.get_connection() as conn:
-        reused = reuse_previous(context, conn, "graph_embeddings", engine="node2vec", settings=config)
-        if reused:
-            yield reused
-            table = read_table(conn, "graph_embeddings", corpus)
-            yield vectors_check("graph_embeddings_valid", "graph_embeddings", table, config.dimensions)
-            return
-        graph = networkx_graph(read_table(conn, "entities", corpus), read_table(conn, "relationships", corpus))
+    step = Step(context, duckdb)
+    reused = step.reuse_previous("graph_embeddings", "node2vec", config)
+    if reused:
+        yield reused
+        table = step.read("graph_embeddings")
+        yield vectors_check("graph_embeddings_valid", "graph_embeddings", table, config.dimensions)
+        return
+    graph = networkx_graph(step.read("entities"), step.read("relationships"))
     table = node2vec(
         graph,
         config.dimensions,
@@ -248,16 +232,13 @@ def graph_embeddings(context: dg.AssetExecutionContext, config: Node2VecConfig, 
         config.iterations,
         config.seed,
     )
-    with duckdb.get_connection() as conn:
-        yield publish(
-            context,
-            conn,
-            "graph_embeddings",
-            table,
-            engine="node2vec",
-            settings=config,
-            metadata={"isolated_entities_skipped": graph.number_of_nodes() - len(table)},
-        )
+    yield step.publish(
+        "graph_embeddings",
+        table,
+        engine="node2vec",
+        settings=config,
+        metadata={"isolated_entities_skipped": graph.number_of_nodes() - len(table)},
+    )
     yield vectors_check("graph_embeddings_valid", "graph_embeddings", table, config.dimensions)
 
 
@@ -271,15 +252,15 @@ def graph_embeddings(context: dg.AssetExecutionContext, config: Node2VecConfig, 
 )
 def layouts(context: dg.AssetExecutionContext, config: LayoutConfig, duckdb: DuckDBStoreResource):
     """UMAP 2-D positions of entities (node2vec) and documents (embeddings), one nodes table."""
-    corpus = context.partition_key
-    with duckdb.get_connection() as conn:
-        reused = reuse_previous(context, conn, "layouts", engine="umap", settings=config)
-        if reused:
-            yield reused
+    step, corpus = Step(context, duckdb), context.partition_key
+    reused = step.reuse_previous("layouts", "umap", config)
+    if reused:
+        yield reused
+        with duckdb.get_connection() as conn:
             expected = row_count(conn, "graph_embeddings", corpus) + row_count(conn, "document_embeddings", corpus)
-            yield nodes_check(read_table(conn, "layouts", corpus), expected)
-            return
-        inputs = read_inputs(context, conn, "layouts")
+        yield nodes_check(step.read("layouts"), expected)
+        return
+    inputs = step.inputs("layouts")
     level_0 = inputs["communities"][inputs["communities"]["level"] == 0]
     top_community = {e: int(c) for c, ids in zip(level_0["community"], level_0["entity_ids"]) for e in ids}
     nodes = layout_nodes(
@@ -292,21 +273,18 @@ def layouts(context: dg.AssetExecutionContext, config: LayoutConfig, duckdb: Duc
         min_dist=config.min_dist,
         seed=config.seed,
     )
-    with duckdb.get_connection() as conn:
-        yield publish(
-            context,
-            conn,
-            "layouts",
-            nodes,
-            engine="umap",
-            settings=config,
-            metadata={
-                "entity_layout": png(plot_layout(nodes, "entity", f"{corpus}: entities (node2vec + UMAP)"), "entities"),
-                "document_layout": png(
-                    plot_layout(nodes, "document", f"{corpus}: documents (embeddings + UMAP)"), "documents"
-                ),
-            },
-        )
+    yield step.publish(
+        "layouts",
+        nodes,
+        engine="umap",
+        settings=config,
+        metadata={
+            "entity_layout": png(plot_layout(nodes, "entity", f"{corpus}: entities (node2vec + UMAP)"), "entities"),
+            "document_layout": png(
+                plot_layout(nodes, "document", f"{corpus}: documents (embeddings + UMAP)"), "documents"
+            ),
+        },
+    )
     yield nodes_check(nodes, len(inputs["graph_embeddings"]) + len(inputs["document_embeddings"]))
 
 

@@ -7,6 +7,7 @@ paying twice.
 """
 
 import asyncio
+import dataclasses
 import hashlib
 import json
 from pathlib import Path
@@ -37,10 +38,9 @@ from ..resources import (
     run_with_models,
 )
 from ..store.schema import TABLES
-from ..store.tables import read_table
 from .common import MODEL_POOL, code_version, corpus_partitions
 from .metadata import markdown_table, png
-from .publishing import fail_if_too_many_failed, publish
+from .publishing import Step
 
 GROUP = "evaluation"
 
@@ -106,6 +106,13 @@ class ClaimMetricsConfig(dg.Config):
     max_model_calls: int = Field(10_000, ge=0, description="Fail before any call when more would be needed.")
 
 
+NO_ASSERTIONS = (
+    "no question has assertions, so nothing was scored: load questions with assertions (BenchmarkQED's format) into "
+    "evaluation_questions, from its questions_file or data/<corpus>/questions/"
+)
+QUESTION_SETTINGS = {f.name for f in dataclasses.fields(ev.QuestionSettings)} - {"classes"}
+
+
 def require_model(chat: ChatModelResource) -> None:
     if not chat.configured:
         raise step_failure(
@@ -126,13 +133,9 @@ def plan(context: dg.AssetExecutionContext, calls: int, cap: int, what: str) -> 
         )
 
 
-def answers_to_judge(
-    context: dg.AssetExecutionContext, duckdb: DuckDBStoreResource, conditions: list[str]
-) -> tuple[pd.DataFrame, pd.DataFrame]:
+def answers_to_judge(step: Step, conditions: list[str]) -> tuple[pd.DataFrame, pd.DataFrame]:
     """The corpus's evaluation answers (of `conditions` only, when any are named) and its questions."""
-    with duckdb.get_connection() as conn:
-        answers = read_table(conn, "evaluation_answers", context.partition_key)
-        questions = read_table(conn, "evaluation_questions", context.partition_key)
+    answers, questions = step.read("evaluation_answers"), step.read("evaluation_questions")
     if conditions:
         answers = answers[answers["condition"].isin(conditions)]
     return answers, questions
@@ -188,21 +191,18 @@ def loaded_questions(context: dg.AssetExecutionContext, duckdb: DuckDBStoreResou
     context.log.info(f"{len(questions)} questions loaded from {', '.join(map(str, files))}: none generated")
     questions = questions.assign(persona="", task="", corpus_description="")
     with_assertions = questions["assertions"].map(lambda a: len(json.loads(a)))
-    with duckdb.get_connection() as conn:
-        return publish(
-            context,
-            conn,
-            "evaluation_questions",
-            questions,
-            engine="file",
-            metadata={
-                "loaded_from": [str(f) for f in files],
-                "questions_per_class": questions["question_class"].value_counts().sort_index().to_dict(),
-                "questions_with_assertions": int((with_assertions > 0).sum()),
-                "assertions": int(with_assertions.sum()),
-                "questions_table": markdown_table(questions, ["id", "question_class", "question"], rows=25),
-            },
-        )
+    return Step(context, duckdb).publish(
+        "evaluation_questions",
+        questions,
+        engine="file",
+        metadata={
+            "loaded_from": [str(f) for f in files],
+            "questions_per_class": questions["question_class"].value_counts().sort_index().to_dict(),
+            "questions_with_assertions": int((with_assertions > 0).sum()),
+            "assertions": int(with_assertions.sum()),
+            "questions_table": markdown_table(questions, ["id", "question_class", "question"], rows=25),
+        },
+    )
 
 
 def generated_questions(
@@ -218,14 +218,11 @@ def generated_questions(
         raise step_failure(
             f"unknown question classes {unknown}: use any of {', '.join(QUESTION_CLASSES)}", retryable=False
         )
-    corpus = context.partition_key
-    with duckdb.get_connection() as conn:
-        reports = read_table(conn, "community_reports", corpus)
-        data = {"data_local", "data_global"} & set(classes)
-        units = read_table(conn, "text_units", corpus)[["id", "text"]] if data else None
+    step = Step(context, duckdb)
+    reports = step.read("community_reports")
+    units = step.read("text_units")[["id", "text"]] if {"data_local", "data_global"} & set(classes) else None
     root = reports[(reports["level"] == 0) & (reports["status"] == "ok")].sort_values("rank", ascending=False)
-    needs_description = any(c != "data_local" for c in classes)
-    if needs_description and root.empty and not config.corpus_description:
+    if any(c != "data_local" for c in classes) and root.empty and not config.corpus_description:
         raise step_failure(
             "the corpus has no community reports to describe it from (a lazy index writes none): set "
             "corpus_description in this asset's config, in a sentence or two",
@@ -234,48 +231,41 @@ def generated_questions(
     sampled = []
     if units is not None:
         sampled = list(units.sample(min(config.sampled_text_units, len(units)), random_state=config.seed).itertuples())
-    local = sampled if "data_local" in classes else []
-    calls = ev.generation_calls(
-        config.personas, config.tasks_per_persona, not config.corpus_description, classes, len(local)
+    settings = ev.QuestionSettings(
+        classes,
+        **config.model_dump(
+            exclude={"question_classes", "questions_file", "sampled_text_units", "seed", "max_model_calls"}
+        ),
     )
+    calls = settings.calls(len(sampled))
     plan(context, calls, config.max_model_calls, "evaluation_questions")
-    activity = [c for c in classes if c in ev.ACTIVITY_PROMPTS]
-
-    async def work(client):
-        description = ""
-        if needs_description:
-            description = config.corpus_description or await ev.describe_corpus(client, list(root["summary"].head(30)))
-            if not description:
-                return None, None
-        parts = []
-        if activity:
-            parts.append(
-                ev.activity_questions(
-                    client,
-                    description,
-                    config.personas,
-                    config.tasks_per_persona,
-                    config.questions_per_task,
-                    activity,
-                )
-            )
-        if local:
-            parts.append(
-                ev.data_local_questions(client, [(u.id, u.text) for u in local], config.questions_per_text_unit)
-            )
-        if "data_global" in classes:  # the root reports, or for an index without reports, sampled text
-            notes = list(root["summary"].head(30)) or [u.text[:500] for u in sampled]
-            parts.append(ev.data_global_questions(client, description, notes, config.data_global_questions))
-        found = await asyncio.gather(*parts)
-        return description, [row for rows in found for row in rows or []]
-
-    (description, rows), usage = chat.run(work)
+    root_notes = list(root["summary"].head(30))
+    (description, rows), usage = step.run_model(
+        chat, lambda client: ev.generate_questions(client, settings, root_notes, sampled), batches=False
+    )
     if not rows:
         raise step_failure(
             "the model gave no usable corpus description, personas or questions (see the run's log); its valid "
             "replies are cached, so launching again pays only for the rest",
             retryable=True,
         )
+    questions = question_table(rows, description)
+    return step.publish(
+        "evaluation_questions",
+        questions,
+        engine=chat.engine,
+        paid=(chat, usage),
+        metadata={
+            "planned_model_calls": calls,
+            "questions_per_class": questions["question_class"].value_counts().sort_index().to_dict(),
+            "corpus_description": dg.MetadataValue.md(description or "_(not needed)_"),
+            "questions_table": markdown_table(questions, ["question_class", "persona", "task", "question"], rows=25),
+        },
+    )
+
+
+def question_table(rows: list[dict], description: str | None) -> pd.DataFrame:
+    """The generated questions as evaluation_questions holds them, one row per distinct question."""
     questions = (
         pd.DataFrame(rows)
         .reindex(columns=["persona", "task", "question", "question_class", "metadata"])
@@ -283,25 +273,7 @@ def generated_questions(
         .assign(corpus_description=description or "", assertions="[]", source="generated")
     )
     questions["id"] = [row_id(r.question_class, r.persona, r.task, r.question) for r in questions.itertuples()]
-    questions = questions.drop_duplicates("id")
-    with duckdb.get_connection() as conn:
-        return publish(
-            context,
-            conn,
-            "evaluation_questions",
-            questions,
-            engine=chat.engine,
-            model=chat,
-            usage=usage,
-            metadata={
-                "planned_model_calls": calls,
-                "questions_per_class": questions["question_class"].value_counts().sort_index().to_dict(),
-                "corpus_description": dg.MetadataValue.md(description or "_(not needed)_"),
-                "questions_table": markdown_table(
-                    questions, ["question_class", "persona", "task", "question"], rows=25
-                ),
-            },
-        )
+    return questions.drop_duplicates("id")
 
 
 @dg.asset(
@@ -321,75 +293,79 @@ def evaluation_answers(
 ) -> dg.MaterializeResult:
     """Every question answered under every condition: C0-C3 (global search), TS and SS (paper section 3.3)."""
     require_model(chat)
-    corpus = context.partition_key
-    try:
-        parsed = [ev.Condition.parse(c) for c in dict.fromkeys(config.conditions)]
-    except ValueError as unknown:
-        raise step_failure(str(unknown), retryable=False) from None
-    try:
-        with duckdb.get_connection() as conn:
-            questions = read_table(conn, "evaluation_questions", corpus)
-            index = load_index(conn, corpus, duckdb.vector_index_dir)
-        check_embeddings(index, embeddings.configured)
-    except (NotIndexed, QuestionRefused) as problem:
-        raise step_failure(str(problem), retryable=False) from None
-    # Global search needs reports of its level: a level the corpus lacks, or a lazy index (no reports), skips it.
-    no_reports = index.reports.empty
-    skipped = [c.name for c in parsed if c.level is not None and (no_reports or c.level not in index.levels)]
-    conditions = [c.name for c in parsed if c.name not in skipped]
-    if skipped:
-        why = "a lazy index has no community reports" if no_reports else f"this corpus has levels {index.levels}"
-        context.log.warning(f"conditions {skipped} skipped: {why}")
-    per_question = {c: ev.condition_calls(index, c, config.context_window_tokens) for c in conditions}
-    calls = len(questions) * sum(per_question.values())
+    step = Step(context, duckdb)
+    parsed, questions, index = evaluation_inputs(step, config.conditions, embeddings.configured)
+    conditions, skipped = answerable(context, parsed, index)
+    calls = len(questions) * sum(ev.condition_calls(index, c, config.context_window_tokens) for c in conditions)
     plan(context, calls, config.max_model_calls, "evaluation_answers")
-
-    async def work(chat_client, embed_client):
-        async def one(question, condition):
-            with usage_scope(chat_client) as used:  # chat calls only: embedding tokens are priced apart
-                result = await ev.answer_under(
-                    chat_client,
-                    embed_client,
-                    index,
-                    condition,
-                    question.question,
-                    config.context_window_tokens,
-                    config.response_type,
-                )
-            return {
-                "id": row_id(question.id, condition),
-                "question_id": question.id,
-                "condition": condition,
-                "answer": result.answer,
-                "context_tokens": result.context_tokens,
-                "model_calls": used.calls,
-                "cache_hits": used.cache_hits,
-                "prompt_tokens": used.prompt_tokens,
-                "completion_tokens": used.completion_tokens,
-            }
-
-        return await asyncio.gather(*(one(q, c) for q in questions.itertuples() for c in conditions))
-
-    rows, (chat_usage, _) = run_with_models([chat, embeddings], work)
+    rows, (chat_usage, _) = run_with_models(
+        [chat, embeddings],
+        lambda chat_client, embed_client: answer_rows(chat_client, embed_client, index, questions, conditions, config),
+        on_failure=step.keep_spent,
+    )
     index.close()
     answers = pd.DataFrame(rows)
     summary = answers.groupby("condition")[["context_tokens", "model_calls", "prompt_tokens"]].mean().round(0)
-    with duckdb.get_connection() as conn:
-        return publish(
-            context,
-            conn,
-            "evaluation_answers",
-            answers,
-            engine=chat.engine,
-            model=chat,
-            usage=chat_usage,
-            metadata={
-                "planned_model_calls": calls,  # at most: a map window with no relevant point skips the reduce
-                "conditions": conditions,
-                "skipped_conditions": skipped,
-                "mean_per_answer": dg.MetadataValue.md(summary.reset_index().to_markdown(index=False)),
-            },
-        )
+    return step.publish(
+        "evaluation_answers",
+        answers,
+        engine=chat.engine,
+        paid=(chat, chat_usage),
+        metadata={
+            "planned_model_calls": calls,  # at most: a map window with no relevant point skips the reduce
+            "conditions": conditions,
+            "skipped_conditions": skipped,
+            "mean_per_answer": dg.MetadataValue.md(summary.reset_index().to_markdown(index=False)),
+        },
+    )
+
+
+def evaluation_inputs(step: Step, conditions: list[str], embeddings_configured: bool):
+    """The conditions parsed, the questions, and the corpus's index to answer them from; a bad condition or an index
+    that cannot answer stops the step in one line."""
+    try:
+        parsed = [ev.Condition.parse(c) for c in dict.fromkeys(conditions)]
+        questions = step.read("evaluation_questions")
+        with step.duckdb.get_connection() as conn:
+            index = load_index(conn, step.corpus, step.duckdb.vector_index_dir)
+        check_embeddings(index, embeddings_configured)
+    except (ValueError, NotIndexed, QuestionRefused) as problem:
+        raise step_failure(str(problem), retryable=False) from None
+    return parsed, questions, index
+
+
+def answerable(context: dg.AssetExecutionContext, parsed: list[ev.Condition], index) -> tuple[list[str], list[str]]:
+    """The conditions the index can answer, and those skipped: global search needs reports of its level, so a level
+    the corpus lacks, or a lazy index (no reports), skips it."""
+    no_reports = index.reports.empty
+    skipped = [c.name for c in parsed if c.level is not None and (no_reports or c.level not in index.levels)]
+    if skipped:
+        why = "a lazy index has no community reports" if no_reports else f"this corpus has levels {index.levels}"
+        context.log.warning(f"conditions {skipped} skipped: {why}")
+    return [c.name for c in parsed if c.name not in skipped], skipped
+
+
+async def answer_rows(chat, embedder, index, questions: pd.DataFrame, conditions: list[str], config) -> list[dict]:
+    """Every question answered under every condition, concurrently, each with the chat usage it took."""
+
+    async def one(question, condition):
+        with usage_scope(chat) as used:  # chat calls only: embedding tokens are priced apart
+            result = await ev.answer_under(
+                chat, embedder, index, condition, question.question, config.context_window_tokens, config.response_type
+            )
+        return {
+            "id": row_id(question.id, condition),
+            "question_id": question.id,
+            "condition": condition,
+            "answer": result.answer,
+            "context_tokens": result.context_tokens,
+            "model_calls": used.calls,
+            "cache_hits": used.cache_hits,
+            "prompt_tokens": used.prompt_tokens,
+            "completion_tokens": used.completion_tokens,
+        }
+
+    return await asyncio.gather(*(one(q, c) for q in questions.itertuples() for c in conditions))
 
 
 @dg.asset(
@@ -413,17 +389,31 @@ def pairwise_judgements(
     unknown = [c for c in config.criteria if c not in ev.CRITERIA]
     if unknown:
         raise step_failure(f"unknown criteria {unknown}: use {', '.join(ev.CRITERIA)}", retryable=False)
-    answers, questions = answers_to_judge(context, duckdb, config.conditions)
+    step = Step(context, duckdb)
+    answers, questions = answers_to_judge(step, config.conditions)
     planned = ev.comparisons(answers, questions, config.criteria, config.repeats)
     plan(context, len(planned), config.max_model_calls, "pairwise_judgements")
-
-    async def work(client):
-        return await asyncio.gather(*(ev.judge(client, c) for c in planned))
-
-    verdicts, usage = model.run(work)
+    verdicts, usage = step.run_model(model, lambda client: ev.judge_all(client, planned), batches=False)
     failed = sum(v is None for v in verdicts)
-    fail_if_too_many_failed(context, "judgements", failed, len(planned), usage, config.max_failed_fraction)
-    judgements = pd.DataFrame(
+    step.fail_if_too_many_failed("judgements", failed, len(planned), (model, usage), config.max_failed_fraction)
+    judgements = judgement_table(planned, verdicts)
+    shown = ["criterion", "first_condition", "second_condition", "winner_condition", "reasoning"]
+    return step.publish(
+        "pairwise_judgements",
+        judgements,
+        engine=model.engine,
+        paid=(model, usage),
+        metadata={
+            "planned_model_calls": len(planned),
+            "failed_judgements": failed,
+            "sample": markdown_table(judgements, shown),
+        },
+    )
+
+
+def judgement_table(planned: list[ev.Comparison], verdicts: list[dict | None]) -> pd.DataFrame:
+    """The pairwise_judgements rows: each comparison with its verdict (one that failed is left out)."""
+    return pd.DataFrame(
         [
             {
                 "id": row_id(c.question_id, c.criterion, c.repeat, c.first[0], c.second[0]),
@@ -440,23 +430,6 @@ def pairwise_judgements(
             if verdict is not None
         ]
     )
-    with duckdb.get_connection() as conn:
-        return publish(
-            context,
-            conn,
-            "pairwise_judgements",
-            judgements,
-            engine=model.engine,
-            model=model,
-            usage=usage,
-            metadata={
-                "planned_model_calls": len(planned),
-                "failed_judgements": failed,
-                "sample": markdown_table(
-                    judgements, ["criterion", "first_condition", "second_condition", "winner_condition", "reasoning"]
-                ),
-            },
-        )
 
 
 @dg.asset(
@@ -469,9 +442,8 @@ def pairwise_judgements(
 def win_rates(context: dg.AssetExecutionContext, duckdb: DuckDBStoreResource) -> dg.MaterializeResult:
     """Per criterion, how often the row condition beats the column condition (paper figure 4), with sign tests:
     over all questions (question_class "all") and per question class."""
-    with duckdb.get_connection() as conn:
-        judgements = read_table(conn, "pairwise_judgements", context.partition_key)
-        questions = read_table(conn, "evaluation_questions", context.partition_key)
+    step = Step(context, duckdb)
+    judgements, questions = step.read("pairwise_judgements"), step.read("evaluation_questions")
     labels = ev.majority_labels(judgements)
     class_of = questions.set_index("id")["question_class"]
     labels["question_class"] = labels["question_id"].map(class_of).fillna(UNCLASSIFIED)
@@ -501,8 +473,7 @@ def win_rates(context: dg.AssetExecutionContext, duckdb: DuckDBStoreResource) ->
         metadata["mean_win_rate_per_class"] = dg.MetadataValue.md(
             (by_class * 100).round(0).to_markdown() + "\n\nMean % of questions the condition wins, per class."
         )
-    with duckdb.get_connection() as conn:
-        return publish(context, conn, "win_rates", table, engine="scipy", metadata=metadata)
+    return step.publish("win_rates", table, engine="scipy", metadata=metadata)
 
 
 @dg.asset(
@@ -525,45 +496,31 @@ def assertion_scores(
     assertions' scores."""
     model = judge if judge.configured else chat
     require_model(model)
-    answers, questions = answers_to_judge(context, duckdb, config.conditions)
+    step = Step(context, duckdb)
+    answers, questions = answers_to_judge(step, config.conditions)
     planned = scoring.assertion_checks(answers, questions, config.repeats)
     if not planned:  # generated questions have none: the evaluation job still runs the rest of the group
-        note = (
-            "no question has assertions, so nothing was scored: load questions with assertions (BenchmarkQED's "
-            "format) into evaluation_questions, from its questions_file or data/<corpus>/questions/"
-        )
-        context.log.warning(note)
-        with duckdb.get_connection() as conn:
-            empty = pd.DataFrame(columns=list(TABLES["assertion_scores"]))
-            return publish(context, conn, "assertion_scores", empty, engine="none", metadata={"note": note})
+        context.log.warning(NO_ASSERTIONS)
+        return step.publish_skipped("assertion_scores", list(TABLES["assertion_scores"]), "none", NO_ASSERTIONS)
     plan(context, len(planned), config.max_model_calls, "assertion_scores")
-
-    async def work(client):
-        return await asyncio.gather(*(scoring.check_assertion(client, c) for c in planned))
-
-    verdicts, usage = model.run(work)
+    verdicts, usage = step.run_model(model, lambda client: scoring.check_all(client, planned), batches=False)
     failed = sum(v is None for v in verdicts)
-    fail_if_too_many_failed(context, "assertion checks", failed, len(planned), usage, config.max_failed_fraction)
+    step.fail_if_too_many_failed("assertion checks", failed, len(planned), (model, usage), config.max_failed_fraction)
     scores = scoring.answer_scores(answers, questions, planned, verdicts)
     per_condition = scores.groupby(["question_class", "condition"])["accuracy"].mean().unstack("question_class")
-    with duckdb.get_connection() as conn:
-        return publish(
-            context,
-            conn,
-            "assertion_scores",
-            scores,
-            engine=model.engine,
-            model=model,
-            usage=usage,
-            metadata={
-                "planned_model_calls": len(planned),
-                "failed_checks": failed,
-                "mean_accuracy": dg.MetadataValue.md((per_condition * 100).round(1).to_markdown()),
-                "sample": markdown_table(
-                    scores, ["condition", "question_class", "assertions_supported", "assertions", "accuracy"]
-                ),
-            },
-        )
+    shown = ["condition", "question_class", "assertions_supported", "assertions", "accuracy"]
+    return step.publish(
+        "assertion_scores",
+        scores,
+        engine=model.engine,
+        paid=(model, usage),
+        metadata={
+            "planned_model_calls": len(planned),
+            "failed_checks": failed,
+            "mean_accuracy": dg.MetadataValue.md((per_condition * 100).round(1).to_markdown()),
+            "sample": markdown_table(scores, shown),
+        },
+    )
 
 
 @dg.asset(
@@ -576,13 +533,11 @@ def assertion_scores(
 def assertion_accuracy(context: dg.AssetExecutionContext, duckdb: DuckDBStoreResource) -> dg.MaterializeResult:
     """Per question class and condition, the mean assertion accuracy with a 95% interval, and a paired test
     against the class's best condition; a chart per class."""
-    with duckdb.get_connection() as conn:
-        scores = read_table(conn, "assertion_scores", context.partition_key)
+    step = Step(context, duckdb)
+    scores = step.read("assertion_scores")
     if scores["accuracy"].notna().sum() == 0:
-        with duckdb.get_connection() as conn:
-            empty = pd.DataFrame(columns=list(TABLES["assertion_accuracy"]))
-            note = "no answer was scored against assertions (see assertion_scores)"
-            return publish(context, conn, "assertion_accuracy", empty, engine="none", metadata={"note": note})
+        why = "no answer was scored against assertions (see assertion_scores)"
+        return step.publish_skipped("assertion_accuracy", list(TABLES["assertion_accuracy"]), "none", why)
     table = scoring.accuracy_table(scores)
     metadata = {}
     for question_class in table["question_class"].unique():
@@ -596,8 +551,7 @@ def assertion_accuracy(context: dg.AssetExecutionContext, duckdb: DuckDBStoreRes
             )
             + f"\n\nWilcoxon signed-rank test against the best condition, {rows['best_condition'].iloc[0]}."
         )
-    with duckdb.get_connection() as conn:
-        return publish(context, conn, "assertion_accuracy", table, engine="scipy", metadata=metadata)
+    return step.publish("assertion_accuracy", table, engine="scipy", metadata=metadata)
 
 
 @dg.asset(
@@ -613,48 +567,23 @@ def claim_metrics(
 ) -> dg.MaterializeResult:
     """The paper's claim-based metrics: claims per answer (comprehensiveness) and clusters of them (diversity)."""
     require_model(chat)
-    corpus = context.partition_key
-    with duckdb.get_connection() as conn:
-        answers = read_table(conn, "evaluation_answers", corpus)
-        judgements = read_table(conn, "pairwise_judgements", corpus)
+    step = Step(context, duckdb)
+    answers, judgements = step.read("evaluation_answers"), step.read("pairwise_judgements")
     plan(context, len(answers), config.max_model_calls, "claim_metrics")
-
-    async def work(client):
-        return await asyncio.gather(*(ev.answer_claims(client, a) for a in answers["answer"]))
-
-    found, usage = chat.run(work)
-    fail_if_too_many_failed(context, "claim extractions", sum(f is None for f in found), len(found), usage, 0.05)
-    rows = []
-    for answer, claims in zip(answers.itertuples(), found):
-        if claims is None:
-            continue
-        clusters = {f"{t:g}": ev.claim_clusters(claims, t) for t in config.thresholds}
-        rows.append(
-            {
-                "answer_id": answer.id,
-                "question_id": answer.question_id,
-                "condition": answer.condition,
-                "claims": json.dumps(claims),
-                "claim_count": len(claims),
-                "clusters": json.dumps(clusters),
-            }
-        )
-    table = pd.DataFrame(rows)
+    found, usage = step.run_model(chat, lambda client: ev.claims_of_answers(client, answers["answer"]), batches=False)
+    step.fail_if_too_many_failed("claim extractions", sum(f is None for f in found), len(found), (chat, usage), 0.05)
+    table = ev.claim_table(answers, found, config.thresholds)
     clusters = pd.DataFrame([json.loads(c) for c in table["clusters"]], index=table.index).add_prefix("clusters at ")
     per_condition = pd.concat([table[["condition", "claim_count"]], clusters], axis=1).groupby("condition").mean()
     agreed = ev.claim_agreement(table, judgements, config.thresholds)
-    with duckdb.get_connection() as conn:
-        return publish(
-            context,
-            conn,
-            "claim_metrics",
-            table,
-            engine=chat.engine,
-            model=chat,
-            usage=usage,
-            metadata={
-                "planned_model_calls": len(answers),
-                "mean_per_answer": dg.MetadataValue.md(per_condition.round(2).to_markdown()),
-                "agreement_with_judges": dg.MetadataValue.md(agreed.to_markdown(index=False, floatfmt=".2f")),
-            },
-        )
+    return step.publish(
+        "claim_metrics",
+        table,
+        engine=chat.engine,
+        paid=(chat, usage),
+        metadata={
+            "planned_model_calls": len(answers),
+            "mean_per_answer": dg.MetadataValue.md(per_condition.round(2).to_markdown()),
+            "agreement_with_judges": dg.MetadataValue.md(agreed.to_markdown(index=False, floatfmt=".2f")),
+        },
+    )

@@ -8,9 +8,8 @@ from pydantic import Field
 from ..method import exports
 from ..resources import DuckDBStoreResource
 from ..settings import STATE_DIR
-from ..store.tables import record_lineage
 from .common import code_version, corpus_partitions
-from .publishing import lineage_for, read_inputs
+from .publishing import Step
 
 PARQUET_TABLES = (
     "documents",
@@ -36,19 +35,11 @@ class ExportConfig(dg.Config):
 )
 def graphml_export(context: dg.AssetExecutionContext, config: ExportConfig, duckdb: DuckDBStoreResource):
     """The entity graph as GraphML, with community ids per level and layout positions as node attributes."""
-    corpus = context.partition_key
-    with duckdb.get_connection() as conn:
-        tables = read_inputs(context, conn, "graphml_export")
+    step, corpus = Step(context, duckdb), context.partition_key
+    tables = step.inputs("graphml_export")
     path = exports.export_folder(config.folder, corpus, duckdb.stage) / "graph.graphml"
     graph = exports.graphml(tables["entities"], tables["relationships"], tables["communities"], tables["layouts"], path)
-    with duckdb.get_connection() as conn:
-        record_lineage(
-            conn,
-            lineage_for(context, conn, "graphml_export", engine="networkx", settings=config),
-            corpus,
-            version="",
-            rows=graph.number_of_nodes(),
-        )
+    step.record_files("graphml_export", "networkx", config, graph.number_of_nodes())
     return dg.MaterializeResult(
         metadata={
             "path": dg.MetadataValue.path(str(exports.export_folder(config.folder, corpus, None) / path.name)),
@@ -70,9 +61,8 @@ def parquet_export(context: dg.AssetExecutionContext, config: ExportConfig, duck
     """Every index table as a parquet file in Microsoft GraphRAG 3.x's output schema: `graphrag query --data <folder>`
     answers from it. The text embeddings go to `text_embeddings.parquet` and, with the `lancedb` extra installed,
     to the LanceDB tables its local, DRIFT and basic search read (`<folder>/lancedb`)."""
-    corpus = context.partition_key
-    with duckdb.get_connection() as conn:
-        tables = read_inputs(context, conn, "parquet_export")
+    step, corpus = Step(context, duckdb), context.partition_key
+    tables = step.inputs("parquet_export")
     vectors = tables.pop("text_embeddings")
     # GraphRAG stores findings as a list of {summary, explanation}; DuckDB holds them as JSON text.
     tables["community_reports"]["findings"] = tables["community_reports"]["findings"].map(json.loads)
@@ -81,14 +71,7 @@ def parquet_export(context: dg.AssetExecutionContext, config: ExportConfig, duck
     vector_tables = exports.lancedb_tables(vectors, folder / "lancedb")
     if vector_tables is None:
         context.log.info("lancedb is not installed (pip install 'graphrag-assets[lancedb]'): no LanceDB tables")
-    with duckdb.get_connection() as conn:
-        record_lineage(
-            conn,
-            lineage_for(context, conn, "parquet_export", engine="pyarrow", settings=config),
-            corpus,
-            version="",
-            rows=len(written),
-        )
+    step.record_files("parquet_export", "pyarrow", config, len(written))
     return dg.MaterializeResult(
         metadata={
             "folder": dg.MetadataValue.path(str(exports.export_folder(config.folder, corpus, None) / "parquet")),

@@ -1,14 +1,13 @@
 """The first half of the index: documents, text units, the entity graph and claims."""
 
 import asyncio
-from functools import partial
 
 import dagster as dg
 import pandas as pd
 
 from ..failures import step_failure
 from ..method import imports
-from ..method.entity_graph import GraphSettings, build_entity_graph
+from ..method.entity_graph import GraphBuild, GraphSettings, build_entity_graph
 from ..method.graph import aliases as alias_method
 from ..method.graph.claims import CLAIM_PROMPTS, COVARIATE_COLUMNS, extract_claims
 from ..method.graph.extraction import EXTRACTION_PROMPTS
@@ -23,9 +22,9 @@ from ..store.tables import last_settings, read_table, table_exists
 from .common import MODEL_POOL, code_version, corpus_partitions
 from .index_configs import AliasConfig, ClaimsConfig, GraphConfig, IndexPromptsConfig, IngestConfig
 from .metadata import markdown_table, step_progress, tell
-from .publishing import fail_if_too_many_failed, from_graphrag, publish, publish_imported, read_inputs, spent_on_failure
-from .run_plan import batch_ledger, index_plan, index_prompt_set
+from .publishing import Step, from_graphrag
 
+ENTITY_PREVIEW = ["title", "type", "degree", "frequency", "description"]
 _PROBLEMS_SHOWN = 5  # kinds of problem said in the log and terminal; the metadata has up to 20, each with a count
 
 
@@ -76,61 +75,56 @@ def corpus_documents(
     corpora: CorporaResource,
     duckdb: DuckDBStoreResource,
 ):
-    with duckdb.get_connection() as conn:
-        plan = index_plan(context, corpora, chat, conn)
-    imported = plan.imported
-    if imported:
-        documents, text_units = from_graphrag(imported, imports.documents_and_units)
-        with duckdb.get_connection() as conn:
-            yield publish_imported(context, conn, "documents", documents, imported)
-            yield publish_imported(context, conn, "base_text_units", text_units, imported)
+    step = Step(context, duckdb)
+    plan = step.plan(corpora, chat)
+    if plan.imported:
+        documents, text_units = from_graphrag(plan.imported, imports.documents_and_units)
+        yield step.publish_imported("documents", documents, plan.imported)
+        yield step.publish_imported("base_text_units", text_units, plan.imported)
         return
     folder = corpora.folder(context.partition_key)
     read = read_documents(corpora, folder, config)
-    summary = problem_summary(read.problems)
-    for line in summary[:_PROBLEMS_SHOWN]:
-        tell(context, f"{folder.name}/{line}", warning=True)
-    if len(summary) > _PROBLEMS_SHOWN:
-        tell(
-            context,
-            f"... and {len(summary) - _PROBLEMS_SHOWN} more kinds: see the documents asset's metadata",
-            warning=True,
-        )
-    problems = dg.MetadataValue.md("\n".join(f"- {line}" for line in summary) or "none")
+    problems = tell_problems(context, folder, read.problems)
     if read.documents.empty:
         raise step_failure(
             f"corpus folder {folder} has no readable documents", retryable=False, metadata={"problems": problems}
         )
     text_units, documents = chunk_documents(read.documents, config.chunk_size, config.chunk_overlap)
-    with duckdb.get_connection() as conn:
-        yield publish(
-            context,
-            conn,
-            "documents",
-            documents,
-            engine="none",
-            metadata={
-                "source": "documents folder",
-                "index_plan": dg.MetadataValue.md(plan.as_markdown()),
-                "files_read": read.files_read,
-                "files": dg.MetadataValue.md(files_by_type(read.files)),
-                "problems": problems,
-                "preview": markdown_table(documents, ["title", "source_path"]),
-            },
-        )
-        yield publish(
-            context,
-            conn,
-            "base_text_units",
-            text_units,
-            engine="none",
-            metadata={
-                "total_tokens": int(text_units["n_tokens"].sum()),
-                "units_with_location": int(text_units["location"].notna().sum()),
-                "chunk_size": config.chunk_size,
-                "chunk_overlap": config.chunk_overlap,
-            },
-        )
+    yield step.publish(
+        "documents",
+        documents,
+        engine="none",
+        metadata={
+            "source": "documents folder",
+            "index_plan": dg.MetadataValue.md(plan.as_markdown()),
+            "files_read": read.files_read,
+            "files": dg.MetadataValue.md(files_by_type(read.files)),
+            "problems": problems,
+            "preview": markdown_table(documents, ["title", "source_path"]),
+        },
+    )
+    yield step.publish("base_text_units", text_units, engine="none", metadata=unit_metadata(text_units, config))
+
+
+def tell_problems(context: dg.AssetExecutionContext, folder, problems: list) -> dg.MetadataValue:
+    """The first kinds of problem met reading the folder, in the log and the terminal; all of them (up to 20, each
+    with a count) for the metadata."""
+    summary = problem_summary(problems)
+    for line in summary[:_PROBLEMS_SHOWN]:
+        tell(context, f"{folder.name}/{line}", warning=True)
+    if len(summary) > _PROBLEMS_SHOWN:
+        more = len(summary) - _PROBLEMS_SHOWN
+        tell(context, f"... and {more} more kinds: see the documents asset's metadata", warning=True)
+    return dg.MetadataValue.md("\n".join(f"- {line}" for line in summary) or "none")
+
+
+def unit_metadata(text_units: pd.DataFrame, config: IngestConfig) -> dict:
+    return {
+        "total_tokens": int(text_units["n_tokens"].sum()),
+        "units_with_location": int(text_units["location"].notna().sum()),
+        "chunk_size": config.chunk_size,
+        "chunk_overlap": config.chunk_overlap,
+    }
 
 
 def graph_settings(config: GraphConfig, prompts: PromptSet = DEFAULT_PROMPTS) -> GraphSettings:
@@ -163,51 +157,49 @@ def index_prompts(
     and the corpus's own files in data/<corpus>/prompts/ over both. Its version changes when any prompt does, which
     marks what was extracted, summarized and reported with them stale."""
     corpus = context.partition_key
-    with duckdb.get_connection() as conn:
+    choice, tuned = chosen_prompts(Step(context, duckdb), config.prompts)
+    try:
+        rows = pd.DataFrame(index_prompt_rows(tuned, corpora.folder(corpus) / CORPUS_PROMPTS_FOLDER, f"data/{corpus}"))
+    except PromptFileError as problem:
+        raise step_failure(f"{problem}; fix or remove the file and index again", retryable=False) from None
+    replaced = rows[rows["source"] != "default"]
+    tell(context, f"prompts: {choice}" + (f"; replaced: {', '.join(replaced['id'])}" if len(replaced) else ""))
+    diffs = "\n\n".join(
+        f"**{row.id}** ({row.source})\n\n```diff\n{prompt_diff(row.id, row.template)}```"
+        for row in replaced.itertuples(index=False)
+    )
+    return Step(context, duckdb).publish(
+        "index_prompts",
+        rows,
+        engine="none",
+        settings=IndexPromptsConfig(prompts=choice),
+        metadata={
+            "prompts": choice,
+            "replaced": dg.MetadataValue.md(
+                markdown_table(replaced, ["id", "source", "sha"], rows=len(replaced)).value
+                if len(replaced)
+                else "none: every prompt is the file in prompts/"
+            ),
+            "diff_against_defaults": dg.MetadataValue.md(diffs or "_(no differences)_"),
+        },
+    )
+
+
+def chosen_prompts(step: Step, prompts: str) -> tuple[str, dict[str, str]]:
+    """The prompt choice ("last" is what the last run chose) and the corpus's tuned templates when it is "tuned"."""
+    corpus = step.corpus
+    with step.duckdb.get_connection() as conn:
         last = (last_settings(conn, "index_prompts", corpus) or {}).get("prompts", "default")
-        choice = last if config.prompts == "last" else config.prompts
-        tuned = (
-            read_table(conn, "tuned_prompts", corpus)
-            if choice == "tuned" and table_exists(conn, "tuned_prompts")
-            else None
-        )
+        choice = last if prompts == "last" else prompts
+        has_tuned = choice == "tuned" and table_exists(conn, "tuned_prompts")
+        tuned = read_table(conn, "tuned_prompts", corpus) if has_tuned else None
     if choice == "tuned" and (tuned is None or tuned.empty):
         raise step_failure(
             f"prompts=tuned, but corpus {corpus!r} has no tuned prompts: run `graphrag-assets tune --corpus {corpus}` "
             "(or materialize tuned_prompts in the prompt_tuning group), then index again",
             retryable=False,
         )
-    tuned_templates = dict(zip(tuned["id"], tuned["template"])) if tuned is not None else {}
-    try:
-        rows = pd.DataFrame(
-            index_prompt_rows(tuned_templates, corpora.folder(corpus) / CORPUS_PROMPTS_FOLDER, f"data/{corpus}")
-        )
-    except PromptFileError as problem:
-        raise step_failure(f"{problem}; fix or remove the file and index again", retryable=False) from None
-    replaced = rows[rows["source"] != "default"]
-    diffs = "\n\n".join(
-        f"**{row.id}** ({row.source})\n\n```diff\n{prompt_diff(row.id, row.template)}```"
-        for row in replaced.itertuples(index=False)
-    )
-    tell(context, f"prompts: {choice}" + (f"; replaced: {', '.join(replaced['id'])}" if len(replaced) else ""))
-    with duckdb.get_connection() as conn:
-        return publish(
-            context,
-            conn,
-            "index_prompts",
-            rows,
-            engine="none",
-            settings=IndexPromptsConfig(prompts=choice),
-            metadata={
-                "prompts": choice,
-                "replaced": dg.MetadataValue.md(
-                    markdown_table(replaced, ["id", "source", "sha"], rows=len(replaced)).value
-                    if len(replaced)
-                    else "none: every prompt is the file in prompts/"
-                ),
-                "diff_against_defaults": dg.MetadataValue.md(diffs or "_(no differences)_"),
-            },
-        )
+    return choice, dict(zip(tuned["id"], tuned["template"])) if tuned is not None else {}
 
 
 @dg.multi_asset(
@@ -251,88 +243,75 @@ def entity_graph(
     corpora: CorporaResource,
     duckdb: DuckDBStoreResource,
 ):
-    corpus = context.partition_key
-    with duckdb.get_connection() as conn:
-        plan = index_plan(context, corpora, chat, conn)
+    step = Step(context, duckdb)
+    plan = step.plan(corpora, chat)
     if plan.imported:
-        yield from _imported_graph(context, duckdb, plan.imported)
+        yield from _imported_graph(step, plan.imported)
         return
-    with duckdb.get_connection() as conn:
-        units = read_table(conn, "base_text_units", corpus)
-        prompts = index_prompt_set(conn, corpus)
+    units, prompts = step.read("base_text_units"), step.prompts()
     concepts = config.method != "standard"  # the noun-phrase graph: no client, so not one request, not even a probe
 
     def build(client):
-        return build_entity_graph(
-            client,
-            units,
-            graph_settings(config, prompts),
-            progress=step_progress(context, "text units extracted", len(units), client),
-        )
+        progress = step_progress(context, "text units extracted", len(units), client)
+        return build_entity_graph(client, units, graph_settings(config, prompts), progress=progress)
 
-    spent = spent_on_failure(context, duckdb)
-    if concepts:
-        graph, usage = asyncio.run(build(None)), None
-    else:
-        graph, usage = chat.run(build, batch_ledger(context, duckdb, chat), spent)
+    graph, usage = (asyncio.run(build(None)), None) if concepts else step.run_model(chat, build)
+    fail_if_graph_incomplete(step, graph, (chat, usage), config.max_failed_unit_fraction)
     engine = f"nlp ({config.method} method)" if concepts else chat.engine
+    yield from publish_graph(step, graph, engine, (chat, usage), config)
+    yield relationship_endpoints_are_entities(graph.entities, graph.relationships)
+    yield entities_found(units, graph.entities)
+
+
+def publish_graph(step: Step, graph: GraphBuild, engine: str, paid: tuple, config: GraphConfig):
+    """The entities (with what the model's replies were worth) and the relationships."""
+    top = graph.entities.sort_values(["degree", "frequency"], ascending=False)
+    yield step.publish(
+        "entities",
+        graph.entities,
+        engine=engine,
+        paid=paid,
+        quality=graph_quality(config.method, graph),
+        settings=config,
+        metadata={"top_entities_by_degree": markdown_table(top, ENTITY_PREVIEW)},
+    )
+    strongest = graph.relationships.sort_values("weight", ascending=False)
+    yield step.publish(
+        "relationships",
+        graph.relationships,
+        engine=engine,
+        settings=config,
+        metadata={"sample": markdown_table(strongest, ["source", "target", "weight", "description"])},
+    )
+
+
+def fail_if_graph_incomplete(step: Step, graph: GraphBuild, paid: tuple, limit: float) -> None:
+    """Too many text units with no valid extraction, or descriptions with no valid summary, fail the step."""
     extraction, summaries = graph.extraction, graph.summaries
-    limit, keep = config.max_failed_unit_fraction, partial(spent, chat, usage)
-    failed_units = len(extraction.failed_units)
-    fail_if_too_many_failed(context, "text units", failed_units, extraction.units, usage, limit, keep)
+    step.fail_if_too_many_failed("text units", len(extraction.failed_units), extraction.units, paid, limit)
     summarized = summaries.summarized + summaries.failed
-    fail_if_too_many_failed(context, "description summaries", summaries.failed, summarized, usage, limit, keep)
-    quality = {
-        "index_method": config.method,
+    step.fail_if_too_many_failed("description summaries", summaries.failed, summarized, paid, limit)
+
+
+def graph_quality(method: str, graph: GraphBuild) -> dict:
+    """What extraction and summaries made of the model's replies: for the metadata and the lineage row."""
+    return {
+        "index_method": method,
         **graph.extraction.as_metadata(),
         "summarized_descriptions": graph.summaries.summarized,
         "joined_descriptions": graph.summaries.joined,
         "failed_summaries": graph.summaries.failed,
         **graph.pruned,
     }
-    top = graph.entities.sort_values(["degree", "frequency"], ascending=False)
-    with duckdb.get_connection() as conn:
-        yield publish(
-            context,
-            conn,
-            "entities",
-            graph.entities,
-            engine=engine,
-            model=None if concepts else chat,
-            usage=usage,
-            quality=quality,
-            settings=config,
-            metadata={
-                "top_entities_by_degree": markdown_table(top, ["title", "type", "degree", "frequency", "description"]),
-            },
-        )
-        yield publish(
-            context,
-            conn,
-            "relationships",
-            graph.relationships,
-            engine=engine,
-            settings=config,
-            metadata={
-                "sample": markdown_table(
-                    graph.relationships.sort_values("weight", ascending=False),
-                    ["source", "target", "weight", "description"],
-                ),
-            },
-        )
-    yield relationship_endpoints_are_entities(graph.entities, graph.relationships)
-    yield entities_found(units, graph.entities)
 
 
-def _imported_graph(context: dg.AssetExecutionContext, duckdb: DuckDBStoreResource, imported):
+def _imported_graph(step: Step, imported):
     """A Microsoft GraphRAG output's entities and relationships, as it wrote them, with the same checks."""
     entities, relationships = from_graphrag(imported, imports.graph)
-    with duckdb.get_connection() as conn:
-        units = read_table(conn, "base_text_units", context.partition_key)
-        yield publish_imported(context, conn, "entities", entities, imported)
-        yield publish_imported(context, conn, "relationships", relationships, imported)
+    yield step.publish_imported("entities", entities, imported)
+    yield step.publish_imported("relationships", relationships, imported)
     yield relationship_endpoints_are_entities(entities, relationships, imported=True)
-    yield entities_found(units, entities)
+    yield entities_found(step.read("base_text_units"), entities)
 
 
 def entities_found(units: pd.DataFrame, entities: pd.DataFrame) -> dg.AssetCheckResult:
@@ -387,56 +366,44 @@ def entity_aliases(
 ) -> dg.MaterializeResult:
     """Names of one entity, linked to a canonical entity instead of merged: undo one by rejecting it in the
     corpus folder's aliases.csv (entity,canonical,action with action add or reject)."""
-    corpus = context.partition_key
-    with duckdb.get_connection() as conn:
-        entities = read_table(conn, "entities", corpus)
-        plan = index_plan(context, corpora, chat, conn)
-    wanted = plan.looks_for_aliases
-    candidates = alias_method.candidate_pairs(entities, config.min_name_overlap) if wanted else None
+    step = Step(context, duckdb)
+    entities, plan = step.read("entities"), step.plan(corpora, chat)
+    candidates = alias_method.candidate_pairs(entities, config.min_name_overlap) if plan.looks_for_aliases else None
     usage = None
     if candidates is None or candidates.empty:
         table = pd.DataFrame(columns=alias_method.ALIAS_COLUMNS)
     elif plan.aliases_by_model:
-        context.log.info(
-            f"{len(candidates)} candidate alias pairs: {-(-len(candidates) // config.batch_size)} model calls"
-        )
-        verdicts, usage = chat.run(
+        calls = -(-len(candidates) // config.batch_size)
+        context.log.info(f"{len(candidates)} candidate alias pairs: {calls} model calls")
+        verdicts, usage = step.run_model(
+            chat,
             lambda client: alias_method.confirm_by_model(client, candidates, entities, config.batch_size),
-            on_failure=spent_on_failure(context, duckdb),
+            batches=False,
         )
-        table = candidates.assign(
-            confirmed_by=["model" if v is not None else "unconfirmed" for v in verdicts],
-            accepted=[bool(v) for v in verdicts],
-        )
+        table = alias_method.aliases_by_model(candidates, verdicts)
     else:
         table = alias_method.aliases_by_rule(candidates)
-    overrides, problems = alias_method.read_overrides(corpora.folder(corpus))
+    overrides, problems = alias_method.read_overrides(corpora.folder(step.corpus))
     table, unknown = alias_method.apply_overrides(table, overrides, entities)
     for problem in problems + unknown:
         context.log.warning(problem)
+    metadata = alias_metadata(table, entities, len(overrides), problems + unknown)
+    return step.publish("entity_aliases", table, engine=chat.engine, paid=(chat, usage), metadata=metadata)
+
+
+def alias_metadata(table: pd.DataFrame, entities: pd.DataFrame, overrides: int, problems: list[str]) -> dict:
     groups = alias_method.alias_groups(table)
     titles = entities.set_index("id")["title"]
-    with duckdb.get_connection() as conn:
-        return publish(
-            context,
-            conn,
-            "entity_aliases",
-            table,
-            engine=chat.engine,
-            model=chat if usage else None,
-            usage=usage,
-            metadata={
-                "candidate_pairs": len(table),
-                "accepted": int(table["accepted"].astype(bool).sum()) if len(table) else 0,
-                "alias_groups": len(groups),
-                "groups": dg.MetadataValue.md(
-                    "\n".join(f"- {titles[c]}: {', '.join(titles[v] for v in vs)}" for c, vs in groups.items())
-                    or "_none_"
-                ),
-                "overrides": len(overrides),
-                "override_problems": dg.MetadataValue.md("\n".join(f"- {p}" for p in problems + unknown) or "none"),
-            },
-        )
+    return {
+        "candidate_pairs": len(table),
+        "accepted": int(table["accepted"].astype(bool).sum()) if len(table) else 0,
+        "alias_groups": len(groups),
+        "groups": dg.MetadataValue.md(
+            "\n".join(f"- {titles[c]}: {', '.join(titles[v] for v in vs)}" for c, vs in groups.items()) or "_none_"
+        ),
+        "overrides": overrides,
+        "override_problems": dg.MetadataValue.md("\n".join(f"- {p}" for p in problems) or "none"),
+    }
 
 
 @dg.asset(
@@ -455,65 +422,33 @@ def covariates(
     duckdb: DuckDBStoreResource,
 ) -> dg.MaterializeResult:
     """Claims about entities (subject, object, type, status, dates, quote), one LLM pass per text unit."""
-    corpus = context.partition_key
-    with duckdb.get_connection() as conn:
-        plan = index_plan(context, corpora, chat, conn)
+    step = Step(context, duckdb)
+    plan = step.plan(corpora, chat)
     if plan.imported:
-        with duckdb.get_connection() as conn:
-            covariates = from_graphrag(plan.imported, imports.covariates)
-            return publish_imported(context, conn, "covariates", covariates, plan.imported)
-    reason = plan.claims_skipped_because
-    if reason:
-        context.log.info(f"covariates left empty: {reason}")
-        with duckdb.get_connection() as conn:
-            return publish(
-                context,
-                conn,
-                "covariates",
-                pd.DataFrame(columns=COVARIATE_COLUMNS),
-                engine=chat.engine,
-                metadata={"skipped_because": reason},
-            )
-    with duckdb.get_connection() as conn:
-        units = read_table(conn, "base_text_units", corpus)
-        prompts = index_prompt_set(conn, corpus)
-    (claims, stats), usage = chat.run(
-        lambda client: extract_claims(
-            client,
-            units,
-            tuple(config.entity_specs),
-            config.claim_description,
-            config.max_gleanings,
-            step_progress(context, "text units searched for claims", len(units), client),
-            prompts,
-        ),
-        batch_ledger(context, duckdb, chat),
-        spent := spent_on_failure(context, duckdb),
+        return step.publish_imported("covariates", from_graphrag(plan.imported, imports.covariates), plan.imported)
+    if plan.claims_skipped_because:
+        return step.publish_skipped("covariates", COVARIATE_COLUMNS, chat.engine, plan.claims_skipped_because)
+    units, prompts = step.read("base_text_units"), step.prompts()
+
+    def work(client):
+        progress = step_progress(context, "text units searched for claims", len(units), client)
+        specs = tuple(config.entity_specs)
+        return extract_claims(client, units, specs, config.claim_description, config.max_gleanings, progress, prompts)
+
+    (claims, stats), usage = step.run_model(chat, work)
+    limit, paid = config.max_failed_unit_fraction, (chat, usage)
+    step.fail_if_too_many_failed("text units", len(stats.failed_units), stats.units, paid, limit)
+    return step.publish(
+        "covariates",
+        claims,
+        engine=chat.engine,
+        paid=paid,
+        quality=stats.as_metadata(),
+        metadata={
+            "claims_by_status": dg.MetadataValue.json(claims["status"].value_counts().to_dict()),
+            "sample": markdown_table(claims, ["subject_id", "type", "status", "description"]),
+        },
     )
-    fail_if_too_many_failed(
-        context,
-        "text units",
-        len(stats.failed_units),
-        stats.units,
-        usage,
-        config.max_failed_unit_fraction,
-        partial(spent, chat, usage),
-    )
-    with duckdb.get_connection() as conn:
-        return publish(
-            context,
-            conn,
-            "covariates",
-            claims,
-            engine=chat.engine,
-            model=chat,
-            usage=usage,
-            quality=stats.as_metadata(),
-            metadata={
-                "claims_by_status": dg.MetadataValue.json(claims["status"].value_counts().to_dict()),
-                "sample": markdown_table(claims, ["subject_id", "type", "status", "description"]),
-            },
-        )
 
 
 @dg.asset(
@@ -525,16 +460,7 @@ def covariates(
 )
 def text_units(context: dg.AssetExecutionContext, duckdb: DuckDBStoreResource) -> dg.MaterializeResult:
     """Text units with the ids of the entities, relationships and claims extracted from each."""
-    with duckdb.get_connection() as conn:
-        tables = read_inputs(context, conn, "text_units")
-        units = link_text_units(**tables)
-        return publish(
-            context,
-            conn,
-            "text_units",
-            units,
-            engine="none",
-            metadata={
-                "units_without_entities": int((units["entity_ids"].map(len) == 0).sum()),
-            },
-        )
+    step = Step(context, duckdb)
+    units = link_text_units(**step.inputs("text_units"))
+    without_entities = int((units["entity_ids"].map(len) == 0).sum())
+    return step.publish("text_units", units, engine="none", metadata={"units_without_entities": without_entities})

@@ -67,21 +67,9 @@ def published_index(context: dg.AssetExecutionContext, duckdb: DuckDBStoreResour
         tables = {table: rows for table, rows in published.items() if table != "lineage"}
         # The index's version: its assets' data versions as published, so an unchanged re-index keeps it.
         versions = latest_versions(conn, corpus, [key.to_user_string() for key in _index_keys()])
-        runs = (
-            conn.execute(
-                "SELECT min(materialized_at) AS started, sum(requests) AS requests, "
-                "CASE WHEN bool_and(cost_usd IS NOT NULL) THEN sum(cost_usd) END AS cost_usd "
-                "FROM model_usage WHERE corpus = ? GROUP BY run_id ORDER BY started",
-                [corpus],
-            ).df()
-            if table_exists_in(conn, "main", "model_usage")
-            else pd.DataFrame()
-        )
+        runs = cost_per_run(conn, corpus)
     # After the store's transaction: a kill before it leaves the last index's exports, as the store is left.
-    files = [name for folder in folders[duckdb.stage] for name in publish_exports(folder, corpus, duckdb.stage)]
-    for stage in leftovers:
-        for folder in folders[stage]:
-            discard_staged_exports(folder, [stage])
+    files = move_exports(folders, duckdb.stage, corpus)
     context.log.info(
         f"published {len(tables)} tables of corpus {corpus}" + (f" and {', '.join(files)}" if files else "")
     )
@@ -98,6 +86,28 @@ def published_index(context: dg.AssetExecutionContext, duckdb: DuckDBStoreResour
             **({"cost_per_run": png(cost_chart(runs, corpus), f"cost per index run of {corpus}")} if len(runs) else {}),
         },
     )
+
+
+def cost_per_run(conn, corpus: str) -> pd.DataFrame:
+    """Each index run of the corpus: when it started, its model requests and their cost (None when unpriced)."""
+    if not table_exists_in(conn, "main", "model_usage"):
+        return pd.DataFrame()
+    return conn.execute(
+        "SELECT min(materialized_at) AS started, sum(requests) AS requests, "
+        "CASE WHEN bool_and(cost_usd IS NOT NULL) THEN sum(cost_usd) END AS cost_usd "
+        "FROM model_usage WHERE corpus = ? GROUP BY run_id ORDER BY started",
+        [corpus],
+    ).df()
+
+
+def move_exports(folders: dict[str, list[str]], stage: str, corpus: str) -> list[str]:
+    """The run's staged export files put in place of the last index's; other (leftover) stages' files removed."""
+    files = [name for folder in folders[stage] for name in publish_exports(folder, corpus, stage)]
+    for leftover, leftover_folders in folders.items():
+        if leftover != stage:
+            for folder in leftover_folders:
+                discard_staged_exports(folder, [leftover])
+    return files
 
 
 def export_folders(conn, stage: str) -> list[str]:

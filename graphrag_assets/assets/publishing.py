@@ -1,11 +1,13 @@
-"""Publishing a step's table: its lineage row, reusing what the last run made from the same inputs, what a failed
-step paid for, and the rows imported from a Microsoft GraphRAG output."""
+"""A step of the index, for its asset: reading its inputs, paying a model (and keeping what a failed step paid),
+and publishing each table with its lineage row, reusing what the last run made from the same inputs, or the rows
+imported from a Microsoft GraphRAG output."""
 
 from __future__ import annotations
 
 import hashlib
 import json
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TypeVar
 
@@ -15,12 +17,15 @@ import pandas as pd
 
 from ..failures import step_failure
 from ..method.imports import GraphRAGOutputError
+from ..method.plan import IndexPlan
+from ..method.prompts import PromptSet
 from ..models import Usage
 from ..resources import (
+    ChatModelResource,
+    CorporaResource,
     DuckDBStoreResource,
     EmbeddingModelResource,
     ModelEndpointResource,
-    SpentOnFailure,
 )
 from ..store.tables import (
     Lineage,
@@ -35,6 +40,7 @@ from ..store.tables import (
     write_table,
 )
 from .metadata import usage_metadata
+from .run_plan import batch_ledger, index_plan, index_prompt_set
 
 T = TypeVar("T")
 
@@ -42,11 +48,6 @@ T = TypeVar("T")
 def upstream_of(context: dg.AssetExecutionContext, asset: str) -> list[str]:
     """The asset's declared deps: the tables it reads, and the upstream versions its lineage row records."""
     return sorted(key.to_user_string() for key in context.assets_def.asset_deps[dg.AssetKey(asset)])
-
-
-def read_inputs(context: dg.AssetExecutionContext, conn: duckdb.DuckDBPyConnection, asset: str) -> dict:
-    """Every table the asset depends on, for its corpus."""
-    return read_tables(conn, upstream_of(context, asset), context.partition_key)
 
 
 def usage_record(model: ModelEndpointResource, usage: Usage) -> dict:
@@ -59,16 +60,16 @@ def lineage_for(
     context: dg.AssetExecutionContext,
     conn: duckdb.DuckDBPyConnection,
     asset: str,
-    *,
     engine: str,
-    model: ModelEndpointResource | None = None,
-    usage: Usage | None = None,
+    *,
+    paid: tuple[ModelEndpointResource | None, Usage | None] | None = None,
     quality: dict | None = None,
     upstream: list[str] | None = None,
     settings: dg.Config | None = None,
 ) -> Lineage:
     """The lineage row; `upstream` defaults to the asset's declared deps (pass it only for a table that is no asset)."""
     upstream = upstream_of(context, asset) if upstream is None else upstream
+    model, usage = paid or (None, None)
     model_usage = usage_record(model, usage) if usage and model else None
     code = context.assets_def.code_versions_by_key.get(dg.AssetKey(asset)) or ""
     upstream_versions = latest_versions(conn, context.partition_key, upstream)
@@ -91,93 +92,80 @@ def _fingerprint(code: str, engine: str, upstream_versions: dict, settings: dg.C
     return hashlib.sha256(json.dumps(parts, sort_keys=True, default=str).encode()).hexdigest()[:16]
 
 
-def reuse_previous(
-    context: dg.AssetExecutionContext,
-    conn: duckdb.DuckDBPyConnection,
-    asset: str,
-    *,
-    engine: str,
-    settings: dg.Config | None,
-) -> dg.MaterializeResult | None:
-    """The asset's stored output again, when its code, engine, inputs' versions and settings are those of now.
+@dataclass
+class Step:
+    """One asset's work on one corpus: what it reads from the store, how it pays a model (keeping what a failure
+    paid), and how it publishes each table with its lineage row and the metadata a person reads. An asset makes one
+    and is left with its own few lines: read, call the method, publish."""
 
-    For the steps that cost minutes and no model call (node2vec, UMAP, embeddings): a re-index with
-    nothing changed records a new materialization of the same data version, with a lineage row, and
-    skips the work. None when anything differs (or on a first run): then compute.
-    """
-    previous = last_output(conn, asset, context.partition_key)
-    lineage = lineage_for(context, conn, asset, engine=engine, settings=settings)
-    if previous is None or not previous[0] or previous[0] != lineage.inputs:
-        return None
-    _, version, rows = previous
-    if row_count(conn, asset, context.partition_key) != rows:  # the rows were removed behind our back
-        return None
-    record_lineage(conn, lineage, context.partition_key, version, rows)
-    context.log.info(f"{asset}: inputs, settings and code unchanged since the last run; its output is reused")
-    return dg.MaterializeResult(
-        asset_key=dg.AssetKey(asset),
-        data_version=dg.DataVersion(version),
-        metadata={
-            "dagster/row_count": rows,
-            "engine": engine,
-            "corpus": context.partition_key,
-            "reused": dg.MetadataValue.md(
-                "inputs, settings and code unchanged since the last materialization: the stored output was kept"
-            ),
-        },
-    )
+    context: dg.AssetExecutionContext
+    duckdb: DuckDBStoreResource
 
+    @property
+    def corpus(self) -> str:
+        return self.context.partition_key
 
-def previous_output(
-    conn: duckdb.DuckDBPyConnection, asset: str, corpus: str, settings: dg.Config, *, ignoring: set[str] = frozenset()
-) -> pd.DataFrame | None:
-    """The asset's stored rows for the corpus, if the same settings (but those `ignoring`) made them.
+    # -- reading -----------------------------------------------------------------------------------------------
+    def read(self, table: str, where: str = "TRUE") -> pd.DataFrame:
+        with self.duckdb.get_connection() as conn:
+            return read_table(conn, table, self.corpus, where)
 
-    For a step that refines its last result rather than starting over; other settings would make other rows.
-    """
-    made_with = last_settings(conn, asset, corpus)
-    if made_with is None:
-        return None
-    now = settings.model_dump(exclude=ignoring)
-    if {name: made_with.get(name) for name in now} != now:
-        return None
-    return read_table(conn, asset, corpus)
+    def inputs(self, asset: str) -> dict[str, pd.DataFrame]:
+        """Every table the asset depends on, for its corpus."""
+        with self.duckdb.get_connection() as conn:
+            return read_tables(conn, upstream_of(self.context, asset), self.corpus)
 
+    def plan(self, corpora: CorporaResource, chat: ChatModelResource) -> IndexPlan:
+        with self.duckdb.get_connection() as conn:
+            return index_plan(self.context, corpora, chat, conn)
 
-def spent_on_failure(context: dg.AssetExecutionContext, duckdb: DuckDBStoreResource) -> SpentOnFailure:
-    """What the step's clients paid, kept in the store's failed_step_usage when it fails (it publishes no lineage
-    row then): the run's totals and the model_usage view count it."""
+    def prompts(self) -> PromptSet:
+        with self.duckdb.get_connection() as conn:
+            return index_prompt_set(conn, self.corpus)
 
-    def keep(model: ModelEndpointResource, usage: Usage | None) -> None:
+    def previous_output(self, asset: str, settings: dg.Config, ignoring: set[str] = frozenset()) -> pd.DataFrame | None:
+        """The asset's stored rows for the corpus, if the same settings (but those `ignoring`) made them.
+
+        For a step that refines its last result rather than starting over; other settings would make other rows.
+        """
+        with self.duckdb.get_connection() as conn:
+            made_with = last_settings(conn, asset, self.corpus)
+            now = settings.model_dump(exclude=ignoring)
+            if made_with is None or {name: made_with.get(name) for name in now} != now:
+                return None
+            return read_table(conn, asset, self.corpus)
+
+    # -- paying a model ----------------------------------------------------------------------------------------
+    def run_model(self, model: ModelEndpointResource, work: Callable, batches: bool = True) -> tuple[T, Usage | None]:
+        """`work(client)` with the model's client (None offline), through the Batch API when the run says so; what
+        the client paid is kept in the store if the work fails."""
+        ledger = batch_ledger(self.context, self.duckdb, model) if batches else None
+        return model.run(work, ledger, self.keep_spent)
+
+    def keep_spent(self, model: ModelEndpointResource, usage: Usage | None) -> None:
+        """What a failing step's client paid, in the store's failed_step_usage (it publishes no lineage row then):
+        the run's totals and the model_usage view count it."""
         if usage is None or not (usage.calls or usage.batch_calls):
             return
-        corpus = context.partition_key if context.has_partition_key else ""
-        with duckdb.get_connection() as conn:
-            record_failed_step(conn, context.op_handle.name, corpus, context.run_id, usage_record(model, usage))
+        corpus = self.corpus if self.context.has_partition_key else ""
+        with self.duckdb.get_connection() as conn:
+            record_failed_step(
+                conn, self.context.op_handle.name, corpus, self.context.run_id, usage_record(model, usage)
+            )
 
-    return keep
-
-
-def fail_if_too_many_failed(
-    context: dg.AssetExecutionContext,
-    what: str,
-    failed: int,
-    total: int,
-    usage: Usage | None,
-    max_fraction: float,
-    keep: Callable[[], None] | None = None,
-) -> None:
-    """A few failures are logged; more than `max_fraction` of `total` fail the step, so nobody ships a hollow index.
-
-    Every reply that was valid is in the response cache, so re-running the step pays only for the failures. `keep`
-    records what the step paid before it fails.
-    """
-    if not failed:
-        return
-    message = f"{failed} of {total} {what} got no valid model reply after retries"
-    if failed > max_fraction * total:
-        if keep is not None:
-            keep()
+    def fail_if_too_many_failed(
+        self, what: str, failed: int, total: int, paid: tuple[ModelEndpointResource, Usage | None], max_fraction: float
+    ) -> None:
+        """A few failures are logged; more than `max_fraction` of `total` fail the step, so nobody ships a hollow
+        index. Every valid reply is in the response cache, so re-running the step pays only for the failures."""
+        if not failed:
+            return
+        model, usage = paid
+        message = f"{failed} of {total} {what} got no valid model reply after retries"
+        if failed <= max_fraction * total:
+            self.context.log.warning(message)
+            return
+        self.keep_spent(model, usage)
         raise step_failure(
             f"{message} (more than {max_fraction:.0%}); valid replies are cached, so a re-run pays only for the "
             "failed ones",
@@ -187,44 +175,91 @@ def fail_if_too_many_failed(
                 "errors": dg.MetadataValue.json((usage.errors if usage else [])[:5]),
             },
         )
-    context.log.warning(message)
 
+    # -- publishing --------------------------------------------------------------------------------------------
+    def publish(
+        self,
+        table: str,
+        df: pd.DataFrame,
+        *,
+        engine: str,
+        paid: tuple[ModelEndpointResource, Usage | None] | None = None,
+        quality: dict | None = None,
+        metadata: dict | None = None,
+        settings: dg.Config | None = None,
+    ) -> dg.MaterializeResult:
+        """Write the corpus's rows with a lineage row, and describe the result for the UI. `paid` is the model and
+        what it used; `quality` (counts of invalid, repaired and failed model output) goes to both the metadata and
+        the lineage row."""
+        model, usage = paid or (None, None)
+        with self.duckdb.get_connection() as conn:
+            lineage = lineage_for(self.context, conn, table, engine, paid=paid, quality=quality, settings=settings)
+            version = write_table(conn, table, self.corpus, df, lineage)
+        return dg.MaterializeResult(
+            asset_key=dg.AssetKey(table),
+            data_version=dg.DataVersion(version),
+            metadata={
+                "dagster/row_count": len(df),
+                "engine": engine,
+                "corpus": self.corpus,
+                **(usage_metadata(model, usage) if model else {}),
+                **(quality or {}),
+                **(metadata or {}),
+            },
+        )
 
-def publish(
-    context: dg.AssetExecutionContext,
-    conn: duckdb.DuckDBPyConnection,
-    table: str,
-    df: pd.DataFrame,
-    *,
-    engine: str,
-    model: ModelEndpointResource | None = None,
-    usage: Usage | None = None,
-    quality: dict | None = None,
-    metadata: dict | None = None,
-    settings: dg.Config | None = None,
-) -> dg.MaterializeResult:
-    """Write the corpus's rows with a lineage row, and describe the result for the UI.
+    def record_files(self, asset: str, engine: str, settings: dg.Config, rows: int) -> None:
+        """A lineage row for an output that is files rather than a table (an export): no data version."""
+        with self.duckdb.get_connection() as conn:
+            lineage = lineage_for(self.context, conn, asset, engine, settings=settings)
+            record_lineage(conn, lineage, self.corpus, version="", rows=rows)
 
-    `quality` (counts of invalid, repaired and failed model output) goes to both the metadata and the lineage row.
-    """
-    corpus = context.partition_key
-    key = dg.AssetKey(table)
-    lineage = lineage_for(
-        context, conn, table, engine=engine, model=model, usage=usage, quality=quality, settings=settings
-    )
-    version = write_table(conn, table, corpus, df, lineage)
-    return dg.MaterializeResult(
-        asset_key=key,
-        data_version=dg.DataVersion(version),
-        metadata={
-            "dagster/row_count": len(df),
-            "engine": engine,
-            "corpus": corpus,
-            **(usage_metadata(model, usage) if model else {}),
-            **(quality or {}),
-            **(metadata or {}),
-        },
-    )
+    def publish_imported(self, table: str, df: pd.DataFrame, output: Path) -> dg.MaterializeResult:
+        """Rows imported from a Microsoft GraphRAG output, with lineage (engine "imported"); no model was called."""
+        return self.publish(
+            table,
+            df,
+            engine="imported",
+            metadata={
+                "source": "Microsoft GraphRAG output (imported)",
+                "imported_from": dg.MetadataValue.path(str(output.resolve())),
+            },
+        )
+
+    def publish_skipped(self, table: str, columns: list[str], engine: str, why: str) -> dg.MaterializeResult:
+        """No rows, by the plan's decision, with the reason in the log and the metadata."""
+        self.context.log.info(f"{table} left empty: {why}")
+        return self.publish(table, pd.DataFrame(columns=columns), engine=engine, metadata={"skipped_because": why})
+
+    def reuse_previous(self, asset: str, engine: str, settings: dg.Config | None) -> dg.MaterializeResult | None:
+        """The asset's stored output again, when its code, engine, inputs' versions and settings are those of now.
+
+        For the steps that cost minutes and no model call (node2vec, UMAP, embeddings): a re-index with
+        nothing changed records a new materialization of the same data version, with a lineage row, and
+        skips the work. None when anything differs (or on a first run): then compute.
+        """
+        with self.duckdb.get_connection() as conn:
+            previous = last_output(conn, asset, self.corpus)
+            lineage = lineage_for(self.context, conn, asset, engine, settings=settings)
+            if previous is None or not previous[0] or previous[0] != lineage.inputs:
+                return None
+            _, version, rows = previous
+            if row_count(conn, asset, self.corpus) != rows:  # the rows were removed behind our back
+                return None
+            record_lineage(conn, lineage, self.corpus, version, rows)
+        self.context.log.info(f"{asset}: inputs, settings and code unchanged since the last run; its output is reused")
+        return dg.MaterializeResult(
+            asset_key=dg.AssetKey(asset),
+            data_version=dg.DataVersion(version),
+            metadata={
+                "dagster/row_count": rows,
+                "engine": engine,
+                "corpus": self.corpus,
+                "reused": dg.MetadataValue.md(
+                    "inputs, settings and code unchanged since the last materialization: the stored output was kept"
+                ),
+            },
+        )
 
 
 def from_graphrag(output: Path, read_tables: Callable[..., T], *args) -> T:
@@ -233,20 +268,3 @@ def from_graphrag(output: Path, read_tables: Callable[..., T], *args) -> T:
         return read_tables(output, *args)
     except GraphRAGOutputError as problem:
         raise step_failure(f"cannot import the GraphRAG output: {problem}", retryable=False) from None
-
-
-def publish_imported(
-    context: dg.AssetExecutionContext, conn: duckdb.DuckDBPyConnection, table: str, df: pd.DataFrame, output: Path
-) -> dg.MaterializeResult:
-    """Rows imported from a Microsoft GraphRAG output, with lineage (engine "imported"); no model was called."""
-    return publish(
-        context,
-        conn,
-        table,
-        df,
-        engine="imported",
-        metadata={
-            "source": "Microsoft GraphRAG output (imported)",
-            "imported_from": dg.MetadataValue.path(str(output.resolve())),
-        },
-    )

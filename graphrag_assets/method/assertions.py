@@ -8,6 +8,7 @@ one of its question class by a paired Wilcoxon signed-rank test over the questio
 
 from __future__ import annotations
 
+import asyncio
 import json
 from dataclasses import dataclass
 
@@ -55,6 +56,11 @@ def assertion_checks(answers: pd.DataFrame, questions: pd.DataFrame, repeats: in
                     )
                 )
     return planned
+
+
+async def check_all(chat: ChatModel, planned: list[AssertionCheck]) -> list[dict | None]:
+    """Every planned check, concurrently; None for one whose reply never parsed."""
+    return await asyncio.gather(*(check_assertion(chat, c) for c in planned))
 
 
 async def check_assertion(chat: ChatModel, check: AssertionCheck) -> dict | None:

@@ -160,6 +160,51 @@ def generation_calls(personas: int, tasks: int, describe: bool, classes: list[st
     return calls + units * ("data_local" in classes) + ("data_global" in classes)
 
 
+@dataclass(frozen=True)
+class QuestionSettings:
+    """Which questions to generate and how many (the evaluation_questions step's config gives every value)."""
+
+    classes: list[str]
+    corpus_description: str  # empty: the model writes it from the root reports
+    personas: int
+    tasks_per_persona: int
+    questions_per_task: int
+    questions_per_text_unit: int
+    data_global_questions: int
+
+    def calls(self, sampled_units: int) -> int:
+        local = sampled_units if "data_local" in self.classes else 0
+        describe = not self.corpus_description
+        return generation_calls(self.personas, self.tasks_per_persona, describe, self.classes, local)
+
+
+async def generate_questions(
+    chat: ChatModel, settings: QuestionSettings, root_notes: list[str], sampled: list
+) -> tuple[str | None, list[dict] | None]:
+    """The corpus description and the questions of every class asked for. `root_notes`: the summaries of the
+    top-level reports; `sampled`: text units (rows with id and text) for data_local, and for data_global when the
+    index has no reports. (None, None) when no description could be had."""
+    s, classes = settings, settings.classes
+    description = ""
+    if any(c != "data_local" for c in classes):
+        description = s.corpus_description or await describe_corpus(chat, root_notes)
+        if not description:
+            return None, None
+    parts = []
+    activity = [c for c in classes if c in ACTIVITY_PROMPTS]
+    if activity:
+        parts.append(
+            activity_questions(chat, description, s.personas, s.tasks_per_persona, s.questions_per_task, activity)
+        )
+    if "data_local" in classes and sampled:
+        parts.append(data_local_questions(chat, [(u.id, u.text) for u in sampled], s.questions_per_text_unit))
+    if "data_global" in classes:
+        notes = root_notes or [u.text[:500] for u in sampled]
+        parts.append(data_global_questions(chat, description, notes, s.data_global_questions))
+    found = await asyncio.gather(*parts)
+    return description, [row for rows in found for row in rows or []]
+
+
 _CONDITION = re.compile(r"(?P<kind>C|LGR)(?P<number>\d+)|TS|SS")
 
 
@@ -396,6 +441,33 @@ def claim_clusters(claims: list[str], threshold: float) -> int:
         n_clusters=None, metric="precomputed", linkage="complete", distance_threshold=threshold
     )
     return int(clustering.fit(rouge_l_distances(claims)).n_clusters_)
+
+
+async def judge_all(chat: ChatModel, planned: list[Comparison]) -> list[dict | None]:
+    """Every planned comparison judged, concurrently; None for one whose reply never parsed."""
+    return await asyncio.gather(*(judge(chat, c) for c in planned))
+
+
+async def claims_of_answers(chat: ChatModel, answers) -> list[list[str] | None]:
+    """The claims of each answer, concurrently; None for one whose reply never parsed."""
+    return await asyncio.gather(*(answer_claims(chat, a) for a in answers))
+
+
+def claim_table(answers: pd.DataFrame, found: list[list[str] | None], thresholds: list[float]) -> pd.DataFrame:
+    """The claim_metrics rows: each answer's claims, their count, and their clusters at each distance threshold."""
+    rows = [
+        {
+            "answer_id": answer.id,
+            "question_id": answer.question_id,
+            "condition": answer.condition,
+            "claims": json.dumps(claims),
+            "claim_count": len(claims),
+            "clusters": json.dumps({f"{t:g}": claim_clusters(claims, t) for t in thresholds}),
+        }
+        for answer, claims in zip(answers.itertuples(), found)
+        if claims is not None
+    ]
+    return pd.DataFrame(rows)
 
 
 async def answer_claims(chat: ChatModel, answer: str) -> list[str] | None:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import difflib
+import json
 import re
 from collections import Counter
 from dataclasses import dataclass, field
@@ -19,6 +20,7 @@ import numpy as np
 import pandas as pd
 
 from .communities.reports import REPORT_PROMPTS, SOURCE_REPORT_PROMPTS
+from .embeddings.text import LocalEmbedder, embed_with_model
 from .graph.claims import CLAIM_PROMPTS
 from .graph.extraction import DEFAULT_ENTITY_TYPES, EXTRACTION_PROMPTS, check_graph_reply, records_to_graph
 from .graph.records import COMPLETION_DELIMITER, RECORD_DELIMITER, TUPLE_DELIMITER, parse_json_reply
@@ -283,6 +285,62 @@ async def profile_corpus(
     found = await asyncio.gather(*(example(u, t) for u, t in excerpts[:examples]))
     profile.examples = [e for e in found if e is not None]
     return profile
+
+
+@dataclass(frozen=True)
+class TuningSettings:
+    """How a corpus is sampled and profiled (the tuned_prompts step's config gives every value)."""
+
+    sampled_text_units: int
+    sampling: str  # random, or clusters: one unit per cluster of text-unit embeddings
+    seed: int
+    max_entity_types: int
+    examples: int
+    excerpt_tokens: int
+    embedding_batch: tuple[int, int] = (256, 50_000)  # texts and tokens per embedding request at most
+
+
+class SampleNotEmbedded(RuntimeError):
+    """Clustered sampling could not embed every text unit it needed."""
+
+
+async def profile_sample(chat: ChatModel | None, embedder, units: pd.DataFrame, settings: TuningSettings):
+    """Sample the corpus's text units and profile them: with the model, or offline (no chat model). The embedder
+    (None: the offline TF-IDF vectors) serves clustered sampling. None when the model gave no valid profile."""
+
+    async def embed(texts: list[str]):
+        if embedder is None:
+            return LocalEmbedder.fit(texts).embed(texts)
+        vectors, failed = await embed_with_model(embedder, texts, *settings.embedding_batch)
+        if failed:
+            raise SampleNotEmbedded(f"{failed} of {len(texts)} sampled text units got no embedding")
+        return vectors
+
+    s = settings
+    samples = await sample_text_units(units, s.sampled_text_units, s.sampling, s.seed, embed)
+    if chat is None:
+        return offline_profile(samples, s.max_entity_types)
+    return await profile_corpus(chat, samples, s.max_entity_types, s.examples, s.excerpt_tokens)
+
+
+def tuned_prompt_rows(profile: CorpusProfile, templates: dict[str, str]) -> pd.DataFrame:
+    """The tuned_prompts table: each tuned template with its hash, its default's, and what it was derived from."""
+    basis = {
+        "domain": profile.domain,
+        "persona": profile.persona,
+        "language": profile.language,
+        "entity_types": json.dumps(profile.entity_types),
+        "examples": json.dumps([vars(e) for e in profile.examples]),
+        "sampled_text_unit_ids": json.dumps(profile.sampled_text_unit_ids),
+        "derived_by": profile.derived_by,
+    }
+    return pd.DataFrame(
+        [
+            {"id": name, "template": template, "sha": Prompt(name, template).sha, "default_sha": load_prompt(name).sha}
+            | basis
+            for name, template in templates.items()
+        ]
+    )
 
 
 def offline_profile(samples: pd.DataFrame, max_entity_types: int) -> CorpusProfile:

@@ -147,6 +147,14 @@ def aliases_by_rule(candidates: pd.DataFrame) -> pd.DataFrame:
     return candidates.assign(confirmed_by="rule", accepted=confirm_by_rule(candidates))
 
 
+def aliases_by_model(candidates: pd.DataFrame, verdicts: list[bool | None]) -> pd.DataFrame:
+    """The candidate pairs with the model's verdicts (None: its reply never parsed, so the pair is not accepted)."""
+    return candidates.assign(
+        confirmed_by=["model" if v is not None else "unconfirmed" for v in verdicts],
+        accepted=[bool(v) for v in verdicts],
+    )
+
+
 def parse_verdicts(count: int):
     def parse(reply: str) -> list[bool]:
         data, _ = parse_json_reply(reply)
