@@ -9,6 +9,7 @@ from graphrag_assets.answers.published import load_index
 from graphrag_assets.method.graph import aliases
 from graphrag_assets.method.search.context import embed_query, nearest
 from graphrag_assets.method.search.local_search import local_context_for
+from graphrag_assets.method.search.settings import LocalContextSettings
 from graphrag_assets.models import ModelClient
 from graphrag_assets_tests.model_server import FakeOpenAIServer
 
@@ -154,7 +155,7 @@ def test_search_reads_the_resolved_graph_and_a_variant_found_stands_for_its_cano
     question = f"{original.loc[variant, 'title']}: {original.loc[variant, 'description']}"
     ids, matrix = index.vectors("entity")
     assert nearest(asyncio.run(embed_query(None, index, question)), ids, matrix, 1)[0][0] == variant
-    context = asyncio.run(local_context_for(None, index, question, 0, 1, 4000, 0.25, 0.5))
+    context = asyncio.run(local_context_for(None, index, question, LocalContextSettings(0, 1, 4000, 0.25, 0.5)))
     assert context.ids["entities"] == [canonical]
 
 

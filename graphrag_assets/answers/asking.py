@@ -206,7 +206,7 @@ def answer(
         chat_client = ModelClient(chat) if chat else None
         embed_client = ModelClient(embeddings) if embeddings else None
         try:
-            result = await spec.search(chat_client, embed_client, index, **options.model_dump())
+            result = await spec.run(chat_client, embed_client, index, options)
             return result, chat_client and chat_client.usage, embed_client and embed_client.usage
         except RuntimeError as problem:  # embed_query's, when the question could not be embedded
             if embed_client is not None and embed_client.usage.failures:

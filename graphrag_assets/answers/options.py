@@ -15,6 +15,16 @@ from ..method.search.global_search import global_search, text_summary_search
 from ..method.search.lazy_search import lazy_search
 from ..method.search.local_search import basic_search, local_search
 from ..method.search.questions import generate_questions
+from ..method.search.settings import (
+    BasicSearchSettings,
+    DriftSearchSettings,
+    GlobalSearchSettings,
+    LazySearchSettings,
+    LocalSearchSettings,
+    MapReduceSettings,
+    QuestionGenerationSettings,
+    settings_from,
+)
 
 
 class Turn(dg.Config):
@@ -130,17 +140,27 @@ class QuestionGenerationConfig(LocalContextOptions):
 
 @dataclass(frozen=True)
 class Method:
-    """A query method: its search function (keyword options exactly its config's fields) and what it needs."""
+    """A query method: its search function, its launch-time options (which build its settings object) and what it
+    needs."""
 
     name: str  # as query_answers stores it
     asset: str  # its query asset and job (ask_<asset>)
     search: Callable
     options: type[QueryConfig] | type[QuestionGenerationConfig]
+    settings: type
     prompts: tuple[str, ...]
     reads_reports: bool = False  # global and DRIFT answer from community reports: a lazy index has none
     leveled: bool = False  # takes a community level
     description: str = ""
     needs_model: bool = False  # answers nothing worth asking with the offline engine
+
+    def run(self, chat, embedder, index, options: QueryConfig | QuestionGenerationConfig):
+        """The search with these options: a coroutine."""
+        fields = options.model_dump()
+        settings = settings_from(self.settings, fields)
+        if isinstance(options, QuestionGenerationConfig):
+            return self.search(chat, embedder, index, fields["previous_questions"], settings)
+        return self.search(chat, embedder, index, fields["question"], settings, fields["conversation"])
 
 
 METHODS: dict[str, Method] = {
@@ -151,6 +171,7 @@ METHODS: dict[str, Method] = {
             "global_search",
             global_search,
             GlobalSearchConfig,
+            GlobalSearchSettings,
             ("global_search_map", "global_search_reduce", "rate_community"),
             reads_reports=True,
             leveled=True,
@@ -161,6 +182,7 @@ METHODS: dict[str, Method] = {
             "local_search",
             local_search,
             LocalSearchConfig,
+            LocalSearchSettings,
             ("local_search",),
             leveled=True,
             description="Nearest entities and one context of reports, tables and sources.",
@@ -170,6 +192,7 @@ METHODS: dict[str, Method] = {
             "drift_search",
             drift_search,
             DriftSearchConfig,
+            DriftSearchSettings,
             ("drift_primer", "drift_local", "drift_reduce", "local_search"),
             reads_reports=True,
             leveled=True,
@@ -180,6 +203,7 @@ METHODS: dict[str, Method] = {
             "basic_search",
             basic_search,
             BasicSearchConfig,
+            BasicSearchSettings,
             ("basic_search",),
             description="The paper's SS baseline: vector search over text units.",
         ),
@@ -188,6 +212,7 @@ METHODS: dict[str, Method] = {
             "text_summary_search",
             text_summary_search,
             TextSummaryConfig,
+            MapReduceSettings,
             ("global_search_map", "global_search_reduce"),
             description="The paper's TS baseline: global map-reduce over shuffled source text units.",
             # Offline, a map-reduce of quoted sentences over random text units: basic search, worse.
@@ -198,6 +223,7 @@ METHODS: dict[str, Method] = {
             "lazy_search",
             lazy_search,
             LazySearchConfig,
+            LazySearchSettings,
             ("lazy_refine", "lazy_relevance", "lazy_claims", "lazy_answer", "lazy_reduce"),
             description="LazyGraphRAG: a best-first walk down the communities under a budget of relevance tests; "
             "works on any index.",
@@ -207,6 +233,7 @@ METHODS: dict[str, Method] = {
             "question_generation",
             generate_questions,
             QuestionGenerationConfig,
+            QuestionGenerationSettings,
             ("question_generation",),
             leveled=True,
             description="Candidate next questions from the local context.",

@@ -25,6 +25,7 @@ from .search.context import Index, SearchResult, windows
 from .search.global_search import MAP_HEADERS, global_search, report_records, text_summary_search, unit_records
 from .search.lazy_search import lazy_search
 from .search.local_search import basic_search
+from .search.settings import BasicSearchSettings, GlobalSearchSettings, LazySearchSettings, MapReduceSettings
 
 # The paper's criteria, in our words. Directness is its control: the broad answers GraphRAG gives should lose on it.
 CRITERIA = {
@@ -262,14 +263,10 @@ async def answer_under(
 ) -> SearchResult:
     """An answer under one condition (C<level>, TS, SS, LGR<budget>), by the query methods' own code, with the same
     context window and answer format for every condition."""
-    common = {"question": question, "response_type": response_type}
     parsed = Condition.parse(condition)
     if parsed.budget is not None:
-        return await lazy_search(
-            chat,
-            embedder,
-            index,
-            **common,
+        lazy = LazySearchSettings(
+            response_type,
             relevance_budget=parsed.budget,
             max_sub_questions=defaults.LAZY_MAX_SUB_QUESTIONS,
             units_per_visit=defaults.LAZY_UNITS_PER_VISIT,
@@ -278,23 +275,18 @@ async def answer_under(
             claim_passage_tokens=defaults.LAZY_CLAIM_PASSAGE_TOKENS,
             max_context_tokens=window,
         )
+        return await lazy_search(chat, embedder, index, question, lazy)
     if parsed.name == "SS":
-        return await basic_search(
-            chat, embedder, index, **common, top_k=len(index.text_units), max_context_tokens=window
-        )
-    map_reduce = {"map_window_tokens": window, "reduce_window_tokens": window, "seed": 42}
+        basic = BasicSearchSettings(response_type, top_k=len(index.text_units), max_context_tokens=window)
+        return await basic_search(chat, embedder, index, question, basic)
     if parsed.name == "TS":
-        return await text_summary_search(chat, embedder, index, **common, **map_reduce)
-    return await global_search(
-        chat,
-        embedder,
-        index,
-        **common,
-        **map_reduce,
-        community_level=parsed.level,
-        dynamic_community_selection=False,
-        dynamic_threshold=1,
+        return await text_summary_search(
+            chat, embedder, index, question, MapReduceSettings(response_type, window, window, 42)
+        )
+    settings = GlobalSearchSettings(
+        response_type, window, window, 42, parsed.level, dynamic_community_selection=False, dynamic_threshold=1
     )
+    return await global_search(chat, embedder, index, question, settings)
 
 
 def parse_verdict(reply: str) -> dict:

@@ -20,6 +20,7 @@ from .context import (
     with_recent_turns,
 )
 from .local_search import extractive_local_answer, local_context_for
+from .settings import DriftSearchSettings
 
 
 def answer_parser(field: str):
@@ -43,26 +44,17 @@ async def drift_search(
     chat: ChatModel | None,
     embedder: Embedder | None,
     index: Index,
-    *,
     question: str,
-    community_level: int,
-    response_type: str,
-    primer_reports: int,
-    follow_ups: int,
-    depth: int,
-    top_k_entities: int,
-    max_context_tokens: int,
-    community_prop: float,
-    text_unit_prop: float,
+    settings: DriftSearchSettings,
     conversation: list[dict] | None = None,
 ) -> SearchResult:
     query = await embed_query(embedder, index, with_recent_turns(question, conversation))
-    nearest_reports = [i for i, _ in index.nearest("community_report", query, primer_reports)]
+    nearest_reports = [i for i, _ in index.nearest("community_report", query, settings.primer_reports)]
     reports = index.reports.set_index("id").loc[nearest_reports]
     primer_text, primer_ids, primer_tokens = pack(
         [(i, csv_line(r.cited_as, r.title, r.full_content)) for i, r in reports.iterrows()],
         "id|title|content",
-        max_context_tokens,
+        settings.max_context_tokens,
     )
     context = {
         "reports": primer_ids,
@@ -72,45 +64,16 @@ async def drift_search(
         "text_units": [],
         "follow_ups": [],
     }
-    tokens = primer_tokens
-    intermediate: list[tuple[str, str]] = []
     primer, queue, headings = await _primer(
-        chat, index, reports, primer_ids, primer_text, question, follow_ups, conversation
+        chat, index, reports, primer_ids, primer_text, question, settings.follow_ups, conversation
     )
-    if primer:
-        intermediate.append(("primer", primer))
-
-    async def answer(follow_up: str):
-        local = await local_context_for(
-            embedder,
-            index,
-            follow_up,
-            community_level,
-            top_k_entities,
-            max_context_tokens,
-            community_prop,
-            text_unit_prop,
-        )
-        return follow_up, local, await _answer_follow_up(chat, index, question, follow_up, local, follow_ups)
-
-    for step in range(depth):
-        results = await asyncio.gather(*(answer(q) for q in queue))
-        queue = []
-        for follow_up, local, data in results:
-            tokens += local.tokens
-            for kind, found in local.ids.items():
-                context[kind] = sorted(set(context[kind]) | set(found))
-            response = data.get("response") if isinstance(data, dict) else None
-            context["follow_ups"].append({"query": follow_up, "depth": step + 1, "answered": bool(response)})
-            if isinstance(response, str) and response.strip():
-                intermediate.append((follow_up, response))
-            if chat is not None:
-                queue.extend(_follow_ups(data, follow_ups))
-        queue = queue[:follow_ups]
-
+    intermediate: list[tuple[str, str]] = [("primer", primer)] if primer else []
+    tokens = primer_tokens + await _follow_up_rounds(
+        chat, embedder, index, question, queue, settings, context, intermediate
+    )
     details = {
         "follow_ups_answered": sum(f["answered"] for f in context["follow_ups"]),
-        "depth": depth,
+        "depth": settings.depth,
         "primer_reports": len(primer_ids),
     }
     if not intermediate:
@@ -124,12 +87,47 @@ async def drift_search(
             "drift_reduce",
             context_data=reduce_text,
             question=question,
-            response_type=response_type,
+            response_type=settings.response_type,
             conversation=conversation_block(conversation),
         ),
         parse=check_answer_text,
     )
     return SearchResult(answer or reduce_text, False, tokens, context, details)
+
+
+async def _follow_up_rounds(
+    chat: ChatModel | None,
+    embedder: Embedder | None,
+    index: Index,
+    question: str,
+    queue: list[str],
+    settings: DriftSearchSettings,
+    context: dict,
+    intermediate: list[tuple[str, str]],
+) -> int:
+    """`settings.depth` rounds of follow-ups, each answered from its own local context; the context's ids and the
+    intermediate answers grow in place. Returns the tokens of context read."""
+    tokens = 0
+
+    async def answer(follow_up: str):
+        local = await local_context_for(embedder, index, follow_up, settings)
+        return follow_up, local, await _answer_follow_up(chat, index, question, follow_up, local, settings.follow_ups)
+
+    for step in range(settings.depth):
+        results = await asyncio.gather(*(answer(q) for q in queue))
+        queue = []
+        for follow_up, local, data in results:
+            tokens += local.tokens
+            for kind, found in local.ids.items():
+                context[kind] = sorted(set(context[kind]) | set(found))
+            response = data.get("response") if isinstance(data, dict) else None
+            context["follow_ups"].append({"query": follow_up, "depth": step + 1, "answered": bool(response)})
+            if isinstance(response, str) and response.strip():
+                intermediate.append((follow_up, response))
+            if chat is not None:
+                queue.extend(_follow_ups(data, settings.follow_ups))
+        queue = queue[: settings.follow_ups]
+    return tokens
 
 
 async def _primer(

@@ -28,6 +28,7 @@ from .context import (
     windows,
     with_recent_turns,
 )
+from .settings import GlobalSearchSettings, MapReduceSettings
 
 MAP_HEADERS = {"reports": "id|title|rank|content", "text_units": "id|text"}
 
@@ -99,22 +100,19 @@ async def map_reduce(
     question: str,
     records: list[tuple[str, str]],
     kind: str,
-    response_type: str,
-    map_window_tokens: int,
-    reduce_window_tokens: int,
-    seed: int,
+    settings: MapReduceSettings,
     conversation: list[dict] | None = None,
 ) -> SearchResult:
     shuffled = list(records)
-    random.Random(seed).shuffle(shuffled)
-    packed = windows(shuffled, MAP_HEADERS[kind], map_window_tokens)
+    random.Random(settings.seed).shuffle(shuffled)
+    packed = windows(shuffled, MAP_HEADERS[kind], settings.map_window_tokens)
     map_tokens = sum(tokens for _, _, tokens in packed)
     if chat is None:
         points = await _extractive_map(embedder, index, with_recent_turns(question, conversation), packed, kind)
         map_failed = 0
     else:
         points, map_failed = await _model_map(chat, packed, question, conversation)
-    report_data, used_points, reduce_tokens = reduce_points(points, reduce_window_tokens)
+    report_data, used_points, reduce_tokens = reduce_points(points, settings.reduce_window_tokens)
     context = {
         kind: sorted({i for _, ids, _ in packed for i in ids}),
         "points": [
@@ -133,7 +131,7 @@ async def map_reduce(
     }
     if not used_points:
         return SearchResult(NO_ANSWER, chat is None, map_tokens, context, details)
-    answer = await _reduce(chat, index, kind, used_points, report_data, question, response_type, conversation)
+    answer = await _reduce(chat, index, kind, used_points, report_data, question, settings.response_type, conversation)
     return SearchResult(answer, chat is None, map_tokens + reduce_tokens, context, details)
 
 
@@ -314,43 +312,25 @@ async def global_search(
     chat: ChatModel | None,
     embedder: Embedder | None,
     index: Index,
-    *,
     question: str,
-    community_level: int,
-    response_type: str,
-    map_window_tokens: int,
-    reduce_window_tokens: int,
-    seed: int,
-    dynamic_community_selection: bool,
-    dynamic_threshold: int,
+    settings: GlobalSearchSettings,
     conversation: list[dict] | None = None,
 ) -> SearchResult:
-    if dynamic_community_selection:
-        selected, rated = await select_communities(chat, embedder, index, question, community_level, dynamic_threshold)
+    level, dynamic = settings.community_level, settings.dynamic_community_selection
+    if dynamic:
+        selected, rated = await select_communities(chat, embedder, index, question, level, settings.dynamic_threshold)
         records = report_records(index, report_ids=selected)
     else:
-        records = report_records(index, level=community_level)
-    result = await map_reduce(
-        chat,
-        embedder,
-        index,
-        question,
-        records,
-        "reports",
-        response_type,
-        map_window_tokens,
-        reduce_window_tokens,
-        seed,
-        conversation,
-    )
-    if dynamic_community_selection:
-        level_size = int((index.reports["level"] == community_level).sum())
+        records = report_records(index, level=level)
+    result = await map_reduce(chat, embedder, index, question, records, "reports", settings, conversation)
+    if dynamic:
+        level_size = int((index.reports["level"] == level).sum())
         result.details.update(
             {
                 "reports_rated": len(rated),
                 "rated_communities": rated,
                 "reports_selected": len(records),
-                f"reports_at_level_{community_level}": level_size,
+                f"reports_at_level_{level}": level_size,
             }
         )
     return result
@@ -360,25 +340,9 @@ async def text_summary_search(
     chat: ChatModel | None,
     embedder: Embedder | None,
     index: Index,
-    *,
     question: str,
-    response_type: str,
-    map_window_tokens: int,
-    reduce_window_tokens: int,
-    seed: int,
+    settings: MapReduceSettings,
     conversation: list[dict] | None = None,
 ) -> SearchResult:
     """The paper's TS baseline: the same map-reduce over shuffled source text units."""
-    return await map_reduce(
-        chat,
-        embedder,
-        index,
-        question,
-        unit_records(index),
-        "text_units",
-        response_type,
-        map_window_tokens,
-        reduce_window_tokens,
-        seed,
-        conversation,
-    )
+    return await map_reduce(chat, embedder, index, question, unit_records(index), "text_units", settings, conversation)

@@ -27,6 +27,7 @@ from ..offline.answers import best_sentences, extractive_answer, overlap_score, 
 from ..prompts import user_message
 from ..words import split_sentences
 from .context import NO_ANSWER, Index, SearchResult, csv_line, embed_query, pack, with_recent_turns
+from .settings import LazySearchSettings
 
 # Offline, a unit is relevant when it holds this share of a sub-question's content words.
 OFFLINE_RELEVANT_OVERLAP = 0.5
@@ -214,22 +215,15 @@ async def lazy_search(
     chat: ChatModel | None,
     embedder: Embedder | None,
     index: Index,
-    *,
     question: str,
-    response_type: str,
-    relevance_budget: int,
-    max_sub_questions: int,
-    units_per_visit: int,
-    patience: int,
-    snippet_tokens: int,
-    claim_passage_tokens: int,
-    max_context_tokens: int,
+    settings: LazySearchSettings,
     conversation: list[dict] | None = None,
 ) -> SearchResult:
+    s = settings
     number = index.citation_numbers("text_units")
     unit_text = dict(zip(index.text_units["id"], index.text_units["text"]))
     # A follow-up ("and what happens to him?") is split and ranked with the user's last turns, which name its subject.
-    sub_questions = await _refine(chat, index, with_recent_turns(question, conversation), max_sub_questions)
+    sub_questions = await _refine(chat, index, with_recent_turns(question, conversation), s.max_sub_questions)
     queries = [await embed_query(embedder, index, q) for q in sub_questions]
     tree, top = community_tree(index, rank_units(index, queries))
 
@@ -242,7 +236,7 @@ async def lazy_search(
             }
         by_number = {int(number[u]): u for u in units}
         passages = "\n".join(
-            csv_line(n, snippet(unit_text[u], sub_questions, snippet_tokens)) for n, u in by_number.items()
+            csv_line(n, snippet(unit_text[u], sub_questions, s.snippet_tokens)) for n, u in by_number.items()
         )
         found = await chat.complete(
             user_message("lazy_relevance", question=_questions_block(question, sub_questions), passages=passages),
@@ -251,12 +245,12 @@ async def lazy_search(
         )
         return {by_number[n] for n in found or ()}
 
-    walk = await walk_communities(tree, top, test, relevance_budget, units_per_visit, patience)
+    walk = await walk_communities(tree, top, test, s.relevance_budget, s.units_per_visit, s.patience)
     relevant = sorted(walk.relevant, key=lambda u: number[u])
     details = {
         "sub_questions": sub_questions,
         "relevance_tests": walk.tests,
-        "relevance_budget": relevance_budget,
+        "relevance_budget": s.relevance_budget,
         "communities_visited_per_level": walk.per_level(),
         "relevant_units": len(relevant),
         "visits": walk.visits[:50],
@@ -268,10 +262,10 @@ async def lazy_search(
         points = best_sentences(" ".join(sub_questions), [(u, unit_text[u]) for u in relevant], limit=8)
         answer = extractive_answer([(s, text, index.cite("text_units", [u])) for s, text, u in points], "Sources")
         return SearchResult(answer, True, 0, context, {**details, "claims_kept": len(points)})
-    claims = await _claims(chat, index, question, sub_questions, walk, unit_text, claim_passage_tokens)
-    kept, table, tokens = _trim(claims, max_context_tokens)
+    claims = await _claims(chat, index, question, sub_questions, walk, unit_text, s.claim_passage_tokens)
+    kept, table, tokens = _trim(claims, s.max_context_tokens)
     details.update({"claims_found": len(claims), "claims_kept": len(kept)})
-    answer = await _answer(chat, question, sub_questions, table, response_type)
+    answer = await _answer(chat, question, sub_questions, table, s.response_type)
     return SearchResult(answer, False, tokens, context, details)
 
 

@@ -16,6 +16,7 @@ from ..model_interface import ChatModel, Embedder
 from ..offline.answers import cited_sentences
 from ..prompts import user_message
 from .context import Index, SearchResult, conversation_block, csv_line, embed_query, pack, with_recent_turns
+from .settings import BasicSearchSettings, LocalContextSettings, LocalSearchSettings
 
 
 @dataclass
@@ -125,19 +126,14 @@ def _source_section(index: Index, entities: pd.DataFrame, relationship_ids: list
     return text, ids
 
 
-async def local_context_for(
-    embedder,
-    index: Index,
-    question: str,
-    level: int,
-    top_k_entities: int,
-    budget: int,
-    community_prop: float,
-    text_unit_prop: float,
-) -> LocalContext:
+async def local_context_for(embedder, index: Index, question: str, settings: LocalContextSettings) -> LocalContext:
     query = await embed_query(embedder, index, question)
-    chosen = list(dict.fromkeys(index.aliases.get(i, i) for i, _ in index.nearest("entity", query, top_k_entities)))
-    return build_local_context(index, chosen, level, budget, community_prop, text_unit_prop)
+    nearest = index.nearest("entity", query, settings.top_k_entities)
+    chosen = list(dict.fromkeys(index.aliases.get(i, i) for i, _ in nearest))
+    s = settings
+    return build_local_context(
+        index, chosen, s.community_level, s.max_context_tokens, s.community_prop, s.text_unit_prop
+    )
 
 
 def extractive_local_answer(index: Index, question: str, context: LocalContext) -> str:
@@ -150,29 +146,14 @@ async def local_search(
     chat: ChatModel | None,
     embedder: Embedder | None,
     index: Index,
-    *,
     question: str,
-    community_level: int,
-    response_type: str,
-    top_k_entities: int,
-    max_context_tokens: int,
-    community_prop: float,
-    text_unit_prop: float,
+    settings: LocalSearchSettings,
     conversation: list[dict] | None = None,
 ) -> SearchResult:
     # What chooses the context, and offline the sentences quoted: a follow-up ("and who read them?") alone
     # shares no words with the passages its conversation is about.
     asked = with_recent_turns(question, conversation)
-    context = await local_context_for(
-        embedder,
-        index,
-        asked,
-        community_level,
-        top_k_entities,
-        max_context_tokens,
-        community_prop,
-        text_unit_prop,
-    )
+    context = await local_context_for(embedder, index, asked, settings)
     if chat is None:
         answer = extractive_local_answer(index, asked, context)
     else:
@@ -181,7 +162,7 @@ async def local_search(
                 "local_search",
                 context_data=context.text,
                 question=question,
-                response_type=response_type,
+                response_type=settings.response_type,
                 conversation=conversation_block(conversation),
             ),
             parse=check_answer_text,
@@ -194,11 +175,8 @@ async def basic_search(
     chat: ChatModel | None,
     embedder: Embedder | None,
     index: Index,
-    *,
     question: str,
-    response_type: str,
-    top_k: int,
-    max_context_tokens: int,
+    settings: BasicSearchSettings,
     conversation: list[dict] | None = None,
 ) -> SearchResult:
     """The paper's SS baseline: vector search over text units, packed into the budget."""
@@ -206,9 +184,9 @@ async def basic_search(
     query = await embed_query(embedder, index, asked)
     units = index.text_units.set_index("id")["text"]
     number = index.citation_numbers("text_units")
-    hits = index.nearest("text_unit", query, top_k)
+    hits = index.nearest("text_unit", query, settings.top_k)
     text, packed, tokens = pack(
-        [(u, csv_line(number[u], units[u])) for u, _ in hits], "-----Sources-----\nid|text", max_context_tokens
+        [(u, csv_line(number[u], units[u])) for u, _ in hits], "-----Sources-----\nid|text", settings.max_context_tokens
     )
     context = {"text_units": packed, "scores": {u: round(s, 4) for u, s in hits if u in packed}}
     if chat is None:
@@ -219,7 +197,7 @@ async def basic_search(
                 "basic_search",
                 context_data=text,
                 question=question,
-                response_type=response_type,
+                response_type=settings.response_type,
                 conversation=conversation_block(conversation),
             ),
             parse=check_answer_text,

@@ -8,32 +8,18 @@ from ..model_interface import ChatModel, Embedder
 from ..prompts import user_message
 from .context import Index, SearchResult
 from .local_search import local_context_for
+from .settings import QuestionGenerationSettings
 
 
 async def generate_questions(
     chat: ChatModel | None,
     embedder: Embedder | None,
     index: Index,
-    *,
     previous_questions: list[str],
-    community_level: int,
-    question_count: int,
-    top_k_entities: int,
-    max_context_tokens: int,
-    community_prop: float,
-    text_unit_prop: float,
+    settings: QuestionGenerationSettings,
 ) -> SearchResult:
-    count = question_count
-    context = await local_context_for(
-        embedder,
-        index,
-        "\n".join(previous_questions),
-        community_level,
-        top_k_entities,
-        max_context_tokens,
-        community_prop,
-        text_unit_prop,
-    )
+    count = settings.question_count
+    context = await local_context_for(embedder, index, "\n".join(previous_questions), settings)
     if chat is None:
         # Offline: questions from templates over the context's strongest relationships and entities.
         rels = index.relationships.set_index("id").loc[context.ids["relationships"]]

@@ -1,0 +1,80 @@
+"""What each query method is set to, one frozen object per method.
+
+The launch-time configs (answers/options.py, the launchpad's, the CLI's and the server's defaults alike) hold the
+defaults and the descriptions; they build these objects from their fields of the same names, so no default is
+written here. The evaluation builds them with its own values.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class MapReduceSettings:
+    """Map-reduce over records: the paper's global search over reports, or its TS baseline over source text."""
+
+    response_type: str
+    map_window_tokens: int
+    reduce_window_tokens: int
+    seed: int  # of the shuffle that packs records into map windows
+
+
+@dataclass(frozen=True)
+class GlobalSearchSettings(MapReduceSettings):
+    community_level: int
+    dynamic_community_selection: bool
+    dynamic_threshold: int  # minimum 0-5 rating to keep a report and descend into its children
+
+
+@dataclass(frozen=True)
+class LocalContextSettings:
+    """How the local context is chosen and packed: nearest entities, then reports, tables and sources."""
+
+    community_level: int
+    top_k_entities: int
+    max_context_tokens: int
+    community_prop: float
+    text_unit_prop: float
+
+
+@dataclass(frozen=True)
+class LocalSearchSettings(LocalContextSettings):
+    response_type: str
+
+
+@dataclass(frozen=True)
+class DriftSearchSettings(LocalSearchSettings):
+    primer_reports: int
+    follow_ups: int
+    depth: int
+
+
+@dataclass(frozen=True)
+class BasicSearchSettings:
+    response_type: str
+    top_k: int
+    max_context_tokens: int
+
+
+@dataclass(frozen=True)
+class LazySearchSettings:
+    response_type: str
+    relevance_budget: int
+    max_sub_questions: int
+    units_per_visit: int
+    patience: int
+    snippet_tokens: int
+    claim_passage_tokens: int
+    max_context_tokens: int
+
+
+@dataclass(frozen=True)
+class QuestionGenerationSettings(LocalContextSettings):
+    question_count: int
+
+
+def settings_from(settings_class: type, fields: dict):
+    """A settings object from a config's fields (those it has of the same names)."""
+    return settings_class(**{f.name: fields[f.name] for f in dataclasses.fields(settings_class)})
