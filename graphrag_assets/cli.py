@@ -514,27 +514,18 @@ def _command() -> str:
     return str(here) if here else f"{sys.executable} -m graphrag_assets.cli"
 
 
-def ask(
-    corpus: str | None,
-    method: str | None,
-    question: str,
-    level: int | None,
-    dynamic: bool,
-    run_config: dict,
-    verbose: bool,
-    follow_up: str | None = None,
-    budget: float | None = None,
-) -> int:
+def ask(args: argparse.Namespace, run_config: dict) -> int:
     """Answer in this process, from the published index, and record the answer (no Dagster run per question: the
-    answer shows in Dagster as an observation of its query asset)."""
+    answer shows in Dagster as an observation of its query asset). `run_config` holds the method's --set options."""
+    corpus, method, question, level, follow_up = args.corpus, args.method, args.question, args.level, args.follow_up
     if not question.strip():
         raise UserError('the question is empty: ask something, for example `graphrag-assets ask "Who is Scrooge?"`')
     if level is not None and level < 0:
         raise UserError(f"--level {level} is not a community level: levels count from 0 (the root) down")
     instance = _instance()  # sweeps runs left behind by dead processes, and is where the answer is observed
-    if not verbose:  # a failed answer ends in one line that says why; each failed call's warning is for --verbose
+    if not args.verbose:  # a failed answer ends in one line that says why; each failed call's warning is for --verbose
         logging.getLogger("graphrag_assets.models").setLevel(logging.ERROR)
-    from .answers.asking import AnswerFailed
+    from .answers.asking import AnswerFailed, Question
     from .answers.options import METHODS as ANSWERING
     from .answers.service import AnswerService, endpoint_settings_from_environment, observe_in_dagster
     from .models.prices import dollars
@@ -549,15 +540,8 @@ def ask(
     settings = run_config.get("ops", {}).get(ANSWERING[name].asset, {}).get("config", {}) if name else {}
     try:
         found = service.ask(
-            corpus,
-            question,
-            name,
-            level=level,
-            dynamic=dynamic,
-            follow_up=follow_up,
+            Question(corpus, question, name, level, args.dynamic, None, follow_up, args.budget, settings),
             asked_by="cli",
-            max_cost_usd=budget,
-            **settings,
         )
     except AnswerFailed as failure:
         print(f"failed: {failure}", file=sys.stderr)
@@ -843,17 +827,7 @@ def main(argv: list[str] | None = None) -> int:
         if getattr(args, "prompts", None):  # index only
             run_config["ops"].setdefault("index_prompts", {"config": {}})["config"]["prompts"] = args.prompts
         if args.command == "ask":
-            return ask(
-                args.corpus,
-                args.method,
-                args.question,
-                args.level,
-                args.dynamic,
-                run_config,
-                args.verbose,
-                args.follow_up,
-                args.budget,
-            )
+            return ask(args, run_config)
         if args.estimate:
             return estimate(args.corpus, run_config, args.json)
         if args.json:

@@ -18,6 +18,7 @@ from pathlib import Path
 import duckdb
 import pytest
 
+from graphrag_assets.answers.asking import Question
 from graphrag_assets.answers.records import AnswerJournal
 from graphrag_assets.answers.service import AnswerService
 from graphrag_assets.method.schema import OUTPUT_TABLES
@@ -71,7 +72,7 @@ def answer_digests(workspace, chat=None, embeddings=None) -> dict[str, dict]:
     )
     found = {}
     for method in METHODS:
-        given = service.ask(SAMPLE_CORPUS, QUESTION, method, level=0 if method == "global" else None)
+        given = service.ask(Question(SAMPLE_CORPUS, QUESTION, method, level=0 if method == "global" else None))
         sources = [[source["kind"], str(source["id"])] for source in given.sources]
         found[method] = {
             "sha256": _digest([given.text, *sources]),

@@ -121,6 +121,23 @@ def check_embeddings(index: Index, embeddings_configured: bool) -> None:
         )
 
 
+@dataclass(frozen=True)
+class Question:
+    """A question as an application asks it: of which corpus, by which method, at which level; `follow_up` (an
+    answer id) continues a recorded conversation, `max_cost_usd` caps this answer, and `settings` are more of the
+    method's launch-time options by name."""
+
+    corpus: str | None
+    text: str
+    method: str | None = "global"
+    level: int | None = None
+    dynamic: bool = False
+    conversation: list[dict] | None = None
+    follow_up: str | None = None
+    max_cost_usd: float | None = None
+    settings: dict = field(default_factory=dict)
+
+
 @dataclass
 class Answer:
     """An answer with what it was built from, what it cost and how long it took."""

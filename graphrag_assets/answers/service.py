@@ -27,7 +27,7 @@ import numpy as np
 from .. import settings
 from ..method.search.context import Index, embed_query
 from ..store.connection import connect
-from .asking import Answer, QuestionRefused, answer, check, options_for
+from .asking import Answer, Question, QuestionRefused, answer, check, options_for
 from .options import CONVERSATIONAL, METHODS
 from .published import Publication, load_index, publication, versions
 from .records import AnswerJournal, stored_answer
@@ -190,25 +190,15 @@ class AnswerService:
 
     # -- asking ------------------------------------------------------------------------------------------------
     def ask(
-        self,
-        corpus: str,
-        question: str,
-        method: str = "global",
-        *,
-        level: int | None = None,
-        dynamic: bool = False,
-        conversation: list[dict] | None = None,
-        follow_up: str | None = None,
-        asked_by: str = "local",
-        allowed: Callable[[str], bool] = lambda corpus: True,
-        max_cost_usd: float | None = None,
-        **method_settings: object,
+        self, question: Question, asked_by: str = "local", allowed: Callable[[str], bool] = lambda corpus: True
     ) -> Answer:
-        """Answer a question of a published corpus and record it; `follow_up` continues a recorded answer's
-        conversation (its corpus, method and level unless given). Raises QuestionRefused, UnknownCorpus,
-        UnknownAnswer or AnswerFailed."""
-        if follow_up:
-            earlier = self.conversation_of(follow_up, allowed)
+        """Answer a question of a published corpus and record it; a follow-up continues a recorded answer's
+        conversation (its corpus, method and level unless the question gives them). Raises QuestionRefused,
+        UnknownCorpus, UnknownAnswer or AnswerFailed."""
+        q = question
+        corpus, method, level, conversation = q.corpus, q.method, q.level, q.conversation
+        if q.follow_up:
+            earlier = self.conversation_of(q.follow_up, allowed)
             corpus = corpus or earlier["corpus"]
             method = method or earlier["method"]
             level = level if level is not None else earlier["level"]
@@ -217,9 +207,9 @@ class AnswerService:
             raise UnknownCorpus(corpus)
         method = method or "global"
         loaded = self.loaded(corpus)
-        options = options_for(method, question, level, dynamic, conversation, **method_settings)
+        options = options_for(method, q.text, level, q.dynamic, conversation, **q.settings)
         check(method, options, loaded.index, self.embeddings is not None, self.chat is not None)
-        chat, embeddings = capped(self.chat, self.embeddings, max_cost_usd)
+        chat, embeddings = capped(self.chat, self.embeddings, q.max_cost_usd)
         found = answer(corpus, loaded.index, method, options, chat, embeddings, loaded.publication.version)
         self.journal.add(corpus, found.row(asked_by))
         return found

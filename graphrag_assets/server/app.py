@@ -22,7 +22,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from starlette.concurrency import run_in_threadpool
 from starlette.middleware.cors import CORSMiddleware
 
-from ..answers.asking import MAX_QUESTION_CHARS, Answer, AnswerFailed, QuestionRefused
+from ..answers.asking import MAX_QUESTION_CHARS, Answer, AnswerFailed, Question, QuestionRefused
 from ..answers.service import AnswerService, StoreBusy, UnknownAnswer, UnknownCorpus, UnknownDocument
 from .errors import ApiError, error_response
 from .keys import LOCAL, Caller, KeyRing, RateLimits
@@ -200,10 +200,10 @@ def build_app(service: AnswerService, settings: ServerSettings, keys: KeyRing | 
             )
         return caller
 
-    def ask_now(caller: Caller, **question) -> Answer:
+    def ask_now(caller: Caller, question: Question) -> Answer:
         """One answer, with every refusal as the HTTP status it is."""
         try:
-            return service.ask(asked_by=caller.name, allowed=caller.may_read, **question)
+            return service.ask(question, asked_by=caller.name, allowed=caller.may_read)
         except (UnknownCorpus, UnknownAnswer) as problem:
             raise ApiError(404, str(problem), "not_found_error") from None
         except QuestionRefused as problem:
@@ -231,13 +231,15 @@ def build_app(service: AnswerService, settings: ServerSettings, keys: KeyRing | 
         found = await run_in_threadpool(
             ask_now,
             caller,
-            corpus=body.corpus,
-            question=body.question,
-            method=body.method,
-            level=body.level,
-            dynamic=body.dynamic,
-            follow_up=body.follow_up,
-            max_cost_usd=min(filter(None, (body.max_cost_usd, settings.question_budget)), default=None),
+            Question(
+                body.corpus,
+                body.question,
+                body.method,
+                body.level,
+                body.dynamic,
+                follow_up=body.follow_up,
+                max_cost_usd=min(filter(None, (body.max_cost_usd, settings.question_budget)), default=None),
+            ),
         )
         return answer_out(found)
 

@@ -12,7 +12,7 @@ import anyio
 from mcp.server.mcpserver import Context, MCPServer
 from mcp.server.mcpserver.exceptions import ToolError
 
-from ..answers.asking import AnswerFailed, QuestionRefused
+from ..answers.asking import AnswerFailed, Question, QuestionRefused
 from ..answers.service import AnswerService, StoreBusy, UnknownAnswer, UnknownCorpus
 from .keys import LOCAL, Caller, RateLimits
 from .shapes import stored_out
@@ -67,11 +67,7 @@ def build_mcp(service: AnswerService, limits: RateLimits | None = None) -> MCPSe
         try:
             found = await anyio.to_thread.run_sync(
                 lambda: service.ask(
-                    corpus,
-                    question,
-                    method,
-                    level=level,
-                    follow_up=follow_up,
+                    Question(corpus, question, method, level, follow_up=follow_up),
                     asked_by=caller.name,
                     allowed=caller.may_read,
                 )

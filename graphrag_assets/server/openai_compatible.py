@@ -18,7 +18,7 @@ from fastapi.responses import StreamingResponse
 from pydantic import BaseModel, ConfigDict, Field
 from starlette.concurrency import run_in_threadpool
 
-from ..answers.asking import Answer
+from ..answers.asking import Answer, Question
 from ..answers.service import AnswerService
 from ..answers.sources import where
 from .errors import ApiError
@@ -101,11 +101,7 @@ def routes(
         found = await run_in_threadpool(
             ask_now,
             caller,
-            corpus=corpus,
-            question=turns[-1].text,
-            method=method,
-            level=level,
-            conversation=conversation,
+            Question(corpus, turns[-1].text, method, level, conversation=conversation),
         )
         content = found.text + sources_text(found)
         created, reply_id = int(time.time()), f"chatcmpl-{found.id}"

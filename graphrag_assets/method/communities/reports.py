@@ -226,66 +226,98 @@ async def generate_reports(
     settings: ReportSettings = ReportSettings(),
     progress: Progress | None = None,
 ) -> tuple[pd.DataFrame, ReportStats]:
-    """One report per community; with no chat model, extractive reports from the community's text."""
-    max_context_tokens, max_report_length = settings.max_context_tokens, settings.max_report_length
-    batch_below_tokens, batch_size = settings.batch_below_tokens, settings.batch_size
-    from_sources, templates = settings.from_sources, settings.templates
-    graph = GraphIndex(entities, relationships, covariates, text_units if from_sources else None)
-    prompts, sections = (SOURCE_REPORTS, SOURCE_SECTIONS) if from_sources else (ENTITY_REPORTS, SECTIONS)
-    prompts = replace(prompts, templates=templates)
-    stats = ReportStats()
-    reports: dict[int, dict] = {}
-    by_number = {row.community: row for row in communities.itertuples(index=False)}
-    titles_of = {n: {graph.entity[e].title for e in row.entity_ids} for n, row in by_number.items()}
-    units = text_units.set_index("id")["text"].to_dict() if chat is None else {}
-    cases = WordCases(units.values()) if chat is None else None  # once for the corpus, not once per community
+    """One report per community; with no chat model, extractive reports from the community's text.
 
-    elements_of: dict[int, list] = {}
-
-    def elements(row) -> list:
-        if row.community not in elements_of:
-            elements_of[row.community] = (
-                graph.source_elements(list(row.entity_ids))
-                if from_sources
-                else graph.elements(list(row.entity_ids), list(row.relationship_ids))
+    Every level is written at once, each community as soon as it can be: one that waits for its sub-communities'
+    reports (see _ReportWriter.needs_sub_reports) waits for the level below to be done."""
+    graph = GraphIndex(entities, relationships, covariates, text_units if settings.from_sources else None)
+    writer = _ReportWriter(chat, graph, communities, text_units, settings, progress)
+    levels = sorted(communities["level"].unique(), reverse=True)
+    written = [asyncio.Event() for _ in levels]
+    await asyncio.gather(
+        *(
+            writer.write_level(
+                [r for r in communities.itertuples(index=False) if r.level == level],
+                written[i - 1] if i else None,
+                written[i],
             )
-        return elements_of[row.community]
+            for i, level in enumerate(levels)
+        )
+    )
+    table = _report_table(writer.reports, writer.by_number)
+    writer.stats.failed = int((table["status"] == "failed").sum())  # carried-down copies of a failure count too
+    return table, writer.stats
 
-    def carried(row) -> bool:
+
+class _ReportWriter:
+    """The state one generate_reports call shares between its levels: the reports written so far, each waiting
+    community's graph elements, and the counts."""
+
+    def __init__(self, chat, graph: GraphIndex, communities, text_units, settings: ReportSettings, progress):
+        self.chat, self.graph, self.settings, self.progress = chat, graph, settings, progress
+        prompts, self.sections = (
+            (SOURCE_REPORTS, SOURCE_SECTIONS) if settings.from_sources else (ENTITY_REPORTS, SECTIONS)
+        )
+        self.prompts = replace(prompts, templates=settings.templates)
+        self.stats = ReportStats()
+        self.reports: dict[int, dict] = {}
+        self.by_number = {row.community: row for row in communities.itertuples(index=False)}
+        self.titles_of = {n: {graph.entity[e].title for e in row.entity_ids} for n, row in self.by_number.items()}
+        self.units = text_units.set_index("id")["text"].to_dict() if chat is None else {}
+        # once for the corpus, not once per community
+        self.cases = WordCases(self.units.values()) if chat is None else None
+        self._elements: dict[int, list] = {}
+
+    def elements(self, row) -> list:
+        if row.community not in self._elements:
+            self._elements[row.community] = (
+                self.graph.source_elements(list(row.entity_ids))
+                if self.settings.from_sources
+                else self.graph.elements(list(row.entity_ids), list(row.relationship_ids))
+            )
+        return self._elements[row.community]
+
+    def carried(self, row) -> bool:
         children = list(row.children)
-        return len(children) == 1 and by_number[children[0]].carried_from == row.community
+        return len(children) == 1 and self.by_number[children[0]].carried_from == row.community
 
-    def needs_sub_reports(row) -> bool:
-        if carried(row):
+    def needs_sub_reports(self, row) -> bool:
+        """A community carried down unchanged shares its child's report; one whose own context does not fit is
+        written from its sub-communities' reports."""
+        if self.carried(row):
             return True
-        if chat is None or not len(row.children) or fits(elements(row), max_context_tokens, sections):
+        if self.chat is None or not len(row.children):
             return False
-        elements_of.pop(row.community)  # the largest communities: not held while they wait for the level below
+        if fits(self.elements(row), self.settings.max_context_tokens, self.sections):
+            return False
+        self._elements.pop(row.community)  # the largest communities: not held while they wait for the level below
         return True
 
-    def context_of(row) -> CommunityContext:
+    def context_of(self, row) -> CommunityContext:
+        reports, by_number = self.reports, self.by_number
         subs = [
-            SubReport(c, by_number[c].id, frozenset(titles_of[c]), reports[c]["title"], reports[c]["summary"])
+            SubReport(c, by_number[c].id, frozenset(self.titles_of[c]), reports[c]["title"], reports[c]["summary"])
             for c in row.children
             if reports.get(c, {}).get("status") == "ok"
         ]
-        context = build_context(elements(row), max_context_tokens, subs, sections)
-        elements_of.pop(row.community)
+        context = build_context(self.elements(row), self.settings.max_context_tokens, subs, self.sections)
+        self._elements.pop(row.community)
         if context.substituted:
-            stats.substitutions.append({"community": row.community, "replaced_by_reports": context.replaced_elements})
+            replaced = context.replaced_elements
+            self.stats.substitutions.append({"community": row.community, "replaced_by_reports": replaced})
         return context
 
-    async def write(rows: list) -> dict[int, dict]:
+    async def write(self, rows: list) -> dict[int, dict]:
         done: dict[int, dict] = {}
         contexts: dict[int, CommunityContext] = {}
         for row in rows:
             children = list(row.children)
-            if carried(row):
-                stats.reused += 1
-                done[row.community] = {**reports[children[0]], "substituted_communities": []}
-            elif chat is None:
-                stats.generated += 1
-                report = extractive_report(row, graph, titles_of[row.community], units, cases)
+            if self.carried(row):
+                self.stats.reused += 1
+                done[row.community] = {**self.reports[children[0]], "substituted_communities": []}
+            elif self.chat is None:
+                self.stats.generated += 1
+                report = extractive_report(row, self.graph, self.titles_of[row.community], self.units, self.cases)
                 done[row.community] = {
                     **report,
                     "status": "ok",
@@ -294,26 +326,29 @@ async def generate_reports(
                     "substituted_communities": [],
                 }
             else:
-                contexts[row.community] = context_of(row)
+                contexts[row.community] = self.context_of(row)
+        return done | await self.write_with_model(contexts)
+
+    async def write_with_model(self, contexts: dict[int, CommunityContext]) -> dict[int, dict]:
+        """Large contexts one to a request; small ones from the cache, else several to a request."""
+        chat, prompts, stats, settings = self.chat, self.prompts, self.stats, self.settings
+        length = settings.max_report_length
+        done: dict[int, dict] = {}
         small: dict[int, CommunityContext] = {}
         alone: list[int] = []
         for number, context in contexts.items():
-            if batch_size < 2 or context.tokens > batch_below_tokens:
+            if settings.batch_size < 2 or context.tokens > settings.batch_below_tokens:
                 alone.append(number)
                 continue
-            cached = chat.cached(
-                report_messages(context, max_report_length, prompts), parse=prompts.parse(context), **REPORT_PARAMS
-            )
+            messages = report_messages(context, length, prompts)
+            cached = chat.cached(messages, parse=prompts.parse(context), **REPORT_PARAMS)
             if cached is not None:
                 done[number] = _written(number, context, cached, stats)
             else:
                 small[number] = context
         answers = await asyncio.gather(
-            *(llm_report(chat, contexts[n], max_report_length, prompts) for n in alone),
-            *(
-                llm_reports_batch(chat, group, max_report_length, stats, prompts)
-                for group in _groups(small, batch_size)
-            ),
+            *(llm_report(chat, contexts[n], length, prompts) for n in alone),
+            *(llm_reports_batch(chat, group, length, stats, prompts) for group in _groups(small, settings.batch_size)),
         )
         parsed = dict(zip(alone, answers[: len(alone)]))
         for group in answers[len(alone) :]:
@@ -322,42 +357,25 @@ async def generate_reports(
             done[number] = _written(number, contexts[number], answer, stats)
         return done
 
-    async def write_level(rows: list, below: asyncio.Event | None, written: asyncio.Event) -> None:
+    async def write_level(self, rows: list, below: asyncio.Event | None, written: asyncio.Event) -> None:
         """Writes the communities that need nothing from the level below at once, the others when it is done."""
 
         async def after_the_level_below(waiting: list) -> dict[int, dict]:
             if below is not None and waiting:
                 await below.wait()
-            return await write(waiting)
+            return await self.write(waiting)
 
-        waits = {row.community: needs_sub_reports(row) for row in rows}
+        waits = {row.community: self.needs_sub_reports(row) for row in rows}
         now, later = await asyncio.gather(
-            write([r for r in rows if not waits[r.community]]),
+            self.write([r for r in rows if not waits[r.community]]),
             after_the_level_below([r for r in rows if waits[r.community]]),
         )
         both = {**now, **later}
         for row in rows:
-            reports[row.community] = both[row.community]
-            if progress:
-                progress.advance(failed=reports[row.community]["status"] != "ok")
+            self.reports[row.community] = both[row.community]
+            if self.progress:
+                self.progress.advance(failed=self.reports[row.community]["status"] != "ok")
         written.set()
-
-    levels = sorted(communities["level"].unique(), reverse=True)
-    written = [asyncio.Event() for _ in levels]
-    await asyncio.gather(
-        *(
-            write_level(
-                [r for r in communities.itertuples(index=False) if r.level == level],
-                written[i - 1] if i else None,
-                written[i],
-            )
-            for i, level in enumerate(levels)
-        )
-    )
-
-    table = _report_table(reports, by_number)
-    stats.failed = int((table["status"] == "failed").sum())  # carried-down copies of a failure count too
-    return table, stats
 
 
 def _written(number: int, context: CommunityContext, parsed: tuple[dict, bool] | None, stats: ReportStats) -> dict:
