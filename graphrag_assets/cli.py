@@ -713,12 +713,50 @@ def _store_error(problem: Exception) -> str | None:
     return store_locked(redacted(DATABASE), problem) if locked else str(problem)
 
 
-def main(argv: list[str] | None = None) -> int:
+def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="graphrag-assets", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
     parser.add_argument("--verbose", action="store_true", help="show Dagster's log and full tracebacks")
     commands = parser.add_subparsers(dest="command", required=True)
+    index_parser, ask_parser = _index_command(commands), _ask_command(commands)
+    serve_parser = _serve_command(commands)
+    commands.add_parser("mcp", help="an MCP server on standard input and output, for desktop MCP clients")
+    key_parser = commands.add_parser("key", help="make an API key for `serve` and print its keys-file entry")
+    key_parser.add_argument("name", help="who the key is for: answers record it")
+    key_parser.add_argument("--corpus", action="append", default=[], help="a corpus it may read; repeatable (all)")
+    key_parser.add_argument("--per-minute", type=int, default=None, help="its own rate of questions a minute")
+    evaluate_parser = commands.add_parser(
+        "evaluate", help="the paper's evaluation of an indexed corpus: questions, answers, judgements, win rates"
+    )
+    evaluate_parser.add_argument("--corpus", default="a-christmas-carol")
+    tune_parser = commands.add_parser(
+        "tune", help="tune a corpus's extraction, claim, summary and report prompts to its text, and show them"
+    )
+    tune_parser.add_argument("--corpus", required=True)
+    for sub, what in ((index_parser, "the run's"), (ask_parser, "the answer's")):
+        sub.add_argument(
+            "--budget",
+            type=_dollars,
+            default=None,
+            metavar="USD",
+            help=f"most {what} model requests may spend; a request that could pass it is not sent",
+        )
+    for sub in (index_parser, ask_parser, evaluate_parser, tune_parser):
+        sub.add_argument("--config", help="YAML file of step settings (Dagster run config, or {step: {key: value}})")
+        sub.add_argument(
+            "--set",
+            action="append",
+            default=[],
+            metavar="STEP.KEY=VALUE",
+            help="one setting, e.g. entities.max_gleanings=2 or covariates.enabled=false; repeatable",
+        )
+    for sub in (index_parser, ask_parser, evaluate_parser, tune_parser, serve_parser):
+        sub.add_argument("--verbose", action="store_true", default=argparse.SUPPRESS, help=argparse.SUPPRESS)
+    return parser
+
+
+def _index_command(commands) -> argparse.ArgumentParser:
     index_parser = commands.add_parser("index", help="index corpora (all folders under data/ by default)")
     index_parser.add_argument("--corpus", action="append", default=[], help="corpus folder name; repeatable")
     index_parser.add_argument(
@@ -728,6 +766,23 @@ def main(argv: list[str] | None = None) -> int:
         help="send the model requests to the Batch API (half the price, answered within 24 h); "
         "default: GRAPHRAG_BATCH_API",
     )
+    index_parser.add_argument(
+        "--prompts",
+        choices=("default", "tuned"),
+        default=None,
+        help="the files in prompts/, or the corpus's tuned prompts (graphrag-assets tune); default: as last time",
+    )
+    index_parser.add_argument(
+        "--estimate",
+        action="store_true",
+        help="say what indexing would cost with each method (requests, tokens, dollars, minutes), with no model "
+        "request, and index nothing",
+    )
+    index_parser.add_argument("--json", action="store_true", help="with --estimate: one JSON object per corpus")
+    return index_parser
+
+
+def _ask_command(commands) -> argparse.ArgumentParser:
     ask_parser = commands.add_parser("ask", help="ask a question of an indexed corpus (answered here, recorded)")
     ask_parser.add_argument("question")
     ask_parser.add_argument("--corpus", default=None, help="default: a-christmas-carol, or the followed answer's")
@@ -735,6 +790,10 @@ def main(argv: list[str] | None = None) -> int:
     ask_parser.add_argument("--follow-up", metavar="ANSWER_ID", help="continue the conversation of a stored answer")
     ask_parser.add_argument("--level", type=int, default=None, help="community level (0 = root)")
     ask_parser.add_argument("--dynamic", action="store_true", help="global search: dynamic community selection")
+    return ask_parser
+
+
+def _serve_command(commands) -> argparse.ArgumentParser:
     serve_parser = commands.add_parser(
         "serve", help="answer over HTTP: a JSON API, an OpenAI-compatible API, MCP at /mcp and a chat page at /"
     )
@@ -759,51 +818,11 @@ def main(argv: list[str] | None = None) -> int:
     serve_parser.add_argument(
         "--rate", type=int, default=60, help="questions a minute per key, unless its entry says otherwise"
     )
-    commands.add_parser("mcp", help="an MCP server on standard input and output, for desktop MCP clients")
-    key_parser = commands.add_parser("key", help="make an API key for `serve` and print its keys-file entry")
-    key_parser.add_argument("name", help="who the key is for: answers record it")
-    key_parser.add_argument("--corpus", action="append", default=[], help="a corpus it may read; repeatable (all)")
-    key_parser.add_argument("--per-minute", type=int, default=None, help="its own rate of questions a minute")
-    evaluate_parser = commands.add_parser(
-        "evaluate", help="the paper's evaluation of an indexed corpus: questions, answers, judgements, win rates"
-    )
-    evaluate_parser.add_argument("--corpus", default="a-christmas-carol")
-    tune_parser = commands.add_parser(
-        "tune", help="tune a corpus's extraction, claim, summary and report prompts to its text, and show them"
-    )
-    tune_parser.add_argument("--corpus", required=True)
-    index_parser.add_argument(
-        "--prompts",
-        choices=("default", "tuned"),
-        default=None,
-        help="the files in prompts/, or the corpus's tuned prompts (graphrag-assets tune); default: as last time",
-    )
-    index_parser.add_argument(
-        "--estimate",
-        action="store_true",
-        help="say what indexing would cost with each method (requests, tokens, dollars, minutes), with no model "
-        "request, and index nothing",
-    )
-    index_parser.add_argument("--json", action="store_true", help="with --estimate: one JSON object per corpus")
-    for sub, what in ((index_parser, "the run's"), (ask_parser, "the answer's")):
-        sub.add_argument(
-            "--budget",
-            type=_dollars,
-            default=None,
-            metavar="USD",
-            help=f"most {what} model requests may spend; a request that could pass it is not sent",
-        )
-    for sub in (index_parser, ask_parser, evaluate_parser, tune_parser):
-        sub.add_argument("--config", help="YAML file of step settings (Dagster run config, or {step: {key: value}})")
-        sub.add_argument(
-            "--set",
-            action="append",
-            default=[],
-            metavar="STEP.KEY=VALUE",
-            help="one setting, e.g. entities.max_gleanings=2 or covariates.enabled=false; repeatable",
-        )
-    for sub in (index_parser, ask_parser, evaluate_parser, tune_parser, serve_parser):
-        sub.add_argument("--verbose", action="store_true", default=argparse.SUPPRESS, help=argparse.SUPPRESS)
+    return serve_parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = build_parser()
     args = parser.parse_args(argv)
     enter_project()
     if not args.verbose:  # verbose shows Dagster's log, progress included

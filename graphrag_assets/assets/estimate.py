@@ -79,47 +79,13 @@ def estimate_corpus(
         claim_description=claims.claim_description,
         claims_max_gleanings=claims.max_gleanings,
     )
-    chat_settings, embedding_settings = chat.settings(), embeddings.settings()
-    chat_cache = _cache(chat.configured, chat_settings.cache_dir)
-    embedding_cache = _cache(embeddings.configured, embedding_settings.cache_dir)
-    try:
-        chat_cached = (
-            (lambda messages, params=None: chat_cache.get(chat_request(chat_settings, messages, params)[1]))
-            if chat_cache is not None
-            else None
-        )
+    with _CachedReplies(chat, embeddings) as cached:
         found = {}
         if "standard" in methods:
-            found["standard"] = estimate_standard_index(
-                units,
-                settings,
-                prompts,
-                cached=chat_cached and (lambda prompt: chat_cached([{"role": "user", "content": prompt}]) is not None),
-            )
+            found["standard"] = estimate_standard_index(units, settings, prompts, cached=cached.prompt)
         if {"fast", "lazy"} & set(methods):
-            alias, community = config(AliasConfig, "entity_aliases"), config(CommunityConfig, "communities")
-            concepts = build_concept_graph(
-                units,
-                graph_settings(graph.model_copy(update={"method": "fast"})),
-                alias.min_name_overlap if alias.enabled else None,
-                read_overrides(folder)[0],
-                (community.max_cluster_size, community.seed, community.use_lcc),
-            )
-            concept_estimates = estimate_concept_index(
-                concepts,
-                report_settings(config(ReportConfig, "community_reports")),
-                prompts,
-                chat_cached=chat_cached,
-                embedding_cached=(lambda text: embedding_key(embedding_settings, text) in embedding_cache)
-                if embedding_cache is not None
-                else None,
-                embedding_batch=(embeddings.batch_size, embeddings.batch_tokens),
-            )
+            concept_estimates = _concept_estimates(units, run_config, folder, prompts, cached, embeddings)
             found |= {name: concept_estimates[name] for name in ("fast", "lazy") if name in methods}
-    finally:
-        for cache in (chat_cache, embedding_cache):
-            if cache is not None:
-                cache.close()
     priced = {name: _priced(e, chat, embeddings, batch=False) for name, e in found.items()}
     if "standard" in found:
         priced["standard_batch"] = _priced(found["standard"], chat, embeddings, batch=True)
@@ -132,6 +98,60 @@ def estimate_corpus(
         "methods": priced,
         "assumptions": ASSUMPTIONS,
     }
+
+
+class _CachedReplies:
+    """Which requests the response cache already answers (None: no endpoint, or no cache, so none)."""
+
+    def __init__(self, chat: ChatModelResource, embeddings: EmbeddingModelResource):
+        self.chat_settings, self.embedding_settings = chat.settings(), embeddings.settings()
+        self.chat_cache = _cache(chat.configured, self.chat_settings.cache_dir)
+        self.embedding_cache = _cache(embeddings.configured, self.embedding_settings.cache_dir)
+        self.chat = self._chat if self.chat_cache is not None else None
+        self.prompt = self._prompt if self.chat_cache is not None else None
+        self.embedding = self._embedding if self.embedding_cache is not None else None
+
+    def _chat(self, messages: list[dict], params: dict | None = None):
+        return self.chat_cache.get(chat_request(self.chat_settings, messages, params)[1])
+
+    def _prompt(self, prompt: str) -> bool:
+        return self._chat([{"role": "user", "content": prompt}]) is not None
+
+    def _embedding(self, text: str) -> bool:
+        return embedding_key(self.embedding_settings, text) in self.embedding_cache
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        for cache in (self.chat_cache, self.embedding_cache):
+            if cache is not None:
+                cache.close()
+
+
+def _concept_estimates(units, run_config: dict, folder, prompts, cached: _CachedReplies, embeddings) -> dict:
+    """The fast and lazy estimates: the index's own noun-phrase graph and communities, then its reports and
+    embeddings against models that send nothing."""
+    graph, alias = (
+        step_config(run_config, GraphConfig, "entity_graph"),
+        step_config(run_config, AliasConfig, "entity_aliases"),
+    )
+    community = step_config(run_config, CommunityConfig, "communities")
+    concepts = build_concept_graph(
+        units,
+        graph_settings(graph.model_copy(update={"method": "fast"})),
+        alias.min_name_overlap if alias.enabled else None,
+        read_overrides(folder)[0],
+        (community.max_cluster_size, community.seed, community.use_lcc),
+    )
+    return estimate_concept_index(
+        concepts,
+        report_settings(step_config(run_config, ReportConfig, "community_reports")),
+        prompts,
+        chat_cached=cached.chat,
+        embedding_cached=cached.embedding,
+        embedding_batch=(embeddings.batch_size, embeddings.batch_tokens),
+    )
 
 
 def _cache(configured: bool, folder: str | None) -> diskcache.Cache | None:

@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal
 
-from fastapi import Request
+from fastapi import APIRouter, FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import HTMLResponse, JSONResponse
 from fastapi_offline import FastAPIOffline
@@ -151,6 +151,7 @@ class AskRequest(BaseModel):
 def build_app(service: AnswerService, settings: ServerSettings, keys: KeyRing | None, with_mcp: bool = True):
     """The ASGI app, with the MCP server (server/mcp_tools.py) at /mcp; the two share the rate limits."""
     from .mcp_tools import build_mcp
+    from .openai_compatible import routes
 
     limits = RateLimits(settings.rate)
     mcp = build_mcp(service, limits) if with_mcp else None
@@ -171,6 +172,25 @@ def build_app(service: AnswerService, settings: ServerSettings, keys: KeyRing | 
         version="1",
         lifespan=lifespan,
     )
+    add_error_responses(app)
+    asking, ask_now = gates(service, limits)
+    app.include_router(answer_routes(service, settings, asking, ask_now))
+    app.include_router(routes(service, asking, ask_now, SERVED_METHODS))
+    if mcp_app is not None:
+        app.mount("/", mcp_app)  # its one route is /mcp; mounted last, after every route of ours
+    if settings.cors_origins:
+        app.add_middleware(
+            CORSMiddleware,
+            allow_origins=settings.cors_origins,
+            allow_methods=["GET", "POST"],
+            allow_headers=["Authorization", "Content-Type", "X-API-Key"],
+        )
+    return Guard(app, keys, settings.max_body_bytes)
+
+
+def add_error_responses(app: FastAPI) -> None:
+    """Every error as the same JSON body (OpenAI's error shape): ours, a request that fails validation, and a fault
+    of the server, which is logged with an incident id the reply gives."""
 
     @app.exception_handler(ApiError)
     async def apierror_response(request: Request, error: ApiError):
@@ -188,6 +208,11 @@ def build_app(service: AnswerService, settings: ServerSettings, keys: KeyRing | 
         log.exception("request %s %s failed (incident %s)", request.method, request.url.path, incident)
         return error_response(500, f"the server failed to answer (incident {incident} in its log)", "server_error")
 
+
+def gates(service: AnswerService, limits: RateLimits):
+    """`asking`: the caller of a request that asks, refused past its rate; `ask_now`: one answer, with every
+    refusal as the HTTP status it is. The JSON API and the OpenAI endpoint share both."""
+
     def asking(request: Request) -> Caller:
         caller = caller_of(request)
         wait = limits.retry_after(caller)
@@ -201,7 +226,6 @@ def build_app(service: AnswerService, settings: ServerSettings, keys: KeyRing | 
         return caller
 
     def ask_now(caller: Caller, question: Question) -> Answer:
-        """One answer, with every refusal as the HTTP status it is."""
         try:
             return service.ask(question, asked_by=caller.name, allowed=caller.may_read)
         except (UnknownCorpus, UnknownAnswer) as problem:
@@ -213,37 +237,35 @@ def build_app(service: AnswerService, settings: ServerSettings, keys: KeyRing | 
         except StoreBusy as problem:
             raise ApiError(503, str(problem), "store_busy", {"Retry-After": "2"}) from None
 
-    @app.get("/health", tags=["service"])
+    return asking, ask_now
+
+
+def answer_routes(service: AnswerService, settings: ServerSettings, asking, ask_now) -> APIRouter:
+    """The JSON API, the health check and the chat page."""
+    router = APIRouter()
+
+    @router.get("/health", tags=["service"])
     def health() -> dict:
         """Whether the server answers, how many corpora it serves and how many answers wait for the store."""
         return {"status": "ok", "corpora": len(service.corpora()), "queued_answers": len(service.journal)}
 
-    @app.get("/api/corpora", tags=["answers"])
+    @router.get("/api/corpora", tags=["answers"])
     def corpora(request: Request) -> dict:
         """The published corpora this key may read: methods they answer, levels, when published, index method."""
         caller = caller_of(request)
         return {"corpora": [p.as_json() for p in service.corpora() if caller.may_read(p.corpus)]}
 
-    @app.post("/api/ask", tags=["answers"], response_model=AnswerOut)
+    @router.post("/api/ask", tags=["answers"], response_model=AnswerOut)
     async def ask(body: AskRequest, request: Request) -> AnswerOut:
         """Answer a question of a corpus, with its sources, usage and time; the answer is recorded."""
         caller = asking(request)
-        found = await run_in_threadpool(
-            ask_now,
-            caller,
-            Question(
-                body.corpus,
-                body.question,
-                body.method,
-                body.level,
-                body.dynamic,
-                follow_up=body.follow_up,
-                max_cost_usd=min(filter(None, (body.max_cost_usd, settings.question_budget)), default=None),
-            ),
+        cap = min(filter(None, (body.max_cost_usd, settings.question_budget)), default=None)
+        question = Question(
+            body.corpus, body.question, body.method, body.level, body.dynamic, None, body.follow_up, cap
         )
-        return answer_out(found)
+        return answer_out(await run_in_threadpool(ask_now, caller, question))
 
-    @app.get("/api/answers/{answer_id}", tags=["answers"], response_model=AnswerOut)
+    @router.get("/api/answers/{answer_id}", tags=["answers"], response_model=AnswerOut)
     def stored(answer_id: str, request: Request) -> AnswerOut:
         """A recorded answer with its sources."""
         try:
@@ -252,7 +274,7 @@ def build_app(service: AnswerService, settings: ServerSettings, keys: KeyRing | 
             raise ApiError(404, str(problem), "not_found_error") from None
         return stored_out(corpus, row)
 
-    @app.get("/api/corpora/{corpus}/documents/{document_id}", tags=["answers"])
+    @router.get("/api/corpora/{corpus}/documents/{document_id}", tags=["answers"])
     def document(corpus: str, document_id: str, request: Request) -> dict:
         """A document's whole text, to read a source where it stands."""
         if not caller_of(request).may_read(corpus):
@@ -262,23 +284,11 @@ def build_app(service: AnswerService, settings: ServerSettings, keys: KeyRing | 
         except (UnknownCorpus, UnknownDocument) as problem:
             raise ApiError(404, str(problem), "not_found_error") from None
 
-    @app.get("/", include_in_schema=False)
+    @router.get("/", include_in_schema=False)
     def page() -> HTMLResponse:
         return HTMLResponse(PAGE.read_text())
 
-    from .openai_compatible import routes
-
-    app.include_router(routes(service, asking, ask_now, SERVED_METHODS))
-    if mcp_app is not None:
-        app.mount("/", mcp_app)  # its one route is /mcp; mounted last, after every route of ours
-    if settings.cors_origins:
-        app.add_middleware(
-            CORSMiddleware,
-            allow_origins=settings.cors_origins,
-            allow_methods=["GET", "POST"],
-            allow_headers=["Authorization", "Content-Type", "X-API-Key"],
-        )
-    return Guard(app, keys, settings.max_body_bytes)
+    return router
 
 
 def run(settings: ServerSettings, instance=None) -> int:

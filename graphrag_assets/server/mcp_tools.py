@@ -41,6 +41,14 @@ def build_mcp(service: AnswerService, limits: RateLimits | None = None) -> MCPSe
         caller = _caller(ctx)
         return [p.as_json() for p in service.corpora() if caller.may_read(p.corpus)]
 
+    add_ask_tool(mcp, service, limits)
+    add_reading_tools(mcp, service)
+    return mcp
+
+
+def add_ask_tool(mcp: MCPServer, service: AnswerService, limits: RateLimits | None) -> None:
+    """ask: an answer, recorded, within the caller's rate."""
+
     @mcp.tool()
     async def ask(
         corpus: str,
@@ -83,6 +91,10 @@ def build_mcp(service: AnswerService, limits: RateLimits | None = None) -> MCPSe
             "usage": {**found.usage, "cost_usd": found.cost_usd},
         }
 
+
+def add_reading_tools(mcp: MCPServer, service: AnswerService) -> None:
+    """A graph's entities, and a recorded answer's sources."""
+
     @mcp.tool()
     async def find_entities(corpus: str, text: str, ctx: Context, limit: int = 10) -> list[dict]:
         """The entities of a corpus's graph nearest to a text (a name, a phrase, a question), each with its type,
@@ -122,8 +134,6 @@ def build_mcp(service: AnswerService, limits: RateLimits | None = None) -> MCPSe
             "answer": found.answer,
             "sources": found.sources,
         }
-
-    return mcp
 
 
 def run_stdio(instance=None) -> None:

@@ -103,58 +103,64 @@ def routes(
             caller,
             Question(corpus, turns[-1].text, method, level, conversation=conversation),
         )
-        content = found.text + sources_text(found)
-        created, reply_id = int(time.time()), f"chatcmpl-{found.id}"
-        usage = {
-            "prompt_tokens": found.usage["prompt_tokens"],
-            "completion_tokens": found.usage["completion_tokens"],
-            "total_tokens": found.usage["prompt_tokens"] + found.usage["completion_tokens"],
-        }
-        extra = {"answer_id": found.id, "sources": found.sources}
         if not body.stream:
-            return {
-                "id": reply_id,
-                "object": "chat.completion",
-                "created": created,
-                "model": body.model,
-                "choices": [
-                    {"index": 0, "message": {"role": "assistant", "content": content}, "finish_reason": "stop"}
-                ],
-                "usage": usage,
-                **extra,
-            }
-
-        def chunk(delta: dict, finish: str | None = None, **more) -> str:
-            payload = {
-                "id": reply_id,
-                "object": "chat.completion.chunk",
-                "created": created,
-                "model": body.model,
-                "choices": [{"index": 0, "delta": delta, "finish_reason": finish}],
-                **more,
-            }
-            return f"data: {json.dumps(payload)}\n\n"
-
-        def events() -> Iterator[str]:
-            yield chunk({"role": "assistant", "content": ""})
-            for piece in _pieces(content):
-                yield chunk({"content": piece})
-            yield chunk({}, "stop", **extra)
-            if (body.stream_options or {}).get("include_usage"):
-                payload = {
-                    "id": reply_id,
-                    "object": "chat.completion.chunk",
-                    "created": created,
-                    "model": body.model,
-                    "choices": [],
-                    "usage": usage,
-                }
-                yield f"data: {json.dumps(payload)}\n\n"
-            yield "data: [DONE]\n\n"
-
-        return StreamingResponse(events(), media_type="text/event-stream", headers={"Cache-Control": "no-cache"})
+            return completion(body, found)
+        headers = {"Cache-Control": "no-cache"}
+        return StreamingResponse(completion_chunks(body, found), media_type="text/event-stream", headers=headers)
 
     return router
+
+
+def _reply_parts(body: ChatRequest, found: Answer) -> tuple[str, str, int, dict, dict]:
+    """The reply's content (the answer, its sources last), id, time, usage, and the fields beyond OpenAI's."""
+    usage = {
+        "prompt_tokens": found.usage["prompt_tokens"],
+        "completion_tokens": found.usage["completion_tokens"],
+        "total_tokens": found.usage["prompt_tokens"] + found.usage["completion_tokens"],
+    }
+    extra = {"answer_id": found.id, "sources": found.sources}
+    return found.text + sources_text(found), f"chatcmpl-{found.id}", int(time.time()), usage, extra
+
+
+def completion(body: ChatRequest, found: Answer) -> dict:
+    """The answer as a chat completion."""
+    content, reply_id, created, usage, extra = _reply_parts(body, found)
+    return {
+        "id": reply_id,
+        "object": "chat.completion",
+        "created": created,
+        "model": body.model,
+        "choices": [{"index": 0, "message": {"role": "assistant", "content": content}, "finish_reason": "stop"}],
+        "usage": usage,
+        **extra,
+    }
+
+
+def completion_chunks(body: ChatRequest, found: Answer) -> Iterator[str]:
+    """The answer as the server-sent events of a streamed chat completion."""
+    content, reply_id, created, usage, extra = _reply_parts(body, found)
+
+    def chunk(choices: list, **more) -> str:
+        payload = {
+            "id": reply_id,
+            "object": "chat.completion.chunk",
+            "created": created,
+            "model": body.model,
+            "choices": choices,
+            **more,
+        }
+        return f"data: {json.dumps(payload)}\n\n"
+
+    def delta(part: dict, finish: str | None = None, **more) -> str:
+        return chunk([{"index": 0, "delta": part, "finish_reason": finish}], **more)
+
+    yield delta({"role": "assistant", "content": ""})
+    for piece in _pieces(content):
+        yield delta({"content": piece})
+    yield delta({}, "stop", **extra)
+    if (body.stream_options or {}).get("include_usage"):
+        yield chunk([], usage=usage)
+    yield "data: [DONE]\n\n"
 
 
 def _model(model: str, service: AnswerService, methods: tuple[str, ...]) -> tuple[str, str, int | None]:
