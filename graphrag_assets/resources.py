@@ -15,7 +15,7 @@ from dagster_duckdb import DuckDBResource
 from pydantic import Field, PrivateAttr
 
 from .failures import step_failure
-from .method import imports
+from .method.corpus_folder import graphrag_output
 from .method.ingest.documents import has_documents
 from .models import EndpointError, ModelClient, ModelSettings, Usage
 from .models.batches import BatchLedger
@@ -84,7 +84,7 @@ class CorporaResource(dg.ConfigurableResource):
 
     def graphrag_output(self, corpus: str) -> Path | None:
         """Where the corpus holds a Microsoft GraphRAG output to import, or None for a folder of documents."""
-        return imports.graphrag_output(self.folder(corpus))
+        return graphrag_output(self.folder(corpus))
 
     def scan(self) -> tuple[list[str], dict[str, str]]:
         """(corpus names, {refused folder: why}) for the folders under the root; a folder with nothing to index

@@ -115,7 +115,7 @@ def test_rejecting_every_alias_in_aliases_csv_gives_back_the_communities_without
         workspace = Workspace(tmp_path / name)
         workspace.add_sample_corpus()
         if overrides is not None:
-            (workspace.data / SAMPLE_CORPUS / aliases.OVERRIDES_FILE).write_text(overrides)
+            (workspace.data / SAMPLE_CORPUS / aliases.ALIASES_FILE).write_text(overrides)
         workspace.materialize(
             SAMPLE_CORPUS,
             selection=["documents", "base_text_units", "entities", "relationships", "entity_aliases", "communities"],

@@ -9,7 +9,7 @@ import pandas as pd
 import pytest
 
 from graphrag_assets.automation.jobs import evaluation_assets, index_assets
-from graphrag_assets.method.assertions import accuracy_table, answer_scores, assertion_checks
+from graphrag_assets.method.assertion_scoring import accuracy_table, answer_scores, assertion_checks
 from graphrag_assets.method.evaluation import (
     claim_clusters,
     condition_calls,

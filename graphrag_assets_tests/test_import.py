@@ -236,7 +236,7 @@ def test_our_export_imports_back_with_the_same_rows_and_ids(llm_index, tmp_path)
 
 
 def test_an_output_that_cannot_be_imported_is_refused_at_its_first_step_naming_file_column_and_row(tmp_path):
-    from graphrag_assets.method.imports import GraphRAGOutputError, check_output, documents_and_units
+    from graphrag_assets.method.graphrag_import import GraphRAGOutputError, check_output, documents_and_units
 
     def broken(name: str, change) -> str:
         tables = microsoft_output()

@@ -368,7 +368,7 @@ def test_a_claims_source_quote_must_come_from_its_text_unit():
 def test_a_tied_vote_on_an_assertion_counts_as_not_supported():
     """Two repeats of the judge, one for and one against: no majority, so the assertion is not supported; the
     answer's accuracy is weighted by the assertions' scores."""
-    from graphrag_assets.method.assertions import answer_scores, assertion_checks
+    from graphrag_assets.method.assertion_scoring import answer_scores, assertion_checks
 
     assertions = [{"statement": "Scrooge is mean", "score": 3}, {"statement": "Marley is dead", "score": 1}]
     questions = pd.DataFrame(

@@ -3,7 +3,7 @@
 import dagster as dg
 import pandas as pd
 
-from ..method import imports
+from ..method import graphrag_import as imported_index
 from ..method.communities.leiden import build_communities
 from ..method.communities.reports import (
     REPORT_COLUMNS,
@@ -51,7 +51,7 @@ def communities(
     step = Step(context, duckdb)
     imported = step.plan(corpora, chat).imported
     if imported:
-        table = from_graphrag(imported, imports.communities)
+        table = from_graphrag(imported, imported_index.communities)
         yield step.publish_imported("communities", table, imported)
         yield one_community_per_level(table)
         return
@@ -131,7 +131,7 @@ def community_reports(
     tables, plan = step.inputs("community_reports"), step.plan(corpora, chat)
     communities = tables["communities"]
     if plan.imported:
-        reports = from_graphrag(plan.imported, imports.community_reports, communities)
+        reports = from_graphrag(plan.imported, imported_index.community_reports, communities)
         yield step.publish_imported("community_reports", reports, plan.imported)
         yield every_community_reported(communities, reports)
         return

@@ -7,6 +7,7 @@ import dagster as dg
 import diskcache
 import pandas as pd
 
+from ..method.corpus_folder import PROMPTS_FOLDER
 from ..method.estimate import (
     METHODS,
     IndexSettings,
@@ -17,7 +18,7 @@ from ..method.estimate import (
 )
 from ..method.graph.aliases import read_overrides
 from ..method.ingest.text_units import chunk_documents
-from ..method.prompts import CORPUS_PROMPTS_FOLDER, PromptSet
+from ..method.prompts import PromptSet
 from ..method.tuning import index_prompt_rows
 from ..models.client import chat_request, embedding_key
 from ..models.prices import total_cost
@@ -70,7 +71,7 @@ def estimate_corpus(
     folder = corpora.folder(corpus)
     read = read_documents(corpora, folder, ingest)
     units, _ = chunk_documents(read.documents, ingest.chunk_size, ingest.chunk_overlap)
-    rows = index_prompt_rows({}, folder / CORPUS_PROMPTS_FOLDER, f"data/{corpus}")
+    rows = index_prompt_rows({}, folder / PROMPTS_FOLDER, f"data/{corpus}")
     prompts = PromptSet.of({row["id"]: row["template"] for row in rows})
     settings = IndexSettings(
         entity_types=tuple(graph.entity_types),

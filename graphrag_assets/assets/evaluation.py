@@ -19,11 +19,11 @@ from pydantic import Field
 from ..answers.asking import QuestionRefused, check_embeddings
 from ..answers.published import NotIndexed, load_index
 from ..failures import step_failure
-from ..method import assertions as scoring
+from ..method import assertion_scoring as scoring
 from ..method import evaluation as ev
+from ..method.corpus_folder import QUESTIONS_FOLDER
 from ..method.question_files import (
     QUESTION_CLASSES,
-    QUESTIONS_FOLDER,
     UNCLASSIFIED,
     QuestionFileError,
     question_files,

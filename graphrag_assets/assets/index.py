@@ -6,7 +6,8 @@ import dagster as dg
 import pandas as pd
 
 from ..failures import step_failure
-from ..method import imports
+from ..method import graphrag_import as imported_index
+from ..method.corpus_folder import PROMPTS_FOLDER
 from ..method.entity_graph import GraphBuild, GraphSettings, build_entity_graph
 from ..method.graph import aliases as alias_method
 from ..method.graph.claims import CLAIM_PROMPTS, COVARIATE_COLUMNS, extract_claims
@@ -15,7 +16,7 @@ from ..method.graph.tables import link_text_units
 from ..method.ingest.conversion import MB, Limits
 from ..method.ingest.documents import TabularColumns, problem_summary, read_corpus
 from ..method.ingest.text_units import chunk_documents
-from ..method.prompts import CORPUS_PROMPTS_FOLDER, DEFAULT_PROMPTS, PromptSet
+from ..method.prompts import DEFAULT_PROMPTS, PromptSet
 from ..method.tuning import INDEX_PROMPTS, PromptFileError, index_prompt_rows, prompt_diff
 from ..resources import ChatModelResource, CorporaResource, DuckDBStoreResource
 from ..store.tables import last_settings, read_table, table_exists
@@ -78,7 +79,7 @@ def corpus_documents(
     step = Step(context, duckdb)
     plan = step.plan(corpora, chat)
     if plan.imported:
-        documents, text_units = from_graphrag(plan.imported, imports.documents_and_units)
+        documents, text_units = from_graphrag(plan.imported, imported_index.documents_and_units)
         yield step.publish_imported("documents", documents, plan.imported)
         yield step.publish_imported("base_text_units", text_units, plan.imported)
         return
@@ -159,7 +160,7 @@ def index_prompts(
     corpus = context.partition_key
     choice, tuned = chosen_prompts(Step(context, duckdb), config.prompts)
     try:
-        rows = pd.DataFrame(index_prompt_rows(tuned, corpora.folder(corpus) / CORPUS_PROMPTS_FOLDER, f"data/{corpus}"))
+        rows = pd.DataFrame(index_prompt_rows(tuned, corpora.folder(corpus) / PROMPTS_FOLDER, f"data/{corpus}"))
     except PromptFileError as problem:
         raise step_failure(f"{problem}; fix or remove the file and index again", retryable=False) from None
     replaced = rows[rows["source"] != "default"]
@@ -307,7 +308,7 @@ def graph_quality(method: str, graph: GraphBuild) -> dict:
 
 def _imported_graph(step: Step, imported):
     """A Microsoft GraphRAG output's entities and relationships, as it wrote them, with the same checks."""
-    entities, relationships = from_graphrag(imported, imports.graph)
+    entities, relationships = from_graphrag(imported, imported_index.graph)
     yield step.publish_imported("entities", entities, imported)
     yield step.publish_imported("relationships", relationships, imported)
     yield relationship_endpoints_are_entities(entities, relationships, imported=True)
@@ -425,7 +426,9 @@ def covariates(
     step = Step(context, duckdb)
     plan = step.plan(corpora, chat)
     if plan.imported:
-        return step.publish_imported("covariates", from_graphrag(plan.imported, imports.covariates), plan.imported)
+        return step.publish_imported(
+            "covariates", from_graphrag(plan.imported, imported_index.covariates), plan.imported
+        )
     if plan.claims_skipped_because:
         return step.publish_skipped("covariates", COVARIATE_COLUMNS, chat.engine, plan.claims_skipped_because)
     units, prompts = step.read("base_text_units"), step.prompts()

@@ -16,7 +16,7 @@ import duckdb
 import pandas as pd
 
 from ..failures import step_failure
-from ..method.imports import GraphRAGOutputError
+from ..method.graphrag_import import GraphRAGOutputError
 from ..method.plan import IndexPlan
 from ..method.prompts import PromptSet
 from ..models import Usage

@@ -14,8 +14,7 @@ from pathlib import Path
 import dagster as dg
 
 from ..assets.common import corpus_partitions
-from ..method.graph.aliases import OVERRIDES_FILE
-from ..method.prompts import CORPUS_PROMPTS_FOLDER
+from ..method.corpus_folder import ALIASES_FILE, PROMPTS_FOLDER
 from ..resources import MAX_COST_TAG, ChatModelResource, CorporaResource, EmbeddingModelResource
 from ..settings import RUN_BUDGET_VARIABLE, SettingRefused, run_budget
 from .jobs import index_assets, index_corpus_job
@@ -180,12 +179,12 @@ def _reruns_of_changed(
 
 
 def _aliases_digest(folder: Path) -> str:
-    path = folder / OVERRIDES_FILE
+    path = folder / ALIASES_FILE
     return hashlib.sha256(path.read_bytes()).hexdigest()[:16] if path.is_file() else ""
 
 
 def _prompt_files_digest(folder: Path) -> str:
-    files = sorted((folder / CORPUS_PROMPTS_FOLDER).glob("*.txt"))
+    files = sorted((folder / PROMPTS_FOLDER).glob("*.txt"))
     digest = hashlib.sha256()
     for path in files:
         digest.update(path.name.encode() + b"\0" + path.read_bytes() + b"\0")
@@ -206,7 +205,7 @@ def alias_overrides_sensor(
     embeddings: EmbeddingModelResource,
 ):
     tags = budget_tags(chat, embeddings)
-    return _reruns_of_changed(context, corpora, tags, _aliases_digest, OVERRIDES_FILE, "aliases", RESOLVED_GRAPH_ASSETS)
+    return _reruns_of_changed(context, corpora, tags, _aliases_digest, ALIASES_FILE, "aliases", RESOLVED_GRAPH_ASSETS)
 
 
 @dg.sensor(

@@ -8,7 +8,6 @@ from functools import lru_cache
 from pathlib import Path
 
 DEFAULT_PROMPTS_DIR = Path(__file__).resolve().parents[2] / "prompts"
-CORPUS_PROMPTS_FOLDER = "prompts"  # data/<corpus>/prompts/<name>.txt: a corpus's own prompt, in place of the file here
 
 
 _prompts_dir = DEFAULT_PROMPTS_DIR

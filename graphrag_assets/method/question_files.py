@@ -17,7 +17,6 @@ import pandas as pd
 
 QUESTION_CLASSES = ("data_local", "data_global", "activity_local", "activity_global")
 QUESTION_SUFFIXES = (".json", ".jsonl", ".csv")
-QUESTIONS_FOLDER = "questions"  # data/<corpus>/questions/: read by evaluation_questions, not indexed
 UNCLASSIFIED = "unclassified"
 _USED = {"question_id", "id", "question_text", "question", "assertions", "question_class", "class"}
 

@@ -23,6 +23,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from ..corpus_folder import ALIASES_FILE
 from ..model_interface import ChatModel, InvalidReply
 from ..prompts import user_message
 from ..schema import columns
@@ -30,7 +31,6 @@ from ..words import STOPWORDS, terms
 from .records import parse_json_reply
 
 ALIAS_COLUMNS = columns("entity_aliases")
-OVERRIDES_FILE = "aliases.csv"
 MAX_NAMES_PER_WORD = 50
 _NAME_WORD = re.compile(r"[A-Z0-9']+")
 
@@ -191,7 +191,7 @@ async def confirm_by_model(chat: ChatModel, candidates: pd.DataFrame, entities: 
 def read_overrides(folder: Path) -> tuple[list[tuple[str, str, bool]], list[str]]:
     """([(entity, canonical, accepted)], problems) from the corpus folder's aliases.csv: columns entity,
     canonical, action (add or reject), entity names as in the entities table (any case)."""
-    path = folder / OVERRIDES_FILE
+    path = folder / ALIASES_FILE
     if not path.is_file():
         return [], []
     rows, problems = [], []
@@ -214,7 +214,7 @@ def apply_overrides(
     for entity, canonical, accepted in overrides:
         missing = [name for name in (entity, canonical) if name not in ids]
         if missing:
-            problems.append(f"{OVERRIDES_FILE}: no entity named {', '.join(missing)}")
+            problems.append(f"{ALIASES_FILE}: no entity named {', '.join(missing)}")
             continue
         pair = (table["entity_id"] == ids[entity]) & (table["canonical_id"] == ids[canonical])
         swapped = (table["entity_id"] == ids[canonical]) & (table["canonical_id"] == ids[entity])

@@ -19,9 +19,7 @@ from pathlib import Path
 import pandas as pd
 import pyarrow.parquet as pq
 
-from ..graph.aliases import OVERRIDES_FILE
-from ..prompts import CORPUS_PROMPTS_FOLDER
-from ..question_files import QUESTIONS_FOLDER
+from ..corpus_folder import is_document
 from ..schema import columns
 from .conversion import CONVERSION_VERSION, CONVERTED_SUFFIXES, MB, ConversionError, Limits, convert_file, headings
 
@@ -290,12 +288,8 @@ def _document_files(root: Path) -> Iterator[Path]:
     for path in root.rglob("*"):
         if not (path.is_file() or path.is_symlink()):
             continue
-        parts = path.relative_to(root).parts
-        if any(part.startswith(".") for part in parts) or path.relative_to(root).as_posix() == OVERRIDES_FILE:
-            continue  # hidden files; the user's alias decisions, read by the entity_aliases asset
-        if len(parts) > 1 and parts[0] in (QUESTIONS_FOLDER, CORPUS_PROMPTS_FOLDER):  # questions and prompts: no text
-            continue
-        yield path
+        if is_document(root, path):
+            yield path
 
 
 def has_documents(folder: str | Path) -> bool:

@@ -22,14 +22,6 @@ from .ingest.tokens import count_tokens
 REQUIRED = ("entities", "relationships", "communities", "community_reports", "text_units", "documents")
 
 
-def graphrag_output(folder: Path) -> Path | None:
-    """The folder holding a GraphRAG output inside a corpus folder, or None when the corpus is plain documents."""
-    for candidate in (folder, folder / "output"):
-        if all((candidate / f"{name}.parquet").is_file() for name in ("entities", "communities", "community_reports")):
-            return candidate
-    return None
-
-
 class GraphRAGOutputError(ValueError):
     """A GraphRAG output that cannot be imported; the message names the file and what is wrong."""
 
