@@ -5,7 +5,7 @@ import re
 from collections.abc import Awaitable, Callable
 from contextlib import contextmanager
 from pathlib import Path
-from typing import TypeVar
+from typing import TYPE_CHECKING, TypeVar
 
 import dagster as dg
 import diskcache
@@ -17,12 +17,15 @@ from pydantic import Field, PrivateAttr
 from .failures import step_failure
 from .method.corpus_folder import graphrag_output
 from .method.ingest.documents import has_documents
-from .models import EndpointError, ModelClient, ModelSettings, Usage
-from .models.batches import BatchLedger
+from .models import EndpointError, ModelSettings, Usage
+from .models.endpoint import BatchLedger
 from .models.spending import BudgetReached
 from .settings import RATE_LIMITS_FILE, SPENDING_FILE, STATE_DIR
 from .store.connection import connect, is_local_file
 from .store.tables import stage_name, use_stage
+
+if TYPE_CHECKING:
+    from .models import ModelClient
 
 T = TypeVar("T")
 PUBLISHED_INDEX = "published_index"  # the index job's last step: see assets/publication.py
@@ -259,7 +262,7 @@ class ModelEndpointResource(dg.ConfigurableResource):
 
     def run(
         self,
-        work: Callable[[ModelClient | None], Awaitable[T]],
+        work: Callable[["ModelClient | None"], Awaitable[T]],
         batch_ledger: BatchLedger | None = None,
         on_failure: SpentOnFailure | None = None,
     ) -> tuple[T, Usage | None]:
@@ -286,6 +289,8 @@ def run_with_models(
     """
     deadlines = [e.step_deadline_seconds for e in endpoints if e.configured and e.step_deadline_seconds]
     deadline = min(deadlines) if deadlines else None
+
+    from .models import ModelClient  # here: the openai package loads only when a step calls a model
 
     made: list[ModelClient] = []
     owners: list[ModelEndpointResource] = []

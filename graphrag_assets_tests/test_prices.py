@@ -4,7 +4,7 @@ import pytest
 from genai_prices import Usage as Tokens
 from genai_prices import calc_price
 
-from graphrag_assets.models.client import ModelSettings, Usage
+from graphrag_assets.models.endpoint import ModelSettings, Usage
 from graphrag_assets.models.prices import PriceRefused, dollars, price_of, prices_from_environment, total_cost
 from graphrag_assets_tests.model_server import FakeOpenAIServer
 

@@ -536,11 +536,12 @@ def test_answers_render_for_a_terminal_and_stay_plain_when_piped(store, tmp_path
 @pytest.mark.slow
 @pytest.mark.timeout(1500)  # a correctness test under load: on a busy shared machine the load takes its time
 def test_fifty_clients_ask_while_another_corpus_indexes_into_the_same_store(store, tmp_path):
-    """50 clients x 100 questions while `graphrag-assets index` writes another corpus into the same DuckDB file:
-    no error, every answer recorded, the index run green, and the new corpus answerable soon after it is published."""
+    """50 clients asking, each until `graphrag-assets index` has written another corpus into the same DuckDB file
+    (and 10 questions at least): no error, every answer recorded, the index run green, and the new corpus
+    answerable soon after it is published."""
     data = tmp_path / "data"
     shutil.copytree(Path(__file__).resolve().parents[1] / "data" / SAMPLE_CORPUS, data / "second")
-    clients, each = 50, 100
+    clients, least = 50, 10
     with running_server(store, tmp_path, data=data) as (url, server):
         env = {k: v for k, v in os.environ.items() if not k.startswith("GRAPHRAG_API")}
         env |= {
@@ -568,8 +569,9 @@ def test_fifty_clients_ask_while_another_corpus_indexes_into_the_same_store(stor
         def client(number: int) -> list[int]:
             statuses = []
             with httpx.Client(timeout=120) as http:
-                for i in range(each):
-                    body = {"corpus": SAMPLE_CORPUS, "question": f"Who is Fred? ({number}.{i})", "method": "basic"}
+                while len(statuses) < least or indexing.poll() is None:
+                    question = f"Who is Fred? ({number}.{len(statuses)})"
+                    body = {"corpus": SAMPLE_CORPUS, "question": question, "method": "basic"}
                     statuses.append(http.post(f"{url}/api/ask", json=body).status_code)
             return statuses
 
@@ -583,7 +585,8 @@ def test_fifty_clients_ask_while_another_corpus_indexes_into_the_same_store(stor
             deadline = time.time() + 30
             watcher.result()
         assert indexing.returncode == 0, output
-        assert statuses.count(200) == clients * each, {s: statuses.count(s) for s in set(statuses)}
+        assert len(statuses) >= clients * least
+        assert statuses.count(200) == len(statuses), {s: statuses.count(s) for s in set(statuses)}
         second = httpx.post(f"{url}/api/ask", json={"corpus": "second", "question": "Who is Fred?", "method": "local"})
         assert second.status_code == 200
     (published,) = rows(store, "SELECT max(materialized_at) FROM lineage WHERE corpus = 'second'")[0]
@@ -591,5 +594,5 @@ def test_fifty_clients_ask_while_another_corpus_indexes_into_the_same_store(stor
     (recorded,) = rows(
         store, "SELECT count(*) FROM query_answers WHERE asked_by = 'local' AND corpus = ?", SAMPLE_CORPUS
     )[0]
-    assert recorded == clients * each  # every answer, none twice
+    assert recorded == len(statuses)  # every answer, none twice
     assert len(AnswerJournal(f"{store}.answers.sqlite")) == 0

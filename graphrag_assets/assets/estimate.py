@@ -20,7 +20,7 @@ from ..method.graph.aliases import read_overrides
 from ..method.ingest.text_units import chunk_documents
 from ..method.prompts import PromptSet
 from ..method.tuning import index_prompt_rows
-from ..models.client import chat_request, embedding_key
+from ..models.endpoint import chat_request, embedding_key
 from ..models.prices import total_cost
 from ..resources import ChatModelResource, CorporaResource, EmbeddingModelResource
 from .common import corpus_partitions

@@ -9,9 +9,9 @@ from importlib import import_module
 _WHERE = {
     "EndpointError": ".errors",
     "ModelClient": ".client",
-    "ModelSettings": ".client",
-    "Usage": ".client",
-    "usage_scope": ".client",
+    "ModelSettings": ".endpoint",
+    "Usage": ".endpoint",
+    "usage_scope": ".endpoint",
 }
 __all__ = list(_WHERE)
 

@@ -25,12 +25,13 @@ import time
 import uuid
 from collections import Counter
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Any
 
 import openai
 from tenacity import AsyncRetrying, retry_if_exception, stop_after_attempt, wait_random_exponential
 
 from ..method.ingest.tokens import count_tokens
+from .endpoint import BatchLedger, BatchSettings
 from .errors import EndpointError
 
 _PENDING = "creating-"  # a recorded batch's id until the endpoint has given it one
@@ -39,32 +40,6 @@ _KEY = "graphrag_batch_key"  # the metadata field that finds a batch whose creat
 FINISHED = frozenset({"completed", "failed", "expired", "cancelled"})
 _ATTEMPTS_IN_BATCHES = 2  # after the second batch a request still unanswered is sent on its own
 SEND_NOW = object()  # what a waiter gets when its request is to be sent synchronously instead
-
-
-class BatchLedger(Protocol):
-    """Where submitted batches are recorded, so a later process can find them again."""
-
-    labels: dict[str, str]  # step, corpus and run, recorded with each batch and sent as its metadata
-
-    def record(self, batch: dict) -> None: ...
-
-    def update(self, recorded_id: str, **fields: Any) -> None: ...
-
-    def unfinished(self, endpoint: str, custom_ids: list[str]) -> list[dict]:
-        """Recorded batches of `endpoint` covering any of `custom_ids` whose output was not yet read."""
-        ...
-
-    def progress(self, message: str) -> None: ...
-
-
-@dataclass(frozen=True)
-class BatchSettings:
-    gather_seconds: float = 1.0  # quiet time that closes a round of requests
-    min_requests: int = 20  # fewer chat requests than this in a round: sent synchronously
-    poll_seconds: float = 5.0  # first wait between status checks; doubles up to poll_max_seconds
-    poll_max_seconds: float = 60.0
-    completion_window: str = "24h"
-    prompt_price_per_million: float | None = None  # at the batch price (None: unknown), said up front
 
 
 @dataclass
