@@ -56,6 +56,9 @@ def test_two_corpora_and_a_query_in_separate_processes(offline_index, tmp_path):
     home = tmp_path / "home"
     home.mkdir()
     (home / "dagster.yaml").write_text(INSTANCE_YAML)
+    # The shared offline store may hold answers that earlier tests of this process asked: count the new one alone.
+    asked = "SELECT count(*) AS n FROM query_answers WHERE question = 'Who is Bob Cratchit?'"
+    before = workspace.sql(asked)["n"][0] if "query_answers" in set(workspace.sql("SHOW TABLES")["name"]) else 0
     with open_instance(home) as instance:
         instance.add_dynamic_partitions("corpus", ["one", "two", SAMPLE_CORPUS])
     with FakeOpenAIServer(latency_seconds=0.02) as server:
@@ -94,7 +97,7 @@ def test_two_corpora_and_a_query_in_separate_processes(offline_index, tmp_path):
     assert "could not set lock" not in "".join(outputs).lower()
     counts = workspace.sql("SELECT corpus, count(*) AS n FROM entities GROUP BY corpus").set_index("corpus")["n"]
     assert counts["one"] > 0 and counts["two"] > 0
-    assert workspace.sql("SELECT count(*) AS n FROM query_answers WHERE question = 'Who is Bob Cratchit?'")["n"][0] == 1
+    assert workspace.sql(asked)["n"][0] == before + 1
 
     # The model pool's limit of 1 held across the two runs: their model-calling steps never overlapped.
     with open_instance(home) as instance:
