@@ -133,6 +133,17 @@ def plan(context: dg.AssetExecutionContext, calls: int, cap: int, what: str) -> 
         )
 
 
+def judged(step: Step, model: ChatModelResource, planned: list, judge_all, what: str, config):
+    """A verdict of the judge model for every planned comparison or check (None where none parsed), said and capped
+    before the first call (`config.max_model_calls`); more failures than `config.max_failed_fraction` fail the
+    step. Returns (verdicts, usage, failures)."""
+    plan(step.context, len(planned), config.max_model_calls, step.context.op_handle.name)
+    verdicts, usage = step.run_model(model, lambda client: judge_all(client, planned), batches=False)
+    failed = sum(v is None for v in verdicts)
+    step.fail_if_too_many_failed(what, failed, len(planned), (model, usage), config.max_failed_fraction)
+    return verdicts, usage, failed
+
+
 def answers_to_judge(step: Step, conditions: list[str]) -> tuple[pd.DataFrame, pd.DataFrame]:
     """The corpus's evaluation answers (of `conditions` only, when any are named) and its questions."""
     answers, questions = step.read("evaluation_answers"), step.read("evaluation_questions")
@@ -392,10 +403,7 @@ def pairwise_judgements(
     step = Step(context, duckdb)
     answers, questions = answers_to_judge(step, config.conditions)
     planned = ev.comparisons(answers, questions, config.criteria, config.repeats)
-    plan(context, len(planned), config.max_model_calls, "pairwise_judgements")
-    verdicts, usage = step.run_model(model, lambda client: ev.judge_all(client, planned), batches=False)
-    failed = sum(v is None for v in verdicts)
-    step.fail_if_too_many_failed("judgements", failed, len(planned), (model, usage), config.max_failed_fraction)
+    verdicts, usage, failed = judged(step, model, planned, ev.judge_all, "judgements", config)
     judgements = judgement_table(planned, verdicts)
     shown = ["criterion", "first_condition", "second_condition", "winner_condition", "reasoning"]
     return step.publish(
@@ -502,10 +510,7 @@ def assertion_scores(
     if not planned:  # generated questions have none: the evaluation job still runs the rest of the group
         context.log.warning(NO_ASSERTIONS)
         return step.publish_skipped("assertion_scores", list(TABLES["assertion_scores"]), "none", NO_ASSERTIONS)
-    plan(context, len(planned), config.max_model_calls, "assertion_scores")
-    verdicts, usage = step.run_model(model, lambda client: scoring.check_all(client, planned), batches=False)
-    failed = sum(v is None for v in verdicts)
-    step.fail_if_too_many_failed("assertion checks", failed, len(planned), (model, usage), config.max_failed_fraction)
+    verdicts, usage, failed = judged(step, model, planned, scoring.check_all, "assertion checks", config)
     scores = scoring.answer_scores(answers, questions, planned, verdicts)
     per_condition = scores.groupby(["question_class", "condition"])["accuracy"].mean().unstack("question_class")
     shown = ["condition", "question_class", "assertions_supported", "assertions", "accuracy"]
