@@ -67,6 +67,7 @@ def usage_metadata(model: ModelEndpointResource, usage: Usage | None) -> dict:
         **tokens,
         "retries": figures["retries"],
         "rate_limited": figures["rate_limited"],
+        "paced_by_rate_limits": figures["paced"],
         "peak_concurrency": figures["peak_concurrency"],
         "invalid_replies": figures["invalid_replies"],
         "reasked": figures["reasked"],

@@ -31,7 +31,9 @@ class SpentLedger:
     """What each budget spent and when: one row per cost, and a running total per budget (so a check reads one
     row, not a minute of them). `path` None keeps it in this process."""
 
-    def __init__(self, path: str | None):
+    def __init__(self, path: str | None, clock=time.time):
+        # Wall-clock time, not monotonic: processes sharing the file must read the same clock. A test passes its own.
+        self._clock = clock
         if path:
             Path(path).parent.mkdir(parents=True, exist_ok=True)
         # isolation_level None: transactions are ours (BEGIN IMMEDIATE), so a check and its count are one step
@@ -65,7 +67,7 @@ class SpentLedger:
         """Count `cost` if it fits in the window; 0.0 when counted, else the seconds until some of the window frees.
         `wait=False` counts what fits at once and drops the rest. A cost above the whole budget counts as the budget
         once the window is empty."""
-        now = time.time()
+        now = self._clock()
         with self._transaction():
             total = self._expire(budget, now - window)
             fits = min(cost, amount - total) if not wait else (cost if total + cost <= amount else 0)
@@ -81,7 +83,7 @@ class SpentLedger:
 
     def catch_up(self, budget: str, amount: int, window: float, used: int) -> None:
         """Someone says `used` units are spent in the window: count what is not counted yet, as far as it fits."""
-        now = time.time()
+        now = self._clock()
         with self._transaction():
             total = self._expire(budget, now - window)
             missing = min(used, amount) - total
@@ -90,9 +92,10 @@ class SpentLedger:
 
     def spent(self, budget: str, window: float) -> int:
         """Units counted in the window."""
+        since = self._clock() - window
         with self._lock:
             (total,) = self._db.execute(
-                "SELECT coalesce(sum(units), 0) FROM spent WHERE budget = ? AND at >= ?", (budget, time.time() - window)
+                "SELECT coalesce(sum(units), 0) FROM spent WHERE budget = ? AND at >= ?", (budget, since)
             ).fetchone()
         return int(total)
 
@@ -134,8 +137,9 @@ class Unlimited:
 class Budget:
     """At most `amount` units (requests or tokens) in any `window_seconds`, counted in `spent_in`."""
 
-    def __init__(self, name: str, amount: int, window_seconds: float, spent_in: SpentLedger):
+    def __init__(self, name: str, amount: int, window_seconds: float, spent_in: SpentLedger, sleep=asyncio.sleep):
         self.name = name
+        self._sleep = sleep  # a test passes one that moves its own clock
         # The ledger is a file: it keeps a digest, never the endpoint's URL (which may hold credentials).
         self._key = hashlib.sha256(name.encode()).hexdigest()[:32]
         self.amount = int(amount)
@@ -153,7 +157,7 @@ class Budget:
             if not seconds:
                 return waited
             waited = True
-            await asyncio.sleep(min(max(seconds, 0.01), 1.0))
+            await self._sleep(min(max(seconds, 0.01), 1.0))
         return waited
 
     def count(self, cost: int) -> None:

@@ -360,6 +360,7 @@ class ModelClient:
                     waited |= await self._requests.spend(1)
                     waited |= await self._tokens.spend(estimated_tokens)
                     if waited:
+                        self.usage.paced += 1
                         self._concurrency.constrained()
                     worst = await self._reserve(kind, estimated_tokens)
                     self._count(calls=1)

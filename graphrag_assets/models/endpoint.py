@@ -95,6 +95,7 @@ class Usage:
     completion_tokens: int = 0
     retries: int = 0  # requests sent again after a 429, 5xx, timeout or dropped connection
     rate_limited: int = 0  # HTTP 429s received
+    paced: int = 0  # requests held back until a rate budget (configured or announced by the endpoint) had room
     peak_concurrency: int = 0  # most requests in flight at once
     invalid_replies: int = 0  # replies that did not parse (cut off, refused, wrong format); never cached
     reasked: int = 0  # requests sent again because the reply was invalid
