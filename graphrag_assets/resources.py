@@ -19,6 +19,7 @@ from .method.corpus_folder import graphrag_output
 from .method.ingest.documents import has_documents
 from .models import EndpointError, ModelSettings, Usage
 from .models.endpoint import BatchLedger
+from .models.interrupts import run_interruptibly
 from .models.spending import BudgetReached
 from .settings import RATE_LIMITS_FILE, SPENDING_FILE, STATE_DIR
 from .store.connection import connect, is_local_file
@@ -308,7 +309,7 @@ def run_with_models(
 
     try:
         try:
-            return asyncio.run(main())
+            return run_interruptibly(main())
         except BaseException:
             for endpoint, client in zip(owners, made) if on_failure else ():
                 on_failure(endpoint, client.usage)

@@ -3,7 +3,6 @@ and time. Every caller asks through here: the query assets, the CLI, the HTTP ap
 
 from __future__ import annotations
 
-import asyncio
 import json
 import time
 import uuid
@@ -15,6 +14,7 @@ import dagster as dg
 
 from ..method.search.context import Index, SearchResult
 from ..models.errors import EndpointError
+from ..models.interrupts import run_interruptibly
 from ..models.prices import total_cost
 from .options import CONVERSATIONAL, METHODS, Turn
 from .sources import excerpt, source_list
@@ -235,7 +235,7 @@ def answer(
                     await client.close()
 
     try:
-        result, chat_usage, embed_usage = asyncio.run(run())
+        result, chat_usage, embed_usage = run_interruptibly(run())
     except EndpointError as error:
         raise AnswerFailed(f"{error}; no answer was recorded", retryable=error.retryable) from None
     for usage in (chat_usage, embed_usage):

@@ -1,7 +1,5 @@
 """The first half of the index: documents, text units, the entity graph and claims."""
 
-import asyncio
-
 import dagster as dg
 import pandas as pd
 
@@ -18,6 +16,7 @@ from ..method.ingest.documents import TabularColumns, problem_summary, read_corp
 from ..method.ingest.text_units import chunk_documents
 from ..method.prompts import DEFAULT_PROMPTS, PromptSet
 from ..method.tuning import INDEX_PROMPTS, PromptFileError, index_prompt_rows, prompt_diff
+from ..models.interrupts import run_interruptibly
 from ..resources import ChatModelResource, CorporaResource, DuckDBStoreResource
 from ..store.tables import last_settings, read_table, table_exists
 from .common import MODEL_POOL, code_version, corpus_partitions
@@ -256,7 +255,7 @@ def entity_graph(
         progress = step_progress(context, "text units extracted", len(units), client)
         return build_entity_graph(client, units, graph_settings(config, prompts), progress=progress)
 
-    graph, usage = (asyncio.run(build(None)), None) if concepts else step.run_model(chat, build)
+    graph, usage = (run_interruptibly(build(None)), None) if concepts else step.run_model(chat, build)
     fail_if_graph_incomplete(step, graph, (chat, usage), config.max_failed_unit_fraction)
     engine = f"nlp ({config.method} method)" if concepts else chat.engine
     yield from publish_graph(step, graph, engine, (chat, usage), config)
