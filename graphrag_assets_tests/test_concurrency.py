@@ -4,7 +4,6 @@ import os
 import shutil
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import dagster as dg
@@ -90,7 +89,6 @@ def test_two_corpora_and_a_query_in_separate_processes(offline_index, tmp_path):
                     text=True,
                 )
             )
-            time.sleep(1)
         outputs = [p.communicate(timeout=600)[0] for p in processes]
     for process, output in zip(processes, outputs):
         assert process.returncode == 0, output[-3000:]
