@@ -250,6 +250,25 @@ def materialization_metadata(result: dg.ExecuteInProcessResult, asset: str) -> d
     raise KeyError(asset)
 
 
+# bin/test's two pytest-xdist workers take whole files in collection order, so the longest go first: in
+# alphabetical order the shared-store and webserver files (5 and 4 minutes) came last, one worker ran them alone.
+LONGEST_FILES_FIRST = (
+    "test_shared_store.py",
+    "test_webserver.py",
+    "test_msgraphrag.py",
+    "test_server.py",
+    "test_cli.py",
+    "test_batch_api.py",
+    "test_budget.py",
+    "test_concurrency.py",
+)
+
+
+def pytest_collection_modifyitems(items):
+    rank = {name: place for place, name in enumerate(LONGEST_FILES_FIRST)}
+    items.sort(key=lambda item: rank.get(item.path.name, len(rank)))  # a stable sort: the rest keep their order
+
+
 def pytest_sessionfinish(session):
     shutil.rmtree(TEST_STATE, ignore_errors=True)
 
