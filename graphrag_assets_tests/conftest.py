@@ -250,8 +250,9 @@ def materialization_metadata(result: dg.ExecuteInProcessResult, asset: str) -> d
     raise KeyError(asset)
 
 
-# bin/test's two pytest-xdist workers take whole files in collection order, so the longest go first: in
-# alphabetical order the shared-store and webserver files (5 and 4 minutes) came last, one worker ran them alone.
+# bin/test's two pytest-xdist workers take whole files in collection order (--no-loadscope-reorder), so the
+# longest go first: by number of tests the shared-store and webserver files (5 and 4 minutes) came last, and one
+# worker ran them alone.
 LONGEST_FILES_FIRST = (
     "test_shared_store.py",
     "test_webserver.py",
