@@ -130,6 +130,7 @@ def test_a_batch_that_fails_validation_or_is_lost_is_not_waited_on_forever(llm_i
         assert sent_alone == 0 and max(input_lines(server).values()) == 2
 
 
+@pytest.mark.slow
 def test_a_step_stopped_while_waiting_waits_for_its_batch_again_and_submits_nothing_twice(llm_index, tmp_path):
     clean, _, _ = llm_index
     workspace = sample(tmp_path)

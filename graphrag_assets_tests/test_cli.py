@@ -352,6 +352,7 @@ def _same_store(cli: Cli) -> dict:
     return {k: cli.env[k] for k in ("GRAPHRAG_DATA_DIR", "GRAPHRAG_DUCKDB", "GRAPHRAG_CACHE_DIR")}
 
 
+@pytest.mark.slow
 def test_an_index_ends_with_what_it_spent_on_the_run_and_in_sql(tmp_path):
     """Requests, retries counted once ("retried, all answered"), cache, tokens and dollars: printed last, put on
     the run as tags, and in the store's model_usage view by run, step and corpus."""

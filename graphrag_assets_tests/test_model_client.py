@@ -172,6 +172,7 @@ def test_spending_already_done_is_counted_as_far_as_it_fits_and_an_announcement_
     assert budget.spent() == 40
 
 
+@pytest.mark.slow  # real windows of a real server; the arithmetic is tested above on a simulated clock
 def test_a_requests_per_minute_budget_equal_to_the_servers_limit_never_meets_a_429(tmp_path):
     """The window is 2 s here instead of a minute, so the test takes seconds: 11 requests (the probe and 10
     prompts) against a limit of 5 per window take three windows and are never refused. (How the budget spends
@@ -187,6 +188,7 @@ def test_a_requests_per_minute_budget_equal_to_the_servers_limit_never_meets_a_4
     assert all(answers) and refused == 0 and usage.retries == 0 and usage.paced > 0
 
 
+@pytest.mark.slow  # real windows of a real server; the arithmetic is tested above on a simulated clock
 def test_a_tokens_per_minute_budget_paces_the_calls(tmp_path):
     with FakeOpenAIServer() as server:
         answers, usage = run(
@@ -196,6 +198,7 @@ def test_a_tokens_per_minute_budget_paces_the_calls(tmp_path):
     assert all(answers) and usage.paced > 0 and usage.prompt_tokens + usage.completion_tokens > 200
 
 
+@pytest.mark.slow  # real windows of a real server; the arithmetic is tested above on a simulated clock
 def test_without_configured_limits_the_client_paces_to_the_endpoints_headers(tmp_path):
     """No RPM or TPM set: the limit the server announces in its x-ratelimit headers keeps 11 requests
     (the probe and 10 prompts) against 5 per 2-second window from meeting a 429, window by window.
@@ -210,6 +213,7 @@ def test_without_configured_limits_the_client_paces_to_the_endpoints_headers(tmp
     assert all(answers) and refused == 0 and usage.rate_limited == 0 and usage.paced > 0
 
 
+@pytest.mark.slow  # real windows of a real server; the arithmetic is tested above on a simulated clock
 def test_the_tokens_header_paces_too(tmp_path):
     with FakeOpenAIServer(tokens_per_minute=400, rate_window_seconds=2) as server:
         answers, usage = run(
@@ -578,6 +582,7 @@ def test_where_the_endpoint_announces_room_concurrency_goes_straight_to_it():
     assert unannounced.ceiling == 64 and unannounced.limit < 30
 
 
+@pytest.mark.slow
 def test_a_high_announced_limit_is_used_beyond_64_requests_in_flight_without_a_429(tmp_path):
     prompts = [summary_request(f"H{i}", f"h{i}") for i in range(800)]
     with FakeOpenAIServer(latency_seconds=0.5, requests_per_minute=100_000, tokens_per_minute=50_000_000) as server:

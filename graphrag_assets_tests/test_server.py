@@ -269,6 +269,7 @@ def test_an_answer_whose_model_calls_fail_is_an_error_and_is_not_recorded(llm_in
     assert len(service.journal) == 0 and service.flush(wait=10) == 0
 
 
+@pytest.mark.slow
 def test_the_cli_and_the_dagster_run_fail_when_the_model_calls_fail(llm_index, failing_model, tmp_path):
     workspace = llm_index[0]
     (tmp_path / "home").mkdir()
@@ -302,6 +303,7 @@ def test_the_cli_and_the_dagster_run_fail_when_the_model_calls_fail(llm_index, f
     )
 
 
+@pytest.mark.slow
 def test_answers_wait_for_a_busy_store_and_survive_a_killed_server(store, tmp_path):
     """While another process writes the store, answers are given from memory and queued; a server killed then loses
     none of them: the next one writes them."""
@@ -471,6 +473,7 @@ def test_the_openai_client_and_mcp_clients_ask_a_running_server(store, tmp_path)
     assert len(observed) >= 1 and observed[0].partition_key == SAMPLE_CORPUS
 
 
+@pytest.mark.slow
 def test_the_chat_page_in_a_real_browser(store, tmp_path):
     require_chromium()
     from playwright.sync_api import sync_playwright
@@ -506,6 +509,7 @@ def test_the_chat_page_in_a_real_browser(store, tmp_path):
     assert json.loads(recorded[1][1])[0]["content"] == "Who is Bob Cratchit?"  # the follow-up continued it
 
 
+@pytest.mark.slow
 def test_answers_render_for_a_terminal_and_stay_plain_when_piped(store, tmp_path):
     import pty
 
