@@ -329,15 +329,26 @@ def test_answers_wait_for_a_busy_store_and_survive_a_killed_server(store, tmp_pa
     assert sorted(r[0] for r in rows(store, "SELECT id FROM query_answers WHERE asked_by = 'local'")) == sorted(ids)
 
 
+HOLD_FOR_WRITING = """
+import duckdb, sys, time
+deadline = time.monotonic() + 120  # a hang guard: the server's refresh reads the store now and then
+while True:
+    try:
+        connection = duckdb.connect(sys.argv[1])
+        break
+    except duckdb.IOException:
+        if time.monotonic() > deadline:
+            raise
+        time.sleep(0.05)
+print("open", flush=True)
+time.sleep(3600)
+"""
+
+
 def hold_for_writing(database: Path) -> subprocess.Popen:
+    """A process that opens the store for writing, as an index run does, once the server's reads let it."""
     holder = subprocess.Popen(
-        [
-            sys.executable,
-            "-c",
-            f"import duckdb, time; c = duckdb.connect({str(database)!r}); print('open', flush=True); time.sleep(120)",
-        ],
-        stdout=subprocess.PIPE,
-        text=True,
+        [sys.executable, "-c", HOLD_FOR_WRITING, str(database)], stdout=subprocess.PIPE, text=True
     )
     assert holder.stdout.readline().strip() == "open"
     return holder
