@@ -108,8 +108,11 @@ class UI:
     def run(
         self, job: str, run_config: dict | None = None, timeout: float = 300, assets: list[str] | None = None
     ) -> str:
+        """Launched as the launchpad does, its steps in the run's own process: steps in processes of their own
+        (the UI's default) are the backfill test's, and cost each run several seconds of imports per step."""
+        run_config = {"execution": {"config": {"in_process": {}}}, **(run_config or {})}
         run_id = self.client.submit_job_execution(
-            job, run_config=run_config or {}, asset_selection=assets, tags={"dagster/partition": SAMPLE_CORPUS}
+            job, run_config=run_config, asset_selection=assets, tags={"dagster/partition": SAMPLE_CORPUS}
         )
         deadline = time.monotonic() + timeout
         while (status := self.client.get_run_status(run_id)) not in (
@@ -153,9 +156,7 @@ def ui(tmp_path_factory):
         env.pop(variable, None)
     with dagster_services(env) as (client, url):
         ui = UI(client, url, workspace, prompts, home)
-        # The whole index of the sample corpus, launched as the launchpad does, its steps in the run's process:
-        # steps in processes of their own (the UI's default) are the backfill test's, and cost 80 s more here.
-        ui.run("index_corpus", {"execution": {"config": {"in_process": {}}}}, timeout=600)
+        ui.run("index_corpus", timeout=600)  # the whole index of the sample corpus
         yield ui
 
 
