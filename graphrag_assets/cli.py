@@ -325,6 +325,7 @@ def execute(job_name: str, corpus: str, run_config: dict, verbose: bool, tags: d
 def estimate(corpora: list[str], run_config: dict, as_json: bool) -> int:
     """What indexing each corpus would cost, with no model request and no run."""
     from .assets.estimate import estimate_corpus, estimate_table
+    from .assets.metadata import markdown
     from .definitions import defs
     from .method.ingest.documents import has_documents
 
@@ -345,7 +346,7 @@ def estimate(corpora: list[str], run_config: dict, as_json: bool) -> int:
             f"\n{name}: {found['text_units']:,} text units, {found['text_tokens']:,} tokens; "
             f"model {found['model']}, embeddings {found['embedding_model']}"
         )
-        print(estimate_table(found).to_markdown(index=False))
+        print(markdown(estimate_table(found)))
         print(f"\n{found['assumptions']}")
     return 0
 

@@ -7,6 +7,7 @@ from pathlib import Path
 import dagster as dg
 import duckdb
 import pandas as pd
+import polars as pl
 import pytest
 
 from graphrag_assets.definitions import index_assets, query_assets
@@ -17,6 +18,7 @@ from graphrag_assets.resources import (
     DuckDBStoreResource,
     EmbeddingModelResource,
 )
+from graphrag_assets.store.tables import read_table
 from graphrag_assets_tests import TEST_STATE
 from graphrag_assets_tests.model_server import FakeOpenAIServer, Faults
 from graphrag_assets_tests.postgres import PostgresServer, binaries
@@ -241,6 +243,12 @@ def postgres() -> Iterator[PostgresServer]:
 
 def table(workspace: Workspace, name: str) -> pd.DataFrame:
     return workspace.sql(f"SELECT * FROM {name} WHERE corpus = ? ORDER BY id", SAMPLE_CORPUS)
+
+
+def stored(workspace: Workspace, name: str) -> pl.DataFrame:
+    """A table of the sample corpus as the index's own steps read it (to hand to the method's functions)."""
+    with duckdb.connect(str(workspace.database), read_only=True) as conn:
+        return read_table(conn, name, SAMPLE_CORPUS)
 
 
 def materialization_metadata(result: dg.ExecuteInProcessResult, asset: str) -> dict:

@@ -3,7 +3,7 @@
 import asyncio
 
 import duckdb
-import pandas as pd
+import polars as pl
 
 from graphrag_assets.answers.published import load_index
 from graphrag_assets.method.graph import aliases
@@ -29,8 +29,8 @@ NAMES = {
 }
 
 
-def entities() -> pd.DataFrame:
-    return pd.DataFrame(
+def entities() -> pl.DataFrame:
+    return pl.DataFrame(
         [
             {"id": f"e{i}", "title": t, "type": "PERSON", "description": d, "degree": g, "text_unit_ids": [f"u{i}"]}
             for i, (t, (g, d)) in enumerate(NAMES.items())
@@ -38,27 +38,27 @@ def entities() -> pd.DataFrame:
     )
 
 
-def accepted_pairs(table: pd.DataFrame) -> set[tuple[str, str]]:
-    return {(r.entity, r.canonical) for r in table.itertuples() if r.accepted}
+def accepted_pairs(table: pl.DataFrame) -> set[tuple[str, str]]:
+    return {(r["entity"], r["canonical"]) for r in table.iter_rows(named=True) if r["accepted"]}
 
 
 def test_offline_rules_link_short_forms_and_leave_ambiguous_or_descriptive_names_apart():
     candidates = aliases.candidate_pairs(entities())
-    ruled = candidates.assign(accepted=aliases.confirm_by_rule(candidates))
+    ruled = candidates.with_columns(accepted=pl.Series(aliases.confirm_by_rule(candidates)))
     assert accepted_pairs(ruled) == {("EBENEZER SCROOGE", "SCROOGE"), ("MASTER SCROOGE", "SCROOGE")}
     # Not linked: "Cratchit" has two first names (Bob, Tim); "Christmas Day" is not Christmas; "Ghost of Jacob
     # Marley" is a phrase about him.
     assert {("BOB CRATCHIT", "CRATCHIT"), ("CHRISTMAS DAY", "CHRISTMAS")} & accepted_pairs(ruled) == set()
-    assert ("GHOST OF JACOB MARLEY", "JACOB MARLEY") in {(r.entity, r.canonical) for r in ruled.itertuples()}
+    assert ("GHOST OF JACOB MARLEY", "JACOB MARLEY") in set(zip(ruled["entity"], ruled["canonical"]))
     spelled = aliases.candidate_pairs(
-        pd.DataFrame(
+        pl.DataFrame(
             [
                 {"id": "a", "title": "FEZZIWIG", "type": "PERSON", "description": "a merchant", "degree": 5},
                 {"id": "b", "title": "FEZIWIG", "type": "PERSON", "description": "a merchant", "degree": 1},
             ]
         )
     )
-    assert spelled[["entity", "canonical", "method"]].values.tolist() == [["FEZIWIG", "FEZZIWIG", "similar spelling"]]
+    assert spelled.select("entity", "canonical", "method").rows() == [("FEZIWIG", "FEZZIWIG", "similar spelling")]
 
 
 def test_the_model_confirms_candidates_in_batches(tmp_path):
@@ -82,14 +82,14 @@ def test_the_model_confirms_candidates_in_batches(tmp_path):
 
 def test_resolving_folds_variants_in_and_no_alias_gives_the_graph_back():
     nodes = entities()
-    edges = pd.DataFrame(
+    edges = pl.DataFrame(
         [
             {"id": "r1", "source": "EBENEZER SCROOGE", "target": "BOB CRATCHIT", "weight": 1.0, "description": "x"},
             {"id": "r2", "source": "SCROOGE", "target": "BOB CRATCHIT", "weight": 2.0, "description": "y"},
             {"id": "r3", "source": "SCROOGE", "target": "EBENEZER SCROOGE", "weight": 1.0, "description": "z"},
         ]
     )
-    links = pd.DataFrame(
+    links = pl.DataFrame(
         [
             {
                 "entity_id": "e1",
@@ -101,11 +101,11 @@ def test_resolving_folds_variants_in_and_no_alias_gives_the_graph_back():
         ]
     )
     merged_nodes, merged_edges = aliases.resolve(nodes, edges, links)
-    scrooge = merged_nodes.set_index("title").loc["SCROOGE"]
+    scrooge = merged_nodes.filter(pl.col("title") == "SCROOGE").row(0, named=True)
     assert "EBENEZER SCROOGE" not in set(merged_nodes["title"]) and sorted(scrooge["text_unit_ids"]) == ["u0", "u1"]
     assert set(zip(merged_edges["source"], merged_edges["target"])) == {("SCROOGE", "BOB CRATCHIT")}
     assert scrooge["degree"] == 1  # one neighbour, reached by two relationships
-    rejected = links.assign(accepted=False)
+    rejected = links.with_columns(accepted=False)
     assert aliases.resolve(nodes, edges, rejected) == (nodes, edges)
 
 
@@ -126,10 +126,10 @@ def test_rejecting_every_alias_in_aliases_csv_gives_back_the_communities_without
     resolved_workspace, resolved = communities("resolved", None)
     links = table(resolved_workspace, "entity_aliases")
     accepted = links[links["accepted"]]
-    assert len(aliases.alias_groups(links)) >= 2 and (accepted["confirmed_by"] == "rule").all()
+    assert len(aliases.alias_groups(pl.from_pandas(links))) >= 2 and (accepted["confirmed_by"] == "rule").all()
     # Every original entity row is kept; the communities see one node per alias group.
     members = {e for ids in resolved["entity_ids"] for e in ids}
-    canonical = aliases.canonical_of(links)  # chains followed: Old Marley -> Marley -> Jacob Marley
+    canonical = aliases.canonical_of(pl.from_pandas(links))  # chains followed: Old Marley -> Marley -> Jacob Marley
     assert not set(canonical) & members and set(canonical.values()) <= members
 
     rejections = "entity,canonical,action\n" + "".join(

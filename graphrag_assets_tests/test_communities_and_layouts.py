@@ -10,6 +10,7 @@ import duckdb
 import networkx as nx
 import numpy as np
 import pandas as pd
+import polars as pl
 import pyarrow.parquet as pq
 import pytest
 
@@ -30,7 +31,7 @@ from graphrag_assets.method.model_interface import InvalidReply
 from graphrag_assets.method.search.context import nearest
 from graphrag_assets.models import ModelClient, ModelSettings
 
-from .conftest import INDEX_ASSETS, SAMPLE_CORPUS, Workspace, chat_resource, materialization_metadata, table
+from .conftest import INDEX_ASSETS, SAMPLE_CORPUS, Workspace, chat_resource, materialization_metadata, stored, table
 from .model_server import FakeOpenAIServer, Faults
 
 
@@ -61,7 +62,7 @@ def test_communities_form_a_hierarchy_with_provenance(engine, request):
     relationships = table(workspace, "relationships").set_index("id")
     title_of = table(workspace, "entities").set_index("id")["title"]
     # An alias's relationships belong to its canonical entity's community.
-    canonical = {title_of[v]: title_of[c] for v, c in canonical_of(table(workspace, "entity_aliases")).items()}
+    canonical = {title_of[v]: title_of[c] for v, c in canonical_of(stored(workspace, "entity_aliases")).items()}
     assert communities["level"].min() == 0 and communities["level"].nunique() >= 2
     assert (communities.loc[communities["level"] == 0, "parent"] == -1).all()
     for number, row in communities.iterrows():
@@ -209,10 +210,10 @@ def test_a_batch_reply_needs_one_report_on_each_community_from_its_own_rows(repl
 
 
 def test_document_embedding_is_the_token_weighted_mean():
-    units = pd.DataFrame({"id": ["a", "b"], "document_id": ["d", "d"], "n_tokens": [300, 100]})
-    vectors = pd.DataFrame({"id": ["a", "b"], "embedding": [[1.0, 0.0], [0.0, 1.0]]})
-    row = document_embeddings(units, vectors).iloc[0]
-    assert row.id == "d" and row.n_tokens == 400 and np.allclose(row.embedding, [0.75, 0.25])
+    units = pl.DataFrame({"id": ["a", "b"], "document_id": ["d", "d"], "n_tokens": [300, 100]})
+    vectors = pl.DataFrame({"id": ["a", "b"], "embedding": [[1.0, 0.0], [0.0, 1.0]]})
+    row = document_embeddings(units, vectors).row(0, named=True)
+    assert row["id"] == "d" and row["n_tokens"] == 400 and np.allclose(row["embedding"], [0.75, 0.25])
 
 
 def test_same_seed_gives_the_same_communities_and_layouts(offline_index, tmp_path):
@@ -335,15 +336,15 @@ def test_exports_change_only_when_the_index_is_published(workspace):
 
 
 def test_failing_checks_say_what_is_wrong():
-    entities = pd.DataFrame({"title": ["A", "B"]})
-    relationships = pd.DataFrame({"source": ["A", "A"], "target": ["B", "GHOST"]})
+    entities = pl.DataFrame({"title": ["A", "B"]})
+    relationships = pl.DataFrame({"source": ["A", "A"], "target": ["B", "GHOST"]})
     endpoints = relationship_endpoints_are_entities(entities, relationships)
     assert not endpoints.passed and endpoints.metadata["examples"].value == "GHOST"
-    communities = pd.DataFrame({"level": [0, 0, 1], "entity_ids": [["a", "b"], ["b"], ["a"]]})
+    communities = pl.DataFrame({"level": [0, 0, 1], "entity_ids": [["a", "b"], ["b"], ["a"]]})
     partition = one_community_per_level(communities)
     assert not partition.passed
     assert "level 0: 1 entities in two communities" in partition.metadata["problems"].value
-    vectors = pd.DataFrame({"id": ["x", "y"], "embedding": [[0.1, float("nan")], [0.2, 0.3, 0.4]]})
+    vectors = pl.DataFrame({"id": ["x", "y"], "embedding": [[0.1, float("nan")], [0.2, 0.3, 0.4]]})
     check = vectors_check("text_embeddings_complete", "text_embeddings", vectors, 2, {"x", "y", "z"})
     assert not check.passed and check.severity == dg.AssetCheckSeverity.ERROR
     assert {k: check.metadata[k].value for k in ("wrong_dimension", "rows_with_nan", "missing_rows")} == {
@@ -351,11 +352,12 @@ def test_failing_checks_say_what_is_wrong():
         "rows_with_nan": 1,
         "missing_rows": 1,
     }
-    empty = entities_found(pd.DataFrame({"n_tokens": [600, 80]}), pd.DataFrame(columns=["title"]))
+    no_entities = pl.DataFrame(schema={"title": pl.String})
+    empty = entities_found(pl.DataFrame({"n_tokens": [600, 80]}), no_entities)
     assert not empty.passed and empty.metadata["input_tokens"].value == 680
-    assert entities_found(pd.DataFrame({"n_tokens": []}), pd.DataFrame(columns=["title"])).passed  # nothing to find
-    reports = pd.DataFrame({"community": [0, 1], "status": ["ok", "failed"]})
-    unreported = every_community_reported(pd.DataFrame({"community": [0, 1, 2]}), reports)
+    assert entities_found(pl.DataFrame({"n_tokens": []}), no_entities).passed  # nothing to find
+    reports = pl.DataFrame({"community": [0, 1], "status": ["ok", "failed"]})
+    unreported = every_community_reported(pl.DataFrame({"community": [0, 1, 2]}), reports)
     assert not unreported.passed and unreported.severity == dg.AssetCheckSeverity.ERROR
     assert unreported.metadata["communities_without_report"].value == 2  # the failed one and the missing one
     assert unreported.metadata["examples"].value == "[1, 2]"
@@ -441,7 +443,7 @@ def test_communities_start_from_the_last_run_only_when_its_settings_were_the_sam
 def test_the_layout_plot_names_the_largest_communities_by_their_best_connected_entities():
     from graphrag_assets.method.embeddings.layouts import community_labels, plot_layout
 
-    nodes = pd.DataFrame(
+    nodes = pl.DataFrame(
         [
             {"id": f"e{i}", "kind": "entity", "title": t, "x": i, "y": -i, "community": c, "degree": d}
             for i, (t, c, d) in enumerate(
@@ -505,8 +507,8 @@ def test_a_community_whose_elements_overflow_its_budget_is_written_from_its_sub_
     """The paper's section 3.1.5: above the leaves, when a community's own entities, relationships and claims do
     not fit the budget, its largest sub-communities' elements are replaced by their (shorter) reports."""
     workspace = llm_index[0]
-    tables = {name: table(workspace, name) for name in ("communities", "entities", "relationships", "covariates")}
-    units = table(workspace, "text_units")
+    tables = {name: stored(workspace, name) for name in ("communities", "entities", "relationships", "covariates")}
+    units = stored(workspace, "text_units")
 
     with FakeOpenAIServer() as server:
         settings = ModelSettings(model="test-model", base_url=server.base_url, cache_dir=str(workspace.root / "sub"))
@@ -521,6 +523,7 @@ def test_a_community_whose_elements_overflow_its_budget_is_written_from_its_sub_
 
         reports, stats = asyncio.run(main())
         prompts = [s.prompt for s in server.served if s.kind.startswith("report")]
+    reports = reports.to_pandas()
     substituted = reports[reports["substituted_communities"].map(len) > 0]
     assert len(substituted) and stats.substitutions
     titles = reports.set_index("community")["title"]
@@ -532,8 +535,8 @@ def test_communities_that_fit_their_budget_are_all_written_at_once_whatever_thei
     """A community's report waits for its sub-communities' only when it uses them (a context over budget, or a
     community carried down unchanged): with a budget every community fits, no level waits for the one below."""
     workspace = llm_index[0]
-    tables = {name: table(workspace, name) for name in ("communities", "entities", "relationships", "covariates")}
-    units = table(workspace, "text_units")
+    tables = {name: stored(workspace, name) for name in ("communities", "entities", "relationships", "covariates")}
+    units = stored(workspace, "text_units")
 
     with FakeOpenAIServer(latency_seconds=0.5) as server:
         settings = ModelSettings(
@@ -555,12 +558,13 @@ def test_communities_that_fit_their_budget_are_all_written_at_once_whatever_thei
         reports, stats = asyncio.run(main())
         requests = sum(s.kind.startswith("report") for s in server.served)
         in_flight = server.max_in_flight
-    communities = tables["communities"].set_index("community")
+    communities = tables["communities"].to_pandas().set_index("community")
+    reports = reports.to_pandas()
 
     def carried_down(row) -> bool:
         return len(row.children) == 1 and communities.loc[row.children[0], "carried_from"] == row.community
 
-    written_by_the_model = {row.level for row in tables["communities"].itertuples() if not carried_down(row)}
+    written_by_the_model = {row.level for row in communities.reset_index().itertuples() if not carried_down(row)}
     assert len(written_by_the_model) >= 2 and stats.reused > 0
     assert (reports["status"] == "ok").all() and not stats.substitutions
     assert in_flight == requests > 0  # every request was in flight at once

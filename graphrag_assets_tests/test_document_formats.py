@@ -24,7 +24,7 @@ def mixed(tmp_path):
 
 
 def by_title(result):
-    return result.documents.set_index("title")
+    return result.documents.to_pandas().set_index("title")
 
 
 def test_every_format_becomes_documents_with_its_text_and_title(mixed):
@@ -56,7 +56,8 @@ def test_every_format_becomes_documents_with_its_text_and_title(mixed):
 def test_text_units_know_their_pages_slides_sheets_and_headings(mixed):
     read = read_corpus(mixed)
     units, _ = chunk_documents(read.documents, size=40, overlap=5)
-    titles = read.documents.set_index("id")["title"]
+    units = units.to_pandas()
+    titles = read.documents.to_pandas().set_index("id")["title"]
     units["document"] = units["document_id"].map(titles)
     pdf = units[units["document"] == "ledger.pdf"]
     assert pdf["pages"].map(list).tolist()[0] == [1] and pdf["pages"].map(list).tolist()[-1][-1] == 2
@@ -121,7 +122,7 @@ def test_markup_too_large_to_convert_is_refused_before_it_is_parsed(tmp_path):
     files.web_page(folder / "family.html")
     result = read_corpus(folder, limits=Limits(max_document_chars=20))  # 200 bytes of markup at most
     problems = {p.path: p.message for p in result.problems}
-    assert result.documents.empty
+    assert result.documents.is_empty()
     for name in ("rules.docx", "family.html"):
         assert "of markup, more than converting within max_document_chars (20) allows" in problems[name]
 

@@ -4,7 +4,7 @@
 import json
 import re
 
-import pandas as pd
+import polars as pl
 import pytest
 
 from graphrag_assets.method.communities.reports import parse_report
@@ -12,7 +12,7 @@ from graphrag_assets.method.graph.aliases import resolve
 from graphrag_assets.method.model_interface import InvalidReply
 from graphrag_assets.method.offline.nlp_graph import extract_concept_graph, noun_phrases, prune_concept_graph
 
-from .conftest import SAMPLE_CORPUS, chat_resource, embedding_resource, materialization_metadata, table
+from .conftest import SAMPLE_CORPUS, chat_resource, embedding_resource, materialization_metadata, stored
 from .model_server import FakeOpenAIServer
 
 CHAT_KINDS_OF_EXTRACTION = {"extract", "gleaning", "loop", "claims", "claims_gleaning", "summarize"}
@@ -54,9 +54,9 @@ def test_a_fast_index_asks_the_model_for_reports_alone_and_they_cite_their_own_p
     communities = workspace.sql("SELECT community, id, children, entity_ids FROM communities").set_index("community")
     # Reports read the resolved graph, where an alias group is one entity holding its variants' text units.
     entities, _ = resolve(
-        table(workspace, "entities"), table(workspace, "relationships"), table(workspace, "entity_aliases")
+        stored(workspace, "entities"), stored(workspace, "relationships"), stored(workspace, "entity_aliases")
     )
-    units_of = entities.set_index("id")["text_unit_ids"]
+    units_of = dict(zip(entities["id"], entities["text_unit_ids"]))
     for report in reports.itertuples():
         # Its own passages, and the reports of communities below it that its context may hold in their place (a
         # community carried down unsplit shares its copy's report, which may cite the copy's sub-communities).
@@ -96,10 +96,10 @@ def test_a_lazy_index_sends_no_chat_request_and_global_search_says_what_to_use(w
 
 
 def test_pruning_drops_ubiquitous_phrases_and_edges_seen_once():
-    entities = pd.DataFrame(
+    entities = pl.DataFrame(
         {"title": ["SCROOGE", "MARLEY", "FRED", "CHRISTMAS"], "frequency": [4, 3, 2, 9], "text_unit_ids": [[]] * 4}
     )
-    relationships = pd.DataFrame(
+    relationships = pl.DataFrame(
         {
             "source": ["MARLEY", "FRED", "CHRISTMAS"],
             "target": ["SCROOGE", "SCROOGE", "SCROOGE"],
@@ -108,7 +108,7 @@ def test_pruning_drops_ubiquitous_phrases_and_edges_seen_once():
     )
     kept, edges, pruned = prune_concept_graph(entities, relationships, 10, 0.5, 2.0)
     assert list(kept["title"]) == ["SCROOGE", "MARLEY", "FRED"]  # CHRISTMAS is in 9 of 10 units
-    assert edges[["source", "target"]].values.tolist() == [["MARLEY", "SCROOGE"]]
+    assert edges.select("source", "target").rows() == [("MARLEY", "SCROOGE")]
     assert pruned == {"ubiquitous_phrases_pruned": 1, "ubiquitous_examples": "CHRISTMAS", "weak_edges_pruned": 1}
     small, _, _ = prune_concept_graph(entities, relationships, 9, 0.5, 2.0)
     assert len(small) == 4  # under 10 units, nothing is ubiquitous
@@ -121,7 +121,7 @@ def test_the_noun_phrase_chunker_finds_common_concepts_and_leaves_generic_nouns_
     # The concept graph's phrases name something particular: a lone common noun does not.
     assert noun_phrases(sentence, particular_only=True) == ["old miser Ebenezer Scrooge"]
     assert noun_phrases("Scrooge sat by a well-kept fire.", particular_only=True) == ["Scrooge", "well-kept fire"]
-    units = pd.DataFrame(
+    units = pl.DataFrame(
         {
             "id": ["u1", "u2"],
             "text": [
@@ -133,8 +133,8 @@ def test_the_noun_phrase_chunker_finds_common_concepts_and_leaves_generic_nouns_
     entities, relationships = extract_concept_graph(units, min_mentions=2)
     # Mentioned twice: "fire" too, but alone it names no particular thing; "nothing" names nothing.
     assert set(entities["title"]) == {"HEAD CLERK", "SMALL FIRE"}
-    assert relationships[["source", "target"]].values.tolist() == [["HEAD CLERK", "SMALL FIRE"]]
-    assert relationships["weight"].tolist() == [2.0]  # two sentences share them
+    assert relationships.select("source", "target").rows() == [("HEAD CLERK", "SMALL FIRE")]
+    assert relationships["weight"].to_list() == [2.0]  # two sentences share them
 
 
 def test_a_lazy_index_of_noun_phrases_is_chosen_at_launch(workspace):

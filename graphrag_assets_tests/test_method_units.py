@@ -8,12 +8,13 @@ from pathlib import Path
 import networkx as nx
 import numpy as np
 import pandas as pd
+import polars as pl
 import pytest
 
 from graphrag_assets.method.communities.leiden import build_communities
 from graphrag_assets.method.communities.reports import generate_reports
 from graphrag_assets.method.embeddings.node2vec import random_walks, walk_lengths
-from graphrag_assets.method.graph.claims import COVARIATE_COLUMNS, check_claims_reply
+from graphrag_assets.method.graph.claims import check_claims_reply
 from graphrag_assets.method.graph.extraction import merge_entities, merge_relationships, records_to_graph
 from graphrag_assets.method.graph.records import parse_records
 from graphrag_assets.method.graph.tables import finalize_graph, link_text_units
@@ -21,6 +22,7 @@ from graphrag_assets.method.ingest.text_units import chunk_documents
 from graphrag_assets.method.ingest.tokens import chunk_text, count_tokens
 from graphrag_assets.method.model_interface import InvalidReply
 from graphrag_assets.method.offline.nlp_graph import extract_nlp_graph
+from graphrag_assets.method.schema import frame
 
 BOOK = Path(__file__).parents[1] / "data" / "a-christmas-carol" / "a-christmas-carol.txt"
 
@@ -60,15 +62,15 @@ def test_an_edited_document_keeps_the_ids_of_its_unchanged_chunks():
     )
     ids = []
     for version in (text, edited):  # the document's own id is its content hash, so it changes
-        document = pd.DataFrame(
+        document = pl.DataFrame(
             [{"id": str(hash(version)), "title": "book", "text": version, "source_path": "book.txt"}]
         )
         ids.append(set(chunk_documents(document, size=1200, overlap=100)[0]["id"]))
     assert 1 <= len(ids[1] - ids[0]) <= 2
     # Identical chunks of one source still get ids of their own.
-    twice = pd.DataFrame([{"id": "d", "title": "t", "text": "Same words.\n\n" * 40, "source_path": "t.txt"}])
+    twice = pl.DataFrame([{"id": "d", "title": "t", "text": "Same words.\n\n" * 40, "source_path": "t.txt"}])
     units = chunk_documents(twice, size=8, overlap=0)[0]
-    assert units["id"].is_unique and len(units) > 1
+    assert units["id"].is_unique().all() and len(units) > 1
 
 
 def test_a_sentence_longer_than_a_chunk_is_cut_at_words():
@@ -123,8 +125,8 @@ def test_merge_by_name_and_pair():
             ),
         ]
     )
-    a = entities.set_index("title").loc["A"]
-    assert a.descriptions == ["one", "two"] and a.text_unit_ids == ["u1", "u2"] and a.frequency == 2
+    a = entities.filter(pl.col("title") == "A").row(0, named=True)
+    assert a["descriptions"] == ["one", "two"] and a["text_unit_ids"] == ["u1", "u2"] and a["frequency"] == 2
     relationships = merge_relationships(
         [
             ("u1", [{"source": "A", "target": "B", "description": "x", "strength": 2.0}]),
@@ -137,20 +139,19 @@ def test_merge_by_name_and_pair():
             ),
         ]
     )
-    ab = relationships.set_index(["source", "target"]).loc[("A", "B")]
-    assert ab.weight == 5.0 and ab.descriptions == ["x", "y"]
-    entities["description"] = entities["descriptions"].map(" ".join)
-    relationships["description"] = relationships["descriptions"].map(" ".join)
+    ab = relationships.filter((pl.col("source") == "A") & (pl.col("target") == "B")).row(0, named=True)
+    assert ab["weight"] == 5.0 and ab["descriptions"] == ["x", "y"]
+    joined = pl.col("descriptions").list.join(" ").alias("description")
     entities, relationships, orphans = finalize_graph(
-        entities.drop(columns="descriptions"), relationships.drop(columns="descriptions")
+        entities.with_columns(joined).drop("descriptions"), relationships.with_columns(joined).drop("descriptions")
     )
     assert orphans == 1  # A -> C: C was never extracted as an entity
-    assert entities.set_index("title")["degree"].to_dict() == {"A": 1, "B": 1}
-    assert relationships["combined_degree"].tolist() == [2]
+    assert dict(zip(entities["title"], entities["degree"])) == {"A": 1, "B": 1}
+    assert relationships["combined_degree"].to_list() == [2]
 
 
 def test_offline_extraction_finds_names_and_cooccurrences():
-    units = pd.DataFrame(
+    units = pl.DataFrame(
         {
             "id": ["u1", "u2"],
             "text": [
@@ -161,24 +162,25 @@ def test_offline_extraction_finds_names_and_cooccurrences():
     )
     entities, relationships = extract_nlp_graph(units)
     assert set(entities["title"]) == {"SCROOGE", "FEZZIWIG"}  # "Nothing" and "The" start sentences only
-    pair = relationships.set_index(["source", "target"]).loc[("FEZZIWIG", "SCROOGE")]
-    assert pair.weight == 2.0 and sorted(pair.text_unit_ids) == ["u1", "u2"]
+    pair = relationships.filter((pl.col("source") == "FEZZIWIG") & (pl.col("target") == "SCROOGE")).row(0, named=True)
+    assert pair["weight"] == 2.0 and sorted(pair["text_unit_ids"]) == ["u1", "u2"]
 
 
 def test_text_units_know_what_was_extracted_from_them():
-    units = pd.DataFrame({"id": ["u1", "u2"], "text": ["a", "b"]})
+    units = pl.DataFrame({"id": ["u1", "u2"], "text": ["a", "b"], "pages": [None, [3]]})
     linked = link_text_units(
         units,
-        pd.DataFrame({"id": ["e1"], "text_unit_ids": [["u1", "u2"]]}),
-        pd.DataFrame({"id": ["r1"], "text_unit_ids": [["u2"]]}),
-        pd.DataFrame({"id": ["c1"], "text_unit_id": ["u1"]}),
+        pl.DataFrame({"id": ["e1"], "text_unit_ids": [["u1", "u2"]]}),
+        pl.DataFrame({"id": ["r1"], "text_unit_ids": [["u2"]]}),
+        pl.DataFrame({"id": ["c1"], "text_unit_id": ["u1"]}),
     )
-    assert linked["entity_ids"].tolist() == [["e1"], ["e1"]]
-    assert linked["relationship_ids"].tolist() == [[], ["r1"]]
-    assert linked["covariate_ids"].tolist() == [["c1"], []]
+    assert linked["entity_ids"].to_list() == [["e1"], ["e1"]]
+    assert linked["relationship_ids"].to_list() == [[], ["r1"]]
+    assert linked["covariate_ids"].to_list() == [["c1"], []]
+    assert linked["pages"].to_list() == [[], [3]]
 
 
-def deep_graph(seed: int) -> tuple[pd.DataFrame, pd.DataFrame]:
+def deep_graph(seed: int) -> tuple[pl.DataFrame, pl.DataFrame]:
     """Two dense blocks of 80 and a clique of 5: with clusters of at most 4, Leiden needs four levels or more."""
     import networkx as nx
 
@@ -186,7 +188,7 @@ def deep_graph(seed: int) -> tuple[pd.DataFrame, pd.DataFrame]:
         [80, 80, 5], [[0.15, 0.005, 0.01], [0.005, 0.15, 0.01], [0.01, 0.01, 1.0]], seed=seed
     )
     titles = {n: f"E{n:03d}" for n in graph}
-    entities = pd.DataFrame(
+    entities = pl.DataFrame(
         {
             "title": sorted(titles.values()),
             "type": "X",
@@ -195,7 +197,7 @@ def deep_graph(seed: int) -> tuple[pd.DataFrame, pd.DataFrame]:
             "frequency": 1,
         }
     )
-    relationships = pd.DataFrame(
+    relationships = pl.DataFrame(
         {
             "source": [titles[a] for a, b in graph.edges],
             "target": [titles[b] for a, b in graph.edges],
@@ -213,35 +215,33 @@ def test_communities_carried_down_many_levels_stay_carried_and_reuse_their_repor
     entities, relationships = deep_graph(seed)
     communities = build_communities(entities, relationships, max_cluster_size=4, seed=1)
     assert communities["level"].max() >= 3
-    by_number = communities.set_index("community")
+    by_number = {row["community"]: row for row in communities.iter_rows(named=True)}
     clustered = None
-    for _level, group in communities.groupby("level"):
+    for _level, group in communities.group_by("level"):
         members = [e for ids in group["entity_ids"] for e in ids]
         assert len(members) == len(set(members))  # a partition of the clustered entities...
         assert clustered is None or set(members) == clustered  # ...the same ones at every level
         clustered = set(members)
-        assert group["id"].is_unique
-    assert communities["community"].is_unique
-    carried = communities[communities["carried_from"] >= 0]
-    deep_copies = carried[carried["level"] >= 2]
-    assert (
-        len(deep_copies)
-        and (
-            by_number.loc[deep_copies["carried_from"], "level"].to_numpy() == deep_copies["level"].to_numpy() - 1
-        ).all()
+        assert group["id"].is_unique().all()
+    assert communities["community"].is_unique().all()
+    carried = communities.filter(pl.col("carried_from") >= 0)
+    deep_copies = carried.filter(pl.col("level") >= 2)
+    assert len(deep_copies) and all(
+        by_number[row["carried_from"]]["level"] == row["level"] - 1 for row in deep_copies.iter_rows(named=True)
     )
-    for row in communities.itertuples():
-        parent = by_number.loc[row.parent] if row.parent >= 0 else None
-        copies_parent = parent is not None and sorted(parent.entity_ids) == sorted(row.entity_ids)
-        assert (row.carried_from >= 0 and row.carried_from == row.parent) == copies_parent  # every copy says so
+    for row in communities.iter_rows(named=True):
+        parent = by_number[row["parent"]] if row["parent"] >= 0 else None
+        copies_parent = parent is not None and sorted(parent["entity_ids"]) == sorted(row["entity_ids"])
+        assert (row["carried_from"] >= 0 and row["carried_from"] == row["parent"]) == copies_parent  # every copy says
 
-    units = pd.DataFrame({"id": ["u"], "text": ["E001 met E002."]})
-    covariates = pd.DataFrame(columns=COVARIATE_COLUMNS)
+    units = pl.DataFrame({"id": ["u"], "text": ["E001 met E002."]})
+    covariates = frame("covariates")
     reports, stats = asyncio.run(generate_reports(None, communities, entities, relationships, covariates, units))
     assert stats.reused == len(carried) and stats.generated == len(communities) - len(carried)
-    for row in carried.itertuples():  # a copy's report is its original's
-        copy, original = (reports.set_index("community").loc[n] for n in (row.community, row.carried_from))
-        assert copy.title == original.title and copy.summary == original.summary
+    report_of = {row["community"]: row for row in reports.iter_rows(named=True)}
+    for row in carried.iter_rows(named=True):  # a copy's report is its original's
+        copy, original = report_of[row["community"]], report_of[row["carried_from"]]
+        assert copy["title"] == original["title"] and copy["summary"] == original["summary"]
 
 
 def test_walks_follow_edges_in_proportion_to_their_weight_and_repeat_with_the_seed():
@@ -390,22 +390,23 @@ def test_after_a_small_edit_a_warm_start_moves_few_communities():
     seed 2's communities, Leiden under seed 1 keeps nearly all of them; from scratch, seed 1 gives a partition
     of its own. What a warm start saves is those communities' reports."""
     sample = Path(__file__).parents[1] / "data" / "a-christmas-carol" / "a-christmas-carol.txt"
-    documents = pd.DataFrame([{"id": "d", "title": "carol", "source_path": "carol.txt", "text": sample.read_text()}])
+    documents = pl.DataFrame([{"id": "d", "title": "carol", "source_path": "carol.txt", "text": sample.read_text()}])
     units, _ = chunk_documents(documents, 600, 100)
     from graphrag_assets.method.entity_graph import build_entity_graph
 
     graph = asyncio.run(build_entity_graph(None, units))
     entities, relationships = graph.entities, graph.relationships
     before = build_communities(entities, relationships, seed=2)
-    edited_entities = pd.concat(
-        [entities, entities.iloc[[0]].assign(id="new", title="NEW ENTITY", degree=1)], ignore_index=True
+    new = entities.head(1).with_columns(id=pl.lit("new"), title=pl.lit("NEW ENTITY"), degree=pl.lit(1, pl.Int32))
+    edited_entities = pl.concat([entities, new])
+    edge = relationships.head(1).with_columns(
+        id=pl.lit("new-edge"), source=pl.lit("NEW ENTITY"), target=pl.lit(entities["title"][0])
     )
-    edge = relationships.iloc[[0]].assign(id="new-edge", source="NEW ENTITY", target=entities["title"].iloc[0])
-    edited_relationships = pd.concat([relationships, edge], ignore_index=True)
+    edited_relationships = pl.concat([relationships, edge])
 
-    def moved(after: pd.DataFrame) -> int:
-        old = {(r.level, frozenset(r.entity_ids) - {"new"}) for r in after.itertuples()}
-        return sum((r.level, frozenset(r.entity_ids)) not in old for r in before.itertuples())
+    def moved(after: pl.DataFrame) -> int:
+        old = {(r["level"], frozenset(r["entity_ids"]) - {"new"}) for r in after.iter_rows(named=True)}
+        return sum((r["level"], frozenset(r["entity_ids"])) not in old for r in before.iter_rows(named=True))
 
     warm = build_communities(edited_entities, edited_relationships, seed=1, previous=before)
     cold = build_communities(edited_entities, edited_relationships, seed=1)

@@ -10,6 +10,7 @@ from pathlib import Path
 import dagster as dg
 import duckdb
 import pandas as pd
+import polars as pl
 import pytest
 
 from graphrag_assets.store.connection import DUCKLAKE_PREFIX, connect
@@ -24,16 +25,16 @@ from .test_webserver import BACKFILL, backfill_status, dagster_services
 WRITER = textwrap.dedent(
     """
     import sys
-    import pandas as pd
+    import polars as pl
     from graphrag_assets.store.connection import connect
     from graphrag_assets.store.tables import Lineage, append_rows, write_table
 
     database, data_path, corpus = sys.argv[1:]
     conn = connect(database, data_path=data_path)
     for round in range(6):
-        rows = pd.DataFrame({"id": [f"{corpus}-{i}" for i in range(40)], "title": corpus, "degree": round})
+        rows = pl.DataFrame({"id": [f"{corpus}-{i}" for i in range(40)], "title": corpus, "degree": round})
         write_table(conn, "entities", corpus, rows, Lineage("entities", corpus, f"run-{round}", "1", "offline"))
-        append_rows(conn, "query_answers", corpus, pd.DataFrame({"id": [f"{corpus}-{round}"], "answer": "a"}))
+        append_rows(conn, "query_answers", corpus, pl.DataFrame({"id": [f"{corpus}-{round}"], "answer": "a"}))
     """
 )
 
@@ -87,11 +88,11 @@ def test_a_lake_keeps_its_files_in_s3(postgres, monkeypatch):
         s3 = boto3.client("s3", endpoint_url=endpoint)
         s3.create_bucket(Bucket="lake")
         database = DUCKLAKE_PREFIX + "postgres:" + postgres.create_database("on_s3")
-        rows = pd.DataFrame({"id": [f"e{i:03d}" for i in range(300)], "title": "Scrooge", "degree": 1})
+        rows = pl.DataFrame({"id": [f"e{i:03d}" for i in range(300)], "title": "Scrooge", "degree": 1})
         with connect(database, data_path="s3://lake/store/") as conn:
             write_table(conn, "entities", "carol", rows, Lineage("entities", "carol", "run", "1", "offline"))
         with connect(database, data_path="s3://lake/store/", read_only=True) as conn:
-            assert read_table(conn, "entities", "carol")["id"].tolist() == rows["id"].tolist()
+            assert read_table(conn, "entities", "carol")["id"].to_list() == rows["id"].to_list()
         keys = [item["Key"] for item in s3.list_objects_v2(Bucket="lake")["Contents"]]
         assert keys and all(key.startswith("store/main/entities/corpus=carol/") for key in keys)
     finally:

@@ -7,6 +7,7 @@ import re
 
 import dagster as dg
 import pandas as pd
+import polars as pl
 import pytest
 
 from graphrag_assets.automation.corpora import prompt_files_sensor
@@ -223,7 +224,7 @@ def test_cluster_sampling_reads_every_kind_of_document():
         "cooking": "Flour, butter and sugar are creamed; the oven bakes the dough into bread and cake.",
         "sailing": "The boat tacks into the wind; the crew trims the sails and the keel holds the course.",
     }
-    units = pd.DataFrame(
+    units = pl.DataFrame(
         [
             {"id": f"{topic}-{i}", "text": f"{text} Note {i} of {topic}."}
             for topic, text in topics.items()

@@ -17,6 +17,7 @@ measured in the same run.
     .venv/bin/python scripts/benchmark.py tuning [--documents 30]
     .venv/bin/python scripts/benchmark.py serve [--questions 40] [--clients 16] [--latency 0.2]
     .venv/bin/python scripts/benchmark.py estimate
+    .venv/bin/python scripts/benchmark.py frames --against REVISION [--megabytes 5] [--repeats 2]
 
 models: the model-calling part of the index of the sample corpus (extraction, claims, reports) against
   the test model server, concurrent (the
@@ -42,6 +43,8 @@ serve: `graphrag-assets serve` answering one and many clients, against the same 
   serve_benchmark.py.
 estimate: `index --estimate` against the index it estimates, on four corpora of different shapes and with each
   method: see estimate_benchmark.py.
+frames: peak memory and wall time of the offline index of a large corpus and of a query, against an earlier
+  commit: see frames_benchmark.py.
 graph: each non-model step (communities, node2vec, UMAP, offline text embeddings) on the sample
   corpus graph and on a synthetic graph the size of the paper's podcast graph, each in a fresh
   process for its peak memory; baseline: the bare library call on the same input.
@@ -376,6 +379,10 @@ def main() -> None:
     vectors.add_argument("--m", type=int, default=16, help="HNSW's M (the project's default)")
     vectors.add_argument("--ef-construction", type=int, default=64, help="HNSW's ef_construction (the default)")
     vectors.add_argument("--work", default=None, help="folder for the index file (default: the system's temp)")
+    frames = commands.add_parser("frames", help="memory and time of an offline index and a query vs a commit")
+    frames.add_argument("--against", required=True, help="the baseline commit")
+    frames.add_argument("--megabytes", type=float, default=5, help="size of the corpus (the sample book repeated)")
+    frames.add_argument("--repeats", type=int, default=2, help="runs of each tree; the best figures are shown")
     scale = commands.add_parser("scale", help="wall time and peak RSS per step as the corpus grows")
     scale.add_argument("--sizes", type=int, nargs="+", default=[250, 500, 1000], help="documents of ~5,000 tokens")
     scale.add_argument("--work", default=None, help="folder for the corpora and the store (default: temp)")
@@ -400,6 +407,10 @@ def main() -> None:
         import comparison_benchmark
 
         getattr(comparison_benchmark, f"{args.command}_benchmark")(args)
+    elif args.command == "frames":
+        from frames_benchmark import frames_benchmark
+
+        frames_benchmark(args)
     elif args.command == "scale":
         from scale_benchmark import scale_benchmark
 

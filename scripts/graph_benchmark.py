@@ -12,14 +12,14 @@ from pathlib import Path
 
 import duckdb
 import networkx as nx
-import pandas as pd
+import polars as pl
 
 REPO = Path(__file__).resolve().parents[1]
 # What DESIGN.md measured for the bare libraries on this kind of machine (8,564 nodes, 17k edges).
 DESIGN_REFERENCE = {"communities": "0.2 s", "node2vec": "16 s", "umap": "50 s incl. compilation"}
 
 
-def synthetic_graph(nodes: int, edges: int, seed: int = 7) -> tuple[pd.DataFrame, pd.DataFrame]:
+def synthetic_graph(nodes: int, edges: int, seed: int = 7) -> tuple[pl.DataFrame, pl.DataFrame]:
     """A clustered power-law graph with the requested size, as entity and relationship tables."""
     graph = nx.powerlaw_cluster_graph(nodes, max(1, edges // nodes), 0.3, seed=seed)
     rng = random.Random(seed)
@@ -28,7 +28,7 @@ def synthetic_graph(nodes: int, edges: int, seed: int = 7) -> tuple[pd.DataFrame
         graph.add_edge(a, (a + rng.randrange(1, 50)) % nodes)  # local edges keep communities visible
     titles = {n: f"ENTITY {n}" for n in graph}
     degree = dict(graph.degree())
-    entities = pd.DataFrame(
+    entities = pl.DataFrame(
         {
             "id": [f"e{n}" for n in graph],
             "human_readable_id": list(graph),
@@ -41,10 +41,10 @@ def synthetic_graph(nodes: int, edges: int, seed: int = 7) -> tuple[pd.DataFrame
         }
     )
     pairs = list(graph.edges())
-    relationships = pd.DataFrame(
+    relationships = pl.DataFrame(
         {
             "id": [f"r{i}" for i in range(len(pairs))],
-            "human_readable_id": range(len(pairs)),
+            "human_readable_id": list(range(len(pairs))),
             "source": [titles[a] for a, _ in pairs],
             "target": [titles[b] for _, b in pairs],
             "description": "",
@@ -137,8 +137,8 @@ def sample_corpus_data() -> dict | None:
         corpus = "a-christmas-carol"
         entities, relationships = read_table(conn, "entities", corpus), read_table(conn, "relationships", corpus)
         texts = (
-            read_table(conn, "base_text_units", corpus)["text"].tolist()
-            + (entities["title"] + ": " + entities["description"]).tolist()
+            read_table(conn, "base_text_units", corpus)["text"].to_list()
+            + (entities["title"] + ": " + entities["description"]).to_list()
         )
     return {"entities": entities, "relationships": relationships, "texts": texts}
 

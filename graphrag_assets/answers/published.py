@@ -7,9 +7,12 @@ from dataclasses import dataclass, field
 from datetime import datetime
 
 import duckdb
+import pandas as pd
+import polars as pl
 
 from ..method.embeddings.text import LocalEmbedder
 from ..method.graph.aliases import canonical_of, resolve
+from ..method.schema import records
 from ..method.search.context import Index
 from ..store import vector_index
 from ..store.tables import latest_versions, read_table, read_tables, row_count, table_exists
@@ -54,18 +57,27 @@ def load_index(conn: duckdb.DuckDBPyConnection, corpus: str, vector_index_dir: s
         else (tables["entities"], tables["relationships"])
     )
     return Index(
-        entities=entities,
-        relationships=relationships,
-        covariates=tables["covariates"],
-        communities=tables["communities"],
-        reports=tables["community_reports"],
-        text_units=tables["text_units"],
-        documents=tables["documents"],
-        embeddings=embeddings,
-        local_embedder=LocalEmbedder.from_row(next(models.itertuples())) if models is not None else None,
+        entities=_pandas(entities),
+        relationships=_pandas(relationships),
+        covariates=_pandas(tables["covariates"]),
+        communities=_pandas(tables["communities"]),
+        reports=_pandas(tables["community_reports"]),
+        text_units=_pandas(tables["text_units"]),
+        documents=_pandas(tables["documents"]),
+        embeddings=embeddings.to_pandas(),
+        local_embedder=LocalEmbedder.from_row(next(records(models))) if models is not None else None,
         aliases=canonical_of(links) if links is not None else {},
         approximate=approximate,
     )
+
+
+def _pandas(df: pl.DataFrame) -> pd.DataFrame:
+    """The query methods still read pandas frames, with lists (not arrays) in list columns; vectors stay arrays."""
+    frame = df.to_pandas()
+    for name, kind in df.schema.items():
+        if isinstance(kind, pl.List):
+            frame[name] = frame[name].map(lambda v: list(v) if v is not None else [])
+    return frame
 
 
 @dataclass(frozen=True)

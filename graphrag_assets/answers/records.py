@@ -17,8 +17,8 @@ from datetime import datetime
 from pathlib import Path
 
 import duckdb
-import pandas as pd
 
+from ..method.schema import typed_frame
 from ..store.schema import ANSWER_SOURCES_VIEW, TABLES
 from ..store.tables import append_rows, table_exists
 
@@ -104,8 +104,8 @@ def write_answers(conn: duckdb.DuckDBPyConnection, answers: list[tuple[str, dict
     for corpus, row in answers:
         by_corpus.setdefault(corpus, []).append(row)
     for corpus, rows in by_corpus.items():
-        frame = pd.DataFrame(rows, columns=[c for c in TABLES["query_answers"] if any(c in r for r in rows)])
-        added += append_rows(conn, "query_answers", corpus, frame, view=ANSWER_SOURCES_VIEW)
+        given = {name: kind for name, kind in TABLES["query_answers"].items() if any(name in r for r in rows)}
+        added += append_rows(conn, "query_answers", corpus, typed_frame(given, rows), view=ANSWER_SOURCES_VIEW)
     return added
 
 
@@ -113,8 +113,8 @@ def stored_answer(conn: duckdb.DuckDBPyConnection, answer_id: str) -> tuple[str,
     """(corpus, row) of an answer in the store."""
     if not table_exists(conn, "query_answers"):
         return None
-    found = conn.execute("SELECT * FROM query_answers WHERE id = ?", [answer_id]).df()
-    if found.empty:
+    found = conn.execute("SELECT * FROM query_answers WHERE id = ?", [answer_id]).pl()
+    if found.is_empty():
         return None
-    row = found.iloc[0].to_dict()
+    row = found.row(0, named=True)
     return row.pop("corpus"), row

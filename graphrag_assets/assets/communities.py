@@ -1,7 +1,7 @@
 """Communities of the entity graph and their reports."""
 
 import dagster as dg
-import pandas as pd
+import polars as pl
 
 from ..method import graphrag_import as imported_index
 from ..method.communities.leiden import build_communities
@@ -18,12 +18,12 @@ from ..method.prompts import DEFAULT_PROMPTS
 from ..resources import ChatModelResource, CorporaResource, DuckDBStoreResource
 from .common import MODEL_POOL, code_version, corpus_partitions
 from .index_configs import CommunityConfig, ReportConfig
-from .metadata import markdown_table, step_progress
+from .metadata import markdown, markdown_table, step_progress
 from .publishing import Step, from_graphrag
 
 
-def per_level(df: pd.DataFrame, **aggregations) -> dg.MetadataValue:
-    return dg.MetadataValue.md(df.groupby("level").agg(**aggregations).reset_index().to_markdown(index=False))
+def per_level(df: pl.DataFrame, **aggregations: pl.Expr) -> dg.MetadataValue:
+    return dg.MetadataValue.md(markdown(df.group_by("level").agg(**aggregations).sort("level")))
 
 
 @dg.asset(
@@ -77,20 +77,20 @@ def communities(
     yield one_community_per_level(table)
 
 
-def community_metadata(table: pd.DataFrame, started_from: str) -> dict:
+def community_metadata(table: pl.DataFrame, started_from: str) -> dict:
     return {
-        "levels": int(table["level"].nunique()),
+        "levels": table["level"].n_unique(),
         "communities_per_level": per_level(
-            table, communities=("community", "count"), entities=("size", "sum"), largest=("size", "max")
+            table, communities=pl.len(), entities=pl.col("size").sum(), largest=pl.col("size").max()
         ),
         "started_from": started_from,
     }
 
 
-def one_community_per_level(table: pd.DataFrame) -> dg.AssetCheckResult:
+def one_community_per_level(table: pl.DataFrame) -> dg.AssetCheckResult:
     problems = []
     clustered = None
-    for level, group in table.groupby("level"):
+    for (level,), group in table.sort("level").group_by("level", maintain_order=True):
         members = [e for ids in group["entity_ids"] for e in ids]
         if len(members) != len(set(members)):
             problems.append(f"level {level}: {len(members) - len(set(members))} entities in two communities")
@@ -175,14 +175,14 @@ def report_quality(method: str, stats: ReportStats) -> dict:
     }
 
 
-def report_metadata(reports: pd.DataFrame) -> dict:
-    top = reports[reports["status"] == "ok"].sort_values(["level", "rank"], ascending=[True, False])
+def report_metadata(reports: pl.DataFrame) -> dict:
+    top = reports.filter(pl.col("status") == "ok").sort(
+        ["level", "rank"], descending=[False, True], maintain_order=True
+    )
     return {
-        "reports_per_level": per_level(
-            reports, reports=("community", "count"), mean_context_tokens=("context_tokens", "mean")
-        ),
+        "reports_per_level": per_level(reports, reports=pl.len(), mean_context_tokens=pl.col("context_tokens").mean()),
         "top_reports": markdown_table(top, ["community", "level", "rank", "title"]),
-        "sample_report": dg.MetadataValue.md(top["full_content"].iloc[0] if len(top) else "_none_"),
+        "sample_report": dg.MetadataValue.md(top["full_content"][0] if len(top) else "_none_"),
     }
 
 
@@ -198,7 +198,7 @@ def report_settings(config: ReportConfig, from_sources: bool = False, templates=
     )
 
 
-def every_community_reported(communities: pd.DataFrame, reports: pd.DataFrame | None) -> dg.AssetCheckResult:
+def every_community_reported(communities: pl.DataFrame, reports: pl.DataFrame | None) -> dg.AssetCheckResult:
     """A community without a row, or whose report failed, has no report a search could read. None: a lazy index,
     which has no reports by design."""
     if reports is None:
@@ -207,7 +207,7 @@ def every_community_reported(communities: pd.DataFrame, reports: pd.DataFrame | 
             passed=True,
             metadata={"communities_without_report": len(communities), "why": "a lazy index writes no reports"},
         )
-    ok = set(reports.loc[reports["status"] == "ok", "community"])
+    ok = set(reports.filter(pl.col("status") == "ok")["community"])
     missing = sorted(set(communities["community"]) - ok)
     return dg.AssetCheckResult(
         check_name="every_community_reported",

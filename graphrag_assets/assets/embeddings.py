@@ -1,8 +1,9 @@
 """Embeddings of text, documents and the graph, and their 2-D layouts."""
 
+from collections import Counter
+
 import dagster as dg
-import numpy as np
-import pandas as pd
+import polars as pl
 import pyarrow as pa
 from pydantic import Field
 
@@ -11,6 +12,7 @@ from ..method.embeddings.layouts import layout_nodes, plot_layout
 from ..method.embeddings.node2vec import node2vec
 from ..method.embeddings.text import LocalEmbedder, embed_with_model, embedding_inputs
 from ..method.embeddings.text import document_embeddings as mean_document_embeddings
+from ..method.schema import frame, vector_column
 from ..resources import DuckDBStoreResource, EmbeddingModelResource
 from ..store import vector_index
 from ..store.tables import row_count, write_table
@@ -51,19 +53,19 @@ class LayoutConfig(dg.Config):
 
 
 def vectors_check(
-    name: str, asset: str, df: pd.DataFrame, dimensions: int | None, expected_ids: set[str] | None = None
+    name: str, asset: str, df: pl.DataFrame, dimensions: int | None, expected_ids: set[str] | None = None
 ) -> dg.AssetCheckResult:
     """Every vector has the configured dimension and no NaN; every expected row is there."""
-    lengths = df["embedding"].map(len)
-    nan_rows = int(df["embedding"].map(lambda v: bool(np.isnan(np.asarray(v, dtype=np.float64)).any())).sum())
-    wrong = int((lengths != dimensions).sum()) if dimensions else int((lengths != lengths.max()).sum())
+    lengths = df["embedding"].list.len()
+    nan_rows = df["embedding"].list.eval(pl.element().is_nan()).list.any().sum()
+    wrong = (lengths != (dimensions or lengths.max())).sum()
     missing = len(expected_ids - set(df["id"])) if expected_ids is not None else 0
     return dg.AssetCheckResult(
         check_name=name,
         asset_key=asset,
         passed=not (nan_rows or wrong or missing),
         metadata={
-            "dimensions": int(lengths.max()) if len(df) else 0,
+            "dimensions": lengths.max() or 0,
             "wrong_dimension": wrong,
             "rows_with_nan": nan_rows,
             "missing_rows": missing,
@@ -129,7 +131,7 @@ def text_embeddings(
         return
     tables = step.inputs("text_embeddings")
     inputs = embedding_inputs(tables["entities"], tables["text_units"], tables["community_reports"])
-    texts, local_model, dimensions, usage = inputs["text"].tolist(), None, None, None
+    texts, local_model, dimensions, usage = inputs["text"].to_list(), None, None, None
     if embeddings.configured:
         (vectors, failed), usage = step.run_model(
             embeddings, lambda client: embed_with_model(client, texts, embeddings.batch_size, embeddings.batch_tokens)
@@ -138,9 +140,8 @@ def text_embeddings(
         step.fail_if_too_many_failed("texts to embed", failed, len(texts), paid, config.max_failed_fraction)
     else:
         local_model = offline_embedder(context, texts, config)
-        vectors, failed, dimensions = local_model.embed(texts).tolist(), 0, local_model.dimensions
-    table = inputs[["id", "kind"]].assign(embedding=vectors)
-    table = table[table["embedding"].notna()].reset_index(drop=True)
+        vectors, failed, dimensions = local_model.embed(texts), 0, local_model.dimensions
+    table = inputs.select("id", "kind").with_columns(vector_column(vectors)).filter(pl.col("embedding").is_not_null())
     keep_embedding_model(step, local_model, engine)
     published = step.publish(
         "text_embeddings",
@@ -168,23 +169,20 @@ def offline_embedder(context: dg.AssetExecutionContext, texts: list[str], config
 def keep_embedding_model(step: Step, local_model: LocalEmbedder | None, engine: str) -> None:
     """The fitted offline model is kept so that questions can be embedded in the same space; with an embedding model
     there is none, and an older offline one must not outlive its vectors."""
-    models = pd.DataFrame(
-        [local_model.to_row()] if local_model is not None else [],
-        columns=["id", "dimensions", "vocabulary", "idf", "components", "stop_words"],
-    )
+    models = frame("embedding_models", [local_model.to_row()] if local_model is not None else [])
     with step.duckdb.get_connection() as conn:
         lineage = lineage_for(step.context, conn, "embedding_models", engine, upstream=[])
         write_table(conn, "embedding_models", step.corpus, models, lineage)
 
 
-def embedding_metadata(table: pd.DataFrame, failed: int, dimensions: int | None, asked: int | None) -> dict:
+def embedding_metadata(table: pl.DataFrame, failed: int, dimensions: int | None, asked: int | None) -> dict:
     """`asked`: the offline engine's configured dimensions (None with an embedding model)."""
     reduced = asked is not None and dimensions != asked
     return {
         "failed_texts": failed,
         "dimensions": dimensions or 0,
         "offline_dimensions_note": f"reduced from {asked}: the corpus is small" if reduced else "none",
-        "vectors_by_kind": dg.MetadataValue.json(table["kind"].value_counts().to_dict()),
+        "vectors_by_kind": dg.MetadataValue.json(dict(Counter(table["kind"]).most_common())),
     }
 
 
@@ -261,8 +259,8 @@ def layouts(context: dg.AssetExecutionContext, config: LayoutConfig, duckdb: Duc
         yield nodes_check(step.read("layouts"), expected)
         return
     inputs = step.inputs("layouts")
-    level_0 = inputs["communities"][inputs["communities"]["level"] == 0]
-    top_community = {e: int(c) for c, ids in zip(level_0["community"], level_0["entity_ids"]) for e in ids}
+    level_0 = inputs["communities"].filter(pl.col("level") == 0)
+    top_community = {e: c for c, ids in zip(level_0["community"], level_0["entity_ids"]) for e in ids}
     nodes = layout_nodes(
         inputs["graph_embeddings"],
         inputs["entities"],
@@ -288,8 +286,8 @@ def layouts(context: dg.AssetExecutionContext, config: LayoutConfig, duckdb: Duc
     yield nodes_check(nodes, len(inputs["graph_embeddings"]) + len(inputs["document_embeddings"]))
 
 
-def nodes_check(nodes: pd.DataFrame, expected: int) -> dg.AssetCheckResult:
-    duplicated = int(nodes.duplicated(["kind", "id"]).sum())
+def nodes_check(nodes: pl.DataFrame, expected: int) -> dg.AssetCheckResult:
+    duplicated = len(nodes) - nodes.select("kind", "id").n_unique()
     return dg.AssetCheckResult(
         check_name="one_row_per_node",
         passed=len(nodes) == expected and not duplicated,

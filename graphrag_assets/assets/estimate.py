@@ -5,7 +5,7 @@ import math
 
 import dagster as dg
 import diskcache
-import pandas as pd
+import polars as pl
 
 from ..method.corpus_folder import PROMPTS_FOLDER
 from ..method.estimate import (
@@ -197,7 +197,7 @@ def _priced(found: MethodEstimate, chat: ChatModelResource, embeddings: Embeddin
     }
 
 
-def estimate_table(estimate: dict) -> pd.DataFrame:
+def estimate_table(estimate: dict) -> pl.DataFrame:
     """The estimate as a person reads it: a row per method."""
     rows = []
     for name, m in estimate["methods"].items():
@@ -214,7 +214,7 @@ def estimate_table(estimate: dict) -> pd.DataFrame:
                 else ("no limit set" if m["minutes"] is None else f"{math.ceil(m['minutes']):,}"),
             }
         )
-    return pd.DataFrame(rows)
+    return pl.DataFrame(rows)
 
 
 @dg.asset(partitions_def=corpus_partitions, group_name="estimate", kinds={"python"})

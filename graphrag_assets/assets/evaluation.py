@@ -14,6 +14,7 @@ from pathlib import Path
 
 import dagster as dg
 import pandas as pd
+import polars as pl
 from pydantic import Field
 
 from ..answers.asking import QuestionRefused, check_embeddings
@@ -146,10 +147,16 @@ def judged(step: Step, model: ChatModelResource, planned: list, judge_all, what:
 
 def answers_to_judge(step: Step, conditions: list[str]) -> tuple[pd.DataFrame, pd.DataFrame]:
     """The corpus's evaluation answers (of `conditions` only, when any are named) and its questions."""
-    answers, questions = step.read("evaluation_answers"), step.read("evaluation_questions")
+    answers, questions = _read(step, "evaluation_answers"), _read(step, "evaluation_questions")
     if conditions:
         answers = answers[answers["condition"].isin(conditions)]
     return answers, questions
+
+
+def _read(step: Step, table: str) -> pd.DataFrame:
+    """The evaluation's statistics (win rates, accuracy, claim clusters: a few hundred rows) are written with pandas;
+    its tables are read and published as every step's are."""
+    return step.read(table).to_pandas()
 
 
 def row_id(*parts: object) -> str:
@@ -204,14 +211,14 @@ def loaded_questions(context: dg.AssetExecutionContext, duckdb: DuckDBStoreResou
     with_assertions = questions["assertions"].map(lambda a: len(json.loads(a)))
     return Step(context, duckdb).publish(
         "evaluation_questions",
-        questions,
+        pl.from_pandas(questions),
         engine="file",
         metadata={
             "loaded_from": [str(f) for f in files],
             "questions_per_class": questions["question_class"].value_counts().sort_index().to_dict(),
             "questions_with_assertions": int((with_assertions > 0).sum()),
             "assertions": int(with_assertions.sum()),
-            "questions_table": markdown_table(questions, ["id", "question_class", "question"], rows=25),
+            "questions_table": markdown_table(pl.from_pandas(questions), ["id", "question_class", "question"], rows=25),
         },
     )
 
@@ -230,8 +237,8 @@ def generated_questions(
             f"unknown question classes {unknown}: use any of {', '.join(QUESTION_CLASSES)}", retryable=False
         )
     step = Step(context, duckdb)
-    reports = step.read("community_reports")
-    units = step.read("text_units")[["id", "text"]] if {"data_local", "data_global"} & set(classes) else None
+    reports = _read(step, "community_reports")
+    units = _read(step, "text_units")[["id", "text"]] if {"data_local", "data_global"} & set(classes) else None
     root = reports[(reports["level"] == 0) & (reports["status"] == "ok")].sort_values("rank", ascending=False)
     if any(c != "data_local" for c in classes) and root.empty and not config.corpus_description:
         raise step_failure(
@@ -263,14 +270,16 @@ def generated_questions(
     questions = question_table(rows, description)
     return step.publish(
         "evaluation_questions",
-        questions,
+        pl.from_pandas(questions),
         engine=chat.engine,
         paid=(chat, usage),
         metadata={
             "planned_model_calls": calls,
             "questions_per_class": questions["question_class"].value_counts().sort_index().to_dict(),
             "corpus_description": dg.MetadataValue.md(description or "_(not needed)_"),
-            "questions_table": markdown_table(questions, ["question_class", "persona", "task", "question"], rows=25),
+            "questions_table": markdown_table(
+                pl.from_pandas(questions), ["question_class", "persona", "task", "question"], rows=25
+            ),
         },
     )
 
@@ -319,7 +328,7 @@ def evaluation_answers(
     summary = answers.groupby("condition")[["context_tokens", "model_calls", "prompt_tokens"]].mean().round(0)
     return step.publish(
         "evaluation_answers",
-        answers,
+        pl.from_pandas(answers),
         engine=chat.engine,
         paid=(chat, chat_usage),
         metadata={
@@ -336,7 +345,7 @@ def evaluation_inputs(step: Step, conditions: list[str], embeddings_configured: 
     that cannot answer stops the step in one line."""
     try:
         parsed = [ev.Condition.parse(c) for c in dict.fromkeys(conditions)]
-        questions = step.read("evaluation_questions")
+        questions = _read(step, "evaluation_questions")
         with step.duckdb.get_connection() as conn:
             index = load_index(conn, step.corpus, step.duckdb.vector_index_dir)
         check_embeddings(index, embeddings_configured)
@@ -408,13 +417,13 @@ def pairwise_judgements(
     shown = ["criterion", "first_condition", "second_condition", "winner_condition", "reasoning"]
     return step.publish(
         "pairwise_judgements",
-        judgements,
+        pl.from_pandas(judgements),
         engine=model.engine,
         paid=(model, usage),
         metadata={
             "planned_model_calls": len(planned),
             "failed_judgements": failed,
-            "sample": markdown_table(judgements, shown),
+            "sample": markdown_table(pl.from_pandas(judgements), shown),
         },
     )
 
@@ -451,7 +460,7 @@ def win_rates(context: dg.AssetExecutionContext, duckdb: DuckDBStoreResource) ->
     """Per criterion, how often the row condition beats the column condition (paper figure 4), with sign tests:
     over all questions (question_class "all") and per question class."""
     step = Step(context, duckdb)
-    judgements, questions = step.read("pairwise_judgements"), step.read("evaluation_questions")
+    judgements, questions = _read(step, "pairwise_judgements"), _read(step, "evaluation_questions")
     labels = ev.majority_labels(judgements)
     class_of = questions.set_index("id")["question_class"]
     labels["question_class"] = labels["question_id"].map(class_of).fillna(UNCLASSIFIED)
@@ -481,7 +490,7 @@ def win_rates(context: dg.AssetExecutionContext, duckdb: DuckDBStoreResource) ->
         metadata["mean_win_rate_per_class"] = dg.MetadataValue.md(
             (by_class * 100).round(0).to_markdown() + "\n\nMean % of questions the condition wins, per class."
         )
-    return step.publish("win_rates", table, engine="scipy", metadata=metadata)
+    return step.publish("win_rates", pl.from_pandas(table), engine="scipy", metadata=metadata)
 
 
 @dg.asset(
@@ -516,14 +525,14 @@ def assertion_scores(
     shown = ["condition", "question_class", "assertions_supported", "assertions", "accuracy"]
     return step.publish(
         "assertion_scores",
-        scores,
+        pl.from_pandas(scores),
         engine=model.engine,
         paid=(model, usage),
         metadata={
             "planned_model_calls": len(planned),
             "failed_checks": failed,
             "mean_accuracy": dg.MetadataValue.md((per_condition * 100).round(1).to_markdown()),
-            "sample": markdown_table(scores, shown),
+            "sample": markdown_table(pl.from_pandas(scores), shown),
         },
     )
 
@@ -539,7 +548,7 @@ def assertion_accuracy(context: dg.AssetExecutionContext, duckdb: DuckDBStoreRes
     """Per question class and condition, the mean assertion accuracy with a 95% interval, and a paired test
     against the class's best condition; a chart per class."""
     step = Step(context, duckdb)
-    scores = step.read("assertion_scores")
+    scores = _read(step, "assertion_scores")
     if scores["accuracy"].notna().sum() == 0:
         why = "no answer was scored against assertions (see assertion_scores)"
         return step.publish_skipped("assertion_accuracy", list(TABLES["assertion_accuracy"]), "none", why)
@@ -556,7 +565,7 @@ def assertion_accuracy(context: dg.AssetExecutionContext, duckdb: DuckDBStoreRes
             )
             + f"\n\nWilcoxon signed-rank test against the best condition, {rows['best_condition'].iloc[0]}."
         )
-    return step.publish("assertion_accuracy", table, engine="scipy", metadata=metadata)
+    return step.publish("assertion_accuracy", pl.from_pandas(table), engine="scipy", metadata=metadata)
 
 
 @dg.asset(
@@ -573,7 +582,7 @@ def claim_metrics(
     """The paper's claim-based metrics: claims per answer (comprehensiveness) and clusters of them (diversity)."""
     require_model(chat)
     step = Step(context, duckdb)
-    answers, judgements = step.read("evaluation_answers"), step.read("pairwise_judgements")
+    answers, judgements = _read(step, "evaluation_answers"), _read(step, "pairwise_judgements")
     plan(context, len(answers), config.max_model_calls, "claim_metrics")
     found, usage = step.run_model(chat, lambda client: ev.claims_of_answers(client, answers["answer"]), batches=False)
     step.fail_if_too_many_failed("claim extractions", sum(f is None for f in found), len(found), (chat, usage), 0.05)
@@ -583,7 +592,7 @@ def claim_metrics(
     agreed = ev.claim_agreement(table, judgements, config.thresholds)
     return step.publish(
         "claim_metrics",
-        table,
+        pl.from_pandas(table),
         engine=chat.engine,
         paid=(chat, usage),
         metadata={

@@ -1,8 +1,7 @@
 """Files other tools read: GraphML (Gephi, networkx) and parquet that Microsoft GraphRAG 3.x's query engine loads."""
 
-import json
-
 import dagster as dg
+import polars as pl
 from pydantic import Field
 
 from ..method import exports
@@ -64,8 +63,8 @@ def parquet_export(context: dg.AssetExecutionContext, config: ExportConfig, duck
     step, corpus = Step(context, duckdb), context.partition_key
     tables = step.inputs("parquet_export")
     vectors = tables.pop("text_embeddings")
-    # GraphRAG stores findings as a list of {summary, explanation}; DuckDB holds them as JSON text.
-    tables["community_reports"]["findings"] = tables["community_reports"]["findings"].map(json.loads)
+    findings = pl.col("findings").str.json_decode(exports.FINDINGS)
+    tables["community_reports"] = tables["community_reports"].with_columns(findings)
     folder = exports.export_folder(config.folder, corpus, duckdb.stage) / "parquet"
     written = exports.parquet({**tables, "text_embeddings": vectors}, folder)
     vector_tables = exports.lancedb_tables(vectors, folder / "lancedb")

@@ -1,7 +1,9 @@
 """The first half of the index: documents, text units, the entity graph and claims."""
 
+from collections import Counter
+
 import dagster as dg
-import pandas as pd
+import polars as pl
 
 from ..failures import step_failure
 from ..method import graphrag_import as imported_index
@@ -15,13 +17,14 @@ from ..method.ingest.conversion import MB, Limits
 from ..method.ingest.documents import TabularColumns, problem_summary, read_corpus
 from ..method.ingest.text_units import chunk_documents
 from ..method.prompts import DEFAULT_PROMPTS, PromptSet
+from ..method.schema import frame
 from ..method.tuning import INDEX_PROMPTS, PromptFileError, index_prompt_rows, prompt_diff
 from ..models.interrupts import run_interruptibly
 from ..resources import ChatModelResource, CorporaResource, DuckDBStoreResource
 from ..store.tables import last_settings, read_table, table_exists
 from .common import MODEL_POOL, code_version, corpus_partitions
 from .index_configs import AliasConfig, ClaimsConfig, GraphConfig, IndexPromptsConfig, IngestConfig
-from .metadata import markdown_table, step_progress, tell
+from .metadata import markdown, markdown_table, step_progress, tell
 from .publishing import Step, from_graphrag
 
 ENTITY_PREVIEW = ["title", "type", "degree", "frequency", "description"]
@@ -42,11 +45,8 @@ def read_documents(corpora: CorporaResource, folder, config: IngestConfig):
 
 def files_by_type(files: dict) -> str:
     """The corpus's files per type: how many were read, skipped, and the documents they gave."""
-    rows = [
-        {"type": kind, "read": c["read"], "skipped": c["skipped"], "documents": c["documents"]}
-        for kind, c in sorted(files.items())
-    ]
-    return pd.DataFrame(rows, columns=["type", "read", "skipped", "documents"]).to_markdown(index=False)
+    rows = [(kind, c["read"], c["skipped"], c["documents"]) for kind, c in sorted(files.items())]
+    return markdown(pl.DataFrame(rows, schema=["type", "read", "skipped", "documents"], orient="row"))
 
 
 @dg.multi_asset(
@@ -85,7 +85,7 @@ def corpus_documents(
     folder = corpora.folder(context.partition_key)
     read = read_documents(corpora, folder, config)
     problems = tell_problems(context, folder, read.problems)
-    if read.documents.empty:
+    if read.documents.is_empty():
         raise step_failure(
             f"corpus folder {folder} has no readable documents", retryable=False, metadata={"problems": problems}
         )
@@ -118,10 +118,10 @@ def tell_problems(context: dg.AssetExecutionContext, folder, problems: list) -> 
     return dg.MetadataValue.md("\n".join(f"- {line}" for line in summary) or "none")
 
 
-def unit_metadata(text_units: pd.DataFrame, config: IngestConfig) -> dict:
+def unit_metadata(text_units: pl.DataFrame, config: IngestConfig) -> dict:
     return {
         "total_tokens": int(text_units["n_tokens"].sum()),
-        "units_with_location": int(text_units["location"].notna().sum()),
+        "units_with_location": text_units["location"].is_not_null().sum(),
         "chunk_size": config.chunk_size,
         "chunk_overlap": config.chunk_overlap,
     }
@@ -159,14 +159,14 @@ def index_prompts(
     corpus = context.partition_key
     choice, tuned = chosen_prompts(Step(context, duckdb), config.prompts)
     try:
-        rows = pd.DataFrame(index_prompt_rows(tuned, corpora.folder(corpus) / PROMPTS_FOLDER, f"data/{corpus}"))
+        rows = pl.DataFrame(index_prompt_rows(tuned, corpora.folder(corpus) / PROMPTS_FOLDER, f"data/{corpus}"))
     except PromptFileError as problem:
         raise step_failure(f"{problem}; fix or remove the file and index again", retryable=False) from None
-    replaced = rows[rows["source"] != "default"]
+    replaced = rows.filter(pl.col("source") != "default")
     tell(context, f"prompts: {choice}" + (f"; replaced: {', '.join(replaced['id'])}" if len(replaced) else ""))
     diffs = "\n\n".join(
-        f"**{row.id}** ({row.source})\n\n```diff\n{prompt_diff(row.id, row.template)}```"
-        for row in replaced.itertuples(index=False)
+        f"**{row['id']}** ({row['source']})\n\n```diff\n{prompt_diff(row['id'], row['template'])}```"
+        for row in replaced.iter_rows(named=True)
     )
     return Step(context, duckdb).publish(
         "index_prompts",
@@ -193,7 +193,7 @@ def chosen_prompts(step: Step, prompts: str) -> tuple[str, dict[str, str]]:
         choice = last if prompts == "last" else prompts
         has_tuned = choice == "tuned" and table_exists(conn, "tuned_prompts")
         tuned = read_table(conn, "tuned_prompts", corpus) if has_tuned else None
-    if choice == "tuned" and (tuned is None or tuned.empty):
+    if choice == "tuned" and (tuned is None or tuned.is_empty()):
         raise step_failure(
             f"prompts=tuned, but corpus {corpus!r} has no tuned prompts: run `graphrag-assets tune --corpus {corpus}` "
             "(or materialize tuned_prompts in the prompt_tuning group), then index again",
@@ -265,7 +265,7 @@ def entity_graph(
 
 def publish_graph(step: Step, graph: GraphBuild, engine: str, paid: tuple, config: GraphConfig):
     """The entities (with what the model's replies were worth) and the relationships."""
-    top = graph.entities.sort_values(["degree", "frequency"], ascending=False)
+    top = graph.entities.sort(["degree", "frequency"], descending=True, maintain_order=True)
     yield step.publish(
         "entities",
         graph.entities,
@@ -275,7 +275,7 @@ def publish_graph(step: Step, graph: GraphBuild, engine: str, paid: tuple, confi
         settings=config,
         metadata={"top_entities_by_degree": markdown_table(top, ENTITY_PREVIEW)},
     )
-    strongest = graph.relationships.sort_values("weight", ascending=False)
+    strongest = graph.relationships.sort("weight", descending=True, maintain_order=True)
     yield step.publish(
         "relationships",
         graph.relationships,
@@ -314,7 +314,7 @@ def _imported_graph(step: Step, imported):
     yield entities_found(step.read("base_text_units"), entities)
 
 
-def entities_found(units: pd.DataFrame, entities: pd.DataFrame) -> dg.AssetCheckResult:
+def entities_found(units: pl.DataFrame, entities: pl.DataFrame) -> dg.AssetCheckResult:
     tokens = int(units["n_tokens"].sum()) if len(units) else 0
     return dg.AssetCheckResult(
         check_name="entities_found",
@@ -325,13 +325,13 @@ def entities_found(units: pd.DataFrame, entities: pd.DataFrame) -> dg.AssetCheck
 
 
 def relationship_endpoints_are_entities(
-    entities: pd.DataFrame, relationships: pd.DataFrame, imported: bool = False
+    entities: pl.DataFrame, relationships: pl.DataFrame, imported: bool = False
 ) -> dg.AssetCheckResult:
     """Our extraction makes an entity of every endpoint, so a dangling one is an error. An imported index is kept
     as its tool wrote it (Microsoft GraphRAG's own test index has 84 such relationships): a warning, and the
     graph's steps leave those relationships out of the entity graph."""
     titles = set(entities["title"])
-    endpoints = relationships["source"].isin(titles) & relationships["target"].isin(titles)
+    endpoints = relationships["source"].is_in(list(titles)) & relationships["target"].is_in(list(titles))
     dangling = sorted({t for t in (*relationships["source"], *relationships["target"]) if t not in titles})
     return dg.AssetCheckResult(
         check_name="relationship_endpoints_are_entities",
@@ -370,8 +370,8 @@ def entity_aliases(
     entities, plan = step.read("entities"), step.plan(corpora, chat)
     candidates = alias_method.candidate_pairs(entities, config.min_name_overlap) if plan.looks_for_aliases else None
     usage = None
-    if candidates is None or candidates.empty:
-        table = pd.DataFrame(columns=alias_method.ALIAS_COLUMNS)
+    if candidates is None or candidates.is_empty():
+        table = frame("entity_aliases")
     elif plan.aliases_by_model:
         calls = -(-len(candidates) // config.batch_size)
         context.log.info(f"{len(candidates)} candidate alias pairs: {calls} model calls")
@@ -391,12 +391,12 @@ def entity_aliases(
     return step.publish("entity_aliases", table, engine=chat.engine, paid=(chat, usage), metadata=metadata)
 
 
-def alias_metadata(table: pd.DataFrame, entities: pd.DataFrame, overrides: int, problems: list[str]) -> dict:
+def alias_metadata(table: pl.DataFrame, entities: pl.DataFrame, overrides: int, problems: list[str]) -> dict:
     groups = alias_method.alias_groups(table)
-    titles = entities.set_index("id")["title"]
+    titles = dict(zip(entities["id"], entities["title"], strict=True))
     return {
         "candidate_pairs": len(table),
-        "accepted": int(table["accepted"].astype(bool).sum()) if len(table) else 0,
+        "accepted": table["accepted"].sum(),
         "alias_groups": len(groups),
         "groups": dg.MetadataValue.md(
             "\n".join(f"- {titles[c]}: {', '.join(titles[v] for v in vs)}" for c, vs in groups.items()) or "_none_"
@@ -447,7 +447,7 @@ def covariates(
         paid=paid,
         quality=stats.as_metadata(),
         metadata={
-            "claims_by_status": dg.MetadataValue.json(claims["status"].value_counts().to_dict()),
+            "claims_by_status": dg.MetadataValue.json(dict(Counter(claims["status"]).most_common())),
             "sample": markdown_table(claims, ["subject_id", "type", "status", "description"]),
         },
     )
@@ -464,5 +464,5 @@ def text_units(context: dg.AssetExecutionContext, duckdb: DuckDBStoreResource) -
     """Text units with the ids of the entities, relationships and claims extracted from each."""
     step = Step(context, duckdb)
     units = link_text_units(**step.inputs("text_units"))
-    without_entities = int((units["entity_ids"].map(len) == 0).sum())
+    without_entities = (units["entity_ids"].list.len() == 0).sum()
     return step.publish("text_units", units, engine="none", metadata={"units_without_entities": without_entities})

@@ -8,7 +8,8 @@ import os
 import sys
 
 import dagster as dg
-import pandas as pd
+import polars as pl
+from tabulate import tabulate
 
 from ..method.progress import PROGRESS_TO_TERMINAL, Progress
 from ..models import Usage
@@ -18,12 +19,20 @@ from ..resources import (
 )
 
 
-def markdown_table(df: pd.DataFrame, columns: list[str], rows: int = 10) -> dg.MetadataValue:
-    preview = df[columns].head(rows).copy()
-    for column in preview.columns:
-        if preview[column].dtype == object:
-            preview[column] = preview[column].map(lambda v: (str(v)[:120] + "…") if len(str(v)) > 120 else v)
-    return dg.MetadataValue.md(preview.to_markdown(index=False) if len(preview) else "_(no rows)_")
+def markdown(df: pl.DataFrame, floatfmt: str = "g") -> str:
+    """A frame as a markdown table (what a person reads in the UI)."""
+    return tabulate(df.rows(), headers=df.columns, tablefmt="pipe", floatfmt=floatfmt)
+
+
+def markdown_table(df: pl.DataFrame, columns: list[str], rows: int = 10) -> dg.MetadataValue:
+    """The first rows of some columns, long texts cut."""
+    preview = df.select(columns).head(rows)
+    shortened = preview.with_columns(
+        pl.when(pl.col(name).str.len_chars() > 120).then(pl.col(name).str.slice(0, 120) + "…").otherwise(pl.col(name))
+        for name, kind in preview.schema.items()
+        if kind == pl.String
+    )
+    return dg.MetadataValue.md(markdown(shortened) if len(preview) else "_(no rows)_")
 
 
 def png(image: bytes, caption: str) -> dg.MetadataValue:

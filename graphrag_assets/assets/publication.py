@@ -10,7 +10,7 @@ import hashlib
 import json
 
 import dagster as dg
-import pandas as pd
+import polars as pl
 
 from ..failures import step_failure
 from ..method.exports import discard_staged_exports, publish_exports
@@ -73,7 +73,7 @@ def published_index(context: dg.AssetExecutionContext, duckdb: DuckDBStoreResour
     context.log.info(
         f"published {len(tables)} tables of corpus {corpus}" + (f" and {', '.join(files)}" if files else "")
     )
-    summary = pd.DataFrame({"table": list(tables), "rows": list(tables.values())})
+    summary = pl.DataFrame({"table": list(tables), "rows": list(tables.values())})
     return dg.MaterializeResult(
         data_version=dg.DataVersion(hashlib.sha256(json.dumps(versions, sort_keys=True).encode()).hexdigest()[:16]),
         metadata={
@@ -88,16 +88,16 @@ def published_index(context: dg.AssetExecutionContext, duckdb: DuckDBStoreResour
     )
 
 
-def cost_per_run(conn, corpus: str) -> pd.DataFrame:
-    """Each index run of the corpus: when it started, its model requests and their cost (None when unpriced)."""
+def cost_per_run(conn, corpus: str) -> list[tuple]:
+    """Each index run of the corpus: (when it started, its model requests, their cost or None when unpriced)."""
     if not table_exists_in(conn, "main", "model_usage"):
-        return pd.DataFrame()
+        return []
     return conn.execute(
         "SELECT min(materialized_at) AS started, sum(requests) AS requests, "
         "CASE WHEN bool_and(cost_usd IS NOT NULL) THEN sum(cost_usd) END AS cost_usd "
         "FROM model_usage WHERE corpus = ? GROUP BY run_id ORDER BY started",
         [corpus],
-    ).df()
+    ).fetchall()
 
 
 def move_exports(folders: dict[str, list[str]], stage: str, corpus: str) -> list[str]:
@@ -166,7 +166,7 @@ def _spending(totals: dict | None) -> dict:
     }
 
 
-def cost_chart(runs: pd.DataFrame, corpus: str) -> bytes:
+def cost_chart(runs: list[tuple], corpus: str) -> bytes:
     """A PNG of what each index run of the corpus spent on the model, oldest first (runs whose model has no known
     price show their requests only)."""
     import io
@@ -177,12 +177,12 @@ def cost_chart(runs: pd.DataFrame, corpus: str) -> bytes:
     import matplotlib.pyplot as plt
 
     figure, axes = plt.subplots(figsize=(6, 2.6), dpi=90)
-    labels = [started.strftime("%m-%d %H:%M") for started in runs["started"]]
-    priced = runs["cost_usd"].notna()
-    axes.bar(labels, runs["cost_usd"].fillna(0.0), color=["#3b7dd8" if p else "#bbbbbb" for p in priced])
-    for x, (cost, requests) in enumerate(zip(runs["cost_usd"], runs["requests"])):
+    labels = [started.strftime("%m-%d %H:%M") for started, _, _ in runs]
+    costs = [cost or 0.0 for _, _, cost in runs]
+    axes.bar(labels, costs, color=["#3b7dd8" if cost is not None else "#bbbbbb" for _, _, cost in runs])
+    for x, (_, requests, cost) in enumerate(runs):
         axes.annotate(
-            f"{requests:,} req" if pd.isna(cost) else f"${cost:,.2f}", (x, 0 if pd.isna(cost) else cost),
+            f"{requests:,} req" if cost is None else f"${cost:,.2f}", (x, cost or 0.0),
             ha="center", va="bottom", fontsize=7,
         )  # fmt: skip
     axes.set_ylabel("US dollars")

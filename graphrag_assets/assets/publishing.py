@@ -13,12 +13,13 @@ from typing import TypeVar
 
 import dagster as dg
 import duckdb
-import pandas as pd
+import polars as pl
 
 from ..failures import step_failure
 from ..method.graphrag_import import GraphRAGOutputError
 from ..method.plan import IndexPlan
 from ..method.prompts import PromptSet
+from ..method.schema import polars_type
 from ..models import Usage
 from ..resources import (
     ChatModelResource,
@@ -27,6 +28,7 @@ from ..resources import (
     EmbeddingModelResource,
     ModelEndpointResource,
 )
+from ..store.schema import TABLES
 from ..store.tables import (
     Lineage,
     last_output,
@@ -106,11 +108,11 @@ class Step:
         return self.context.partition_key
 
     # -- reading -----------------------------------------------------------------------------------------------
-    def read(self, table: str, where: str = "TRUE") -> pd.DataFrame:
+    def read(self, table: str, where: str = "TRUE") -> pl.DataFrame:
         with self.duckdb.get_connection() as conn:
             return read_table(conn, table, self.corpus, where)
 
-    def inputs(self, asset: str) -> dict[str, pd.DataFrame]:
+    def inputs(self, asset: str) -> dict[str, pl.DataFrame]:
         """Every table the asset depends on, for its corpus."""
         with self.duckdb.get_connection() as conn:
             return read_tables(conn, upstream_of(self.context, asset), self.corpus)
@@ -123,7 +125,7 @@ class Step:
         with self.duckdb.get_connection() as conn:
             return index_prompt_set(conn, self.corpus)
 
-    def previous_output(self, asset: str, settings: dg.Config, ignoring: set[str] = frozenset()) -> pd.DataFrame | None:
+    def previous_output(self, asset: str, settings: dg.Config, ignoring: set[str] = frozenset()) -> pl.DataFrame | None:
         """The asset's stored rows for the corpus, if the same settings (but those `ignoring`) made them.
 
         For a step that refines its last result rather than starting over; other settings would make other rows.
@@ -180,7 +182,7 @@ class Step:
     def publish(
         self,
         table: str,
-        df: pd.DataFrame,
+        df: pl.DataFrame,
         *,
         engine: str,
         paid: tuple[ModelEndpointResource, Usage | None] | None = None,
@@ -214,7 +216,7 @@ class Step:
             lineage = lineage_for(self.context, conn, asset, engine, settings=settings)
             record_lineage(conn, lineage, self.corpus, version="", rows=rows)
 
-    def publish_imported(self, table: str, df: pd.DataFrame, output: Path) -> dg.MaterializeResult:
+    def publish_imported(self, table: str, df: pl.DataFrame, output: Path) -> dg.MaterializeResult:
         """Rows imported from a Microsoft GraphRAG output, with lineage (engine "imported"); no model was called."""
         return self.publish(
             table,
@@ -229,7 +231,8 @@ class Step:
     def publish_skipped(self, table: str, columns: list[str], engine: str, why: str) -> dg.MaterializeResult:
         """No rows, by the plan's decision, with the reason in the log and the metadata."""
         self.context.log.info(f"{table} left empty: {why}")
-        return self.publish(table, pd.DataFrame(columns=columns), engine=engine, metadata={"skipped_because": why})
+        empty = pl.DataFrame(schema={name: polars_type(TABLES[table][name]) for name in columns})
+        return self.publish(table, empty, engine=engine, metadata={"skipped_because": why})
 
     def reuse_previous(self, asset: str, engine: str, settings: dg.Config | None) -> dg.MaterializeResult | None:
         """The asset's stored output again, when its code, engine, inputs' versions and settings are those of now.

@@ -4,7 +4,7 @@ index run. An index uses them when its index_prompts step is set to prompts=tune
 from typing import Literal
 
 import dagster as dg
-import pandas as pd
+import polars as pl
 from pydantic import Field
 
 from ..failures import step_failure
@@ -46,7 +46,7 @@ class TuningConfig(dg.Config):
     )
 
 
-def corpus_text_units(corpora: CorporaResource, corpus: str) -> pd.DataFrame:
+def corpus_text_units(corpora: CorporaResource, corpus: str) -> pl.DataFrame:
     """The corpus's text units as a default index cuts them (same ids), read from its folder: tuning needs no index."""
     if corpora.graphrag_output(corpus):
         raise step_failure(
@@ -56,7 +56,7 @@ def corpus_text_units(corpora: CorporaResource, corpus: str) -> pd.DataFrame:
         )
     with corpora.conversion_cache() as conversions:
         read = read_corpus(corpora.folder(corpus), conversions=conversions)
-    if read.documents.empty:
+    if read.documents.is_empty():
         raise step_failure(f"corpus folder {corpora.folder(corpus)} has no readable documents", retryable=False)
     units, _ = chunk_documents(read.documents, defaults.CHUNK_SIZE, defaults.CHUNK_OVERLAP)
     return units

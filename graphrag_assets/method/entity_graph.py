@@ -6,7 +6,7 @@ from __future__ import annotations
 import asyncio
 from dataclasses import astuple, dataclass, field
 
-import pandas as pd
+import polars as pl
 
 from . import defaults
 from .graph.extraction import DEFAULT_ENTITY_TYPES, ExtractionStats, extract_graph
@@ -26,8 +26,8 @@ INDEX_METHODS = ("standard", "fast", "lazy")
 
 @dataclass
 class GraphBuild:
-    entities: pd.DataFrame
-    relationships: pd.DataFrame
+    entities: pl.DataFrame
+    relationships: pl.DataFrame
     extraction: ExtractionStats
     summaries: SummaryStats
     pruned: dict = field(default_factory=dict)
@@ -54,7 +54,7 @@ class GraphSettings:
 
 async def build_entity_graph(
     chat: ChatModel | None,
-    text_units: pd.DataFrame,
+    text_units: pl.DataFrame,
     settings: GraphSettings = GraphSettings(),
     progress: Progress | None = None,
 ) -> GraphBuild:
@@ -97,8 +97,10 @@ async def build_entity_graph(
             settings.prompts,
         ),
     )
-    entities = entities.drop(columns="descriptions").assign(description=entity_summaries[0])
-    relationships = relationships.drop(columns="descriptions").assign(description=relationship_summaries[0])
+    entities = entities.drop("descriptions").with_columns(description=pl.Series(entity_summaries[0], dtype=pl.String))
+    relationships = relationships.drop("descriptions").with_columns(
+        description=pl.Series(relationship_summaries[0], dtype=pl.String)
+    )
     entities, relationships, stats.orphan_relationships = finalize_graph(entities, relationships)
     summary_stats = SummaryStats(
         *(a + b for a, b in zip(astuple(entity_summaries[1]), astuple(relationship_summaries[1])))

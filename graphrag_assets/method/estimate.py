@@ -20,7 +20,7 @@ import re
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, replace
 
-import pandas as pd
+import polars as pl
 
 from . import defaults
 from .communities.leiden import build_communities
@@ -29,11 +29,12 @@ from .defaults import MAX_GLEANINGS
 from .embeddings.text import embed_with_model, embedding_inputs
 from .entity_graph import INDEX_METHODS, GraphSettings, build_entity_graph
 from .graph import aliases
-from .graph.claims import COVARIATE_COLUMNS, DEFAULT_CLAIM_DESCRIPTION, claims_prompt
+from .graph.claims import DEFAULT_CLAIM_DESCRIPTION, claims_prompt
 from .graph.extraction import DEFAULT_ENTITY_TYPES, extraction_prompt
 from .graph.records import COMPLETION_DELIMITER, RECORD_DELIMITER, TUPLE_DELIMITER
 from .ingest.tokens import count_tokens
 from .prompts import DEFAULT_PROMPTS, PromptSet
+from .schema import frame
 
 METHODS = INDEX_METHODS
 
@@ -142,7 +143,7 @@ def _gleaned(
 
 
 def estimate_standard_index(
-    units: pd.DataFrame,
+    units: pl.DataFrame,
     settings: IndexSettings = IndexSettings(),
     prompts: PromptSet = DEFAULT_PROMPTS,
     rates: Rates = Rates(),
@@ -254,15 +255,15 @@ class DryRunEmbedder:
 class ConceptGraph:
     """A fast or lazy index's graph, built as the index builds it (no model is needed for it)."""
 
-    text_units: pd.DataFrame  # the base text units: id, text, n_tokens
-    extracted: pd.DataFrame  # the entities as found, before aliases are merged: what is embedded
-    entities: pd.DataFrame  # with every alias group one entity: what communities and reports are made of
-    relationships: pd.DataFrame
-    communities: pd.DataFrame
+    text_units: pl.DataFrame  # the base text units: id, text, n_tokens
+    extracted: pl.DataFrame  # the entities as found, before aliases are merged: what is embedded
+    entities: pl.DataFrame  # with every alias group one entity: what communities and reports are made of
+    relationships: pl.DataFrame
+    communities: pl.DataFrame
 
 
 def build_concept_graph(
-    units: pd.DataFrame,
+    units: pl.DataFrame,
     settings: GraphSettings,
     alias_min_overlap: float | None,
     alias_overrides: list[tuple[str, str, bool]],
@@ -272,11 +273,11 @@ def build_concept_graph(
     aliases confirmed by rule (`alias_min_overlap` None: aliases off) and by the corpus's overrides, then
     communities (max cluster size, seed, largest connected component only)."""
     # In the order the index reads them from the store: a concept's description is its first sentences met.
-    units = units.sort_values("id", ignore_index=True)
+    units = units.sort("id")
     built = asyncio.run(build_entity_graph(None, units, settings))
-    table = pd.DataFrame(columns=aliases.ALIAS_COLUMNS)
+    table = frame("entity_aliases")
     candidates = aliases.candidate_pairs(built.entities, alias_min_overlap) if alias_min_overlap is not None else None
-    if candidates is not None and not candidates.empty:
+    if candidates is not None and not candidates.is_empty():
         table = aliases.aliases_by_rule(candidates)
     table, _ = aliases.apply_overrides(table, alias_overrides, built.entities)
     entities, relationships = aliases.resolve(built.entities, built.relationships, table)
@@ -304,7 +305,7 @@ def estimate_concept_index(
             graph.communities,
             graph.entities,
             graph.relationships,
-            pd.DataFrame(columns=COVARIATE_COLUMNS),
+            frame("covariates"),
             graph.text_units,
             replace(report or ReportSettings(), from_sources=True, templates=prompts),
         )
@@ -313,15 +314,15 @@ def estimate_concept_index(
     if fast_chat.requests:
         fast_chat.add(1, 0)  # the probe before the reports
 
-    def embedded(reports: pd.DataFrame) -> Requests:
+    def embedded(reports: pl.DataFrame) -> Requests:
         embedder = DryRunEmbedder(embedding_cached)
-        texts = embedding_inputs(graph.extracted, graph.text_units, reports)["text"].tolist()
+        texts = embedding_inputs(graph.extracted, graph.text_units, reports)["text"].to_list()
         asyncio.run(embed_with_model(embedder, texts, *embedding_batch))
         if embedder.traffic.requests:
             embedder.traffic.add(1, 0)  # the probe
         return embedder.traffic
 
-    no_reports = reports.iloc[0:0]
+    no_reports = reports.clear()
     return {
         "fast": MethodEstimate(fast_chat, embedded(reports)),
         "lazy": MethodEstimate(Requests(), embedded(no_reports)),

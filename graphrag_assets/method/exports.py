@@ -8,12 +8,15 @@ from datetime import date
 from pathlib import Path
 
 import networkx as nx
-import numpy as np
-import pandas as pd
+import polars as pl
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from .schema import records
+
 _IDS = pa.list_(pa.string())
+# A report's findings as GraphRAG stores them (DuckDB holds them as JSON text).
+FINDINGS = pl.List(pl.Struct({"explanation": pl.String, "summary": pl.String}))
 # Microsoft GraphRAG 3.x's output tables: its column names, order and types (graphrag/data_model/schemas.py).
 # Columns of ours that it does not know follow these.
 GRAPHRAG_SCHEMAS: dict[str, pa.Schema] = {
@@ -119,16 +122,17 @@ GRAPHRAG_SCHEMAS: dict[str, pa.Schema] = {
 
 
 def graphml(
-    entities: pd.DataFrame, relationships: pd.DataFrame, communities: pd.DataFrame, nodes: pd.DataFrame, path: Path
+    entities: pl.DataFrame, relationships: pl.DataFrame, communities: pl.DataFrame, nodes: pl.DataFrame, path: Path
 ) -> nx.Graph:
     """Write the entity graph with type, description, degree, community per level and x, y."""
     graph = nx.Graph()
-    position = nodes[nodes["kind"] == "entity"].set_index("id")[["x", "y"]]
+    placed = nodes.filter(pl.col("kind") == "entity")
+    position = {entity: (float(x), float(y)) for entity, x, y in placed.select("id", "x", "y").iter_rows()}
     levels: dict[str, dict[str, int]] = {}
-    for row in communities.itertuples(index=False):
+    for row in records(communities):
         for entity in row.entity_ids:
             levels.setdefault(entity, {})[f"community_level_{row.level}"] = int(row.community)
-    for row in entities.itertuples(index=False):
+    for row in records(entities):
         attributes = {
             "id": row.id,
             "type": row.type or "",
@@ -138,70 +142,67 @@ def graphml(
             "community": levels.get(row.id, {}).get("community_level_0", -1),
             **levels.get(row.id, {}),
         }
-        if row.id in position.index:
-            attributes["x"], attributes["y"] = (float(v) for v in position.loc[row.id])
+        if row.id in position:
+            attributes["x"], attributes["y"] = position[row.id]
         graph.add_node(row.title, **attributes)
-    for row in relationships.itertuples(index=False):
+    for row in records(relationships):
         graph.add_edge(row.source, row.target, id=row.id, weight=float(row.weight), description=row.description or "")
     path.parent.mkdir(parents=True, exist_ok=True)
     nx.write_graphml(graph, path)
     return graph
 
 
-def graphrag_tables(tables: dict[str, pd.DataFrame], period: str | None = None) -> dict[str, pd.DataFrame]:
+def graphrag_tables(tables: dict[str, pl.DataFrame], period: str | None = None) -> dict[str, pl.DataFrame]:
     """Our index tables as Microsoft GraphRAG 3.x lays out its outputs.
 
     Its hierarchy stops where Leiden stops splitting, so the carried-down copies of ours are left out
     (a query at a deeper level reads the deepest community at or above it). Reports that failed are
     left out too: it has no status column. `period`, the date the communities stand for, defaults to today.
     """
-    out = {name: df.copy() for name, df in tables.items()}
+    out = dict(tables)
     period = period or date.today().isoformat()
+    numbered = pl.int_range(pl.len(), dtype=pl.Int64).alias("human_readable_id")
     if "documents" in out:
-        docs = out["documents"].sort_values("title", kind="stable").reset_index(drop=True)
-        docs["human_readable_id"] = range(len(docs))
-        docs["creation_date"] = docs["metadata"].map(lambda m: str(json.loads(m or "{}").get("creation_date", "")))
-        docs["raw_data"] = None
-        out["documents"] = docs
+        docs = out["documents"].sort("title", maintain_order=True)
+        created = [str(json.loads(m or "{}").get("creation_date", "")) for m in docs["metadata"]]
+        out["documents"] = docs.with_columns(
+            numbered, creation_date=pl.Series(created, dtype=pl.String), raw_data=pl.lit(None, dtype=pl.String)
+        )
     if "text_units" in out:
-        units = out["text_units"].sort_values(["document_id", "chunk_index"], kind="stable").reset_index(drop=True)
-        units["human_readable_id"] = range(len(units))
-        out["text_units"] = units
+        out["text_units"] = (
+            out["text_units"].sort(["document_id", "chunk_index"], maintain_order=True).with_columns(numbered)
+        )
     if "communities" in out:
-        communities = out["communities"]
-        made = communities[communities["carried_from"] < 0].copy()
-        kept = set(made["community"])
-        made["children"] = made["children"].map(lambda cs: [int(c) for c in cs if c in kept])
-        made["period"] = period
-        out["communities"] = made
+        made = out["communities"].filter(pl.col("carried_from") < 0)
+        kept = made["community"].implode()
+        only_kept = pl.col("children").list.eval(pl.element().filter(pl.element().is_in(kept)))
+        out["communities"] = made.with_columns(only_kept, period=pl.lit(period))
         if "community_reports" in out:
-            reports = out["community_reports"]
-            reports = reports[(reports["status"] == "ok") & reports["community"].isin(kept)].copy()
-            reports["children"] = reports["children"].map(lambda cs: [int(c) for c in cs if c in kept])
-            reports["period"] = period
-            out["community_reports"] = reports
+            reports = out["community_reports"].filter((pl.col("status") == "ok") & pl.col("community").is_in(kept))
+            out["community_reports"] = reports.with_columns(only_kept, period=pl.lit(period))
     return out
 
 
-def to_arrow(name: str, df: pd.DataFrame) -> pa.Table:
-    """GraphRAG's columns first, in its order and types; then our own columns."""
-    schema = GRAPHRAG_SCHEMAS.get(name)
-    if schema is None:
-        return pa.Table.from_pandas(df, preserve_index=False)
-    known = pa.Table.from_pandas(df[schema.names], schema=schema, preserve_index=False)
-    extra = [c for c in df.columns if c not in schema.names and c != "corpus"]
-    if not extra:
-        return known
-    ours = pa.Table.from_pandas(df[extra], preserve_index=False)
-    for column in extra:
-        values = ours.column(column)
-        if values.type == pa.null():  # all empty: typed as text, which readers expect of an empty column
-            values = values.cast(pa.string())
-        known = known.append_column(pa.field(column, values.type), values)
-    return known
+def to_arrow(name: str, df: pl.DataFrame) -> pa.Table:
+    """GraphRAG's columns first, in its order and types; then our own columns (text as plain strings)."""
+    table = df.to_arrow(compat_level=pl.CompatLevel.oldest())
+    theirs = GRAPHRAG_SCHEMAS.get(name, pa.schema([]))
+    ours = [pa.field(c, _plain(table.schema.field(c).type)) for c in table.column_names if c not in theirs.names]
+    schema = pa.schema([*theirs, *(field for field in ours if field.name != "corpus")])
+    return table.select(schema.names).cast(schema)
 
 
-def parquet(tables: dict[str, pd.DataFrame], folder: Path) -> dict[str, Path]:
+def _plain(kind: pa.DataType) -> pa.DataType:
+    """The type pandas and most readers expect: string rather than large_string, list rather than large_list; text
+    for a column with no values at all."""
+    if kind == pa.null() or pa.types.is_large_string(kind):
+        return pa.string()
+    if pa.types.is_large_list(kind) or pa.types.is_list(kind):
+        return pa.list_(_plain(kind.value_type))
+    return kind
+
+
+def parquet(tables: dict[str, pl.DataFrame], folder: Path) -> dict[str, Path]:
     """One parquet file per table, named and typed as Microsoft GraphRAG writes its outputs."""
     folder.mkdir(parents=True, exist_ok=True)
     written = {}
@@ -220,7 +221,7 @@ LANCEDB_TABLES = {
 }
 
 
-def lancedb_tables(text_embeddings: pd.DataFrame, folder: Path) -> dict[str, int] | None:
+def lancedb_tables(text_embeddings: pl.DataFrame, folder: Path) -> dict[str, int] | None:
     """The text embeddings as the LanceDB tables Microsoft GraphRAG's local, DRIFT and basic search read (id,
     vector, create_date, update_date); {table: rows}, or None without the `lancedb` extra installed."""
     # lance's Rust core warns on stderr about every new table; lancedb's logger reads LANCEDB_LOG, lance's LANCE_LOG
@@ -233,14 +234,15 @@ def lancedb_tables(text_embeddings: pd.DataFrame, folder: Path) -> dict[str, int
     database = lancedb.connect(str(folder))
     written = {}
     for kind, name in LANCEDB_TABLES.items():
-        rows = text_embeddings[text_embeddings["kind"] == kind]
-        if rows.empty:
+        rows = text_embeddings.filter(pl.col("kind") == kind)
+        if rows.is_empty():
             continue
-        vectors = np.stack(rows["embedding"].to_numpy()).astype(np.float32)
+        width = rows["embedding"].list.len().max()
+        vectors = rows["embedding"].list.to_array(width).to_numpy().astype("float32")
         empty_dates = pa.array([None] * len(rows), pa.string())
         table = pa.table(
             {
-                "id": pa.array(rows["id"].astype(str), pa.string()),
+                "id": pa.array(rows["id"].to_list(), pa.string()),
                 "vector": pa.FixedSizeListArray.from_arrays(pa.array(vectors.ravel()), vectors.shape[1]),
                 "create_date": empty_dates,
                 "update_date": empty_dates,

@@ -14,10 +14,12 @@ import json
 from pathlib import Path
 
 import pandas as pd
+import polars as pl
 
 from .communities.leiden import community_id
 from .graph.claims import COVARIATE_COLUMNS
 from .ingest.tokens import count_tokens
+from .schema import frame, records
 
 REQUIRED = ("entities", "relationships", "communities", "community_reports", "text_units", "documents")
 
@@ -124,7 +126,13 @@ def documents_and_units(output: Path) -> tuple[pd.DataFrame, pd.DataFrame]:
             "text_unit_ids": [by_document.get(str(i), []) for i in docs["id"]],
         }
     )
-    return documents, base
+    return _ours("documents", documents), _ours("base_text_units", base)
+
+
+def _ours(table: str, df: pd.DataFrame) -> pl.DataFrame:
+    """A table read from a GraphRAG output, in our columns and types. The reading above is pandas, lenient with
+    the loose types of the outputs of several GraphRAG versions; the index gets polars frames, as from any step."""
+    return frame(table, df.to_dict("records"))
 
 
 def graph(output: Path) -> tuple[pd.DataFrame, pd.DataFrame]:
@@ -158,20 +166,20 @@ def graph(output: Path) -> tuple[pd.DataFrame, pd.DataFrame]:
             "text_unit_ids": relationships.get("text_unit_ids", pd.Series([[]] * len(relationships))).map(_ids),
         }
     )
-    return entities, relationships
+    return _ours("entities", entities), _ours("relationships", relationships)
 
 
 def covariates(output: Path) -> pd.DataFrame:
     """Claims, or none when GraphRAG ran without claim extraction (it then writes no covariates file)."""
     if not (output / "covariates.parquet").is_file():
-        return pd.DataFrame(columns=list(COVARIATE_COLUMNS))
+        return frame("covariates")
     claims = read(output, "covariates", ("id", "subject_id", "description", "text_unit_id"))
     table = pd.DataFrame({c: claims[c] if c in claims else None for c in COVARIATE_COLUMNS})
     table["human_readable_id"] = claims.get("human_readable_id", pd.Series(range(len(claims)))).astype(int)
     for column in COVARIATE_COLUMNS:
         if column != "human_readable_id":
             table[column] = table[column].map(lambda v: None if v is None or pd.isna(v) else str(v))
-    return table
+    return _ours("covariates", table)
 
 
 def carry_down(communities: pd.DataFrame) -> pd.DataFrame:
@@ -219,19 +227,20 @@ def communities(output: Path) -> pd.DataFrame:
             "size": table.get("size", table["entity_ids"].map(len)).astype(int),
         }
     )
-    return carry_down(table).sort_values(["level", "community"]).reset_index(drop=True)
+    return _ours("communities", carry_down(table).sort_values(["level", "community"]))
 
 
-def community_reports(output: Path, ours: pd.DataFrame) -> pd.DataFrame:
+def community_reports(output: Path, ours: pl.DataFrame) -> pl.DataFrame:
     """GraphRAG's reports, plus one for each carried-down copy in `ours` (our communities table), repeating
     the report of the community it copies; parent and children follow our hierarchy."""
     reports = read(output, "community_reports", ("community", "title", "summary", "full_content", "rank"))
     by_number = {int(r["community"]): r for r in reports.to_dict("records")}
     rows = []
-    for community in ours.itertuples(index=False):
+    copied_from = dict(zip(ours["community"], ours["carried_from"], strict=True))
+    for community in records(ours):
         original = community.community if community.carried_from < 0 else community.carried_from
-        while original not in by_number and original in set(ours["community"]):  # a copy of a copy
-            original = int(ours.loc[ours["community"] == original, "carried_from"].iloc[0])
+        while original not in by_number and original in copied_from:  # a copy of a copy
+            original = copied_from[original]
         report = by_number.get(original)
         if report is None:
             continue
@@ -261,4 +270,4 @@ def community_reports(output: Path, ours: pd.DataFrame) -> pd.DataFrame:
                 "substituted_communities": [],
             }
         )
-    return pd.DataFrame(rows)
+    return frame("community_reports", rows)

@@ -2,6 +2,11 @@
 GraphRAG field writes, so other tools read them. The method builds its frames with these columns and the store
 creates its tables from them: one declaration for both."""
 
+from collections import namedtuple
+from collections.abc import Iterable, Iterator
+
+import polars as pl
+
 OUTPUT_TABLES: dict[str, dict[str, str]] = {
     "documents": {
         "id": "VARCHAR",
@@ -140,3 +145,48 @@ OUTPUT_TABLES: dict[str, dict[str, str]] = {
 def columns(table: str) -> list[str]:
     """The columns of an output table, in order."""
     return list(OUTPUT_TABLES[table])
+
+
+_POLARS_TYPES = {
+    "VARCHAR": pl.String,
+    "JSON": pl.String,  # kept as the text DuckDB stores
+    "INTEGER": pl.Int32,
+    "BIGINT": pl.Int64,
+    "DOUBLE": pl.Float64,
+    "FLOAT": pl.Float32,
+    "BOOLEAN": pl.Boolean,
+    "TIMESTAMP": pl.Datetime("us"),
+}
+
+
+def polars_type(sql_type: str) -> pl.DataType:
+    """The polars type of a DuckDB column type of these tables ("FLOAT[][]" is a list of lists of Float32)."""
+    if sql_type.endswith("[]"):
+        return pl.List(polars_type(sql_type[:-2]))
+    return _POLARS_TYPES[sql_type]
+
+
+def frame(table: str, rows: Iterable[dict] = (), without: tuple[str, ...] = ()) -> pl.DataFrame:
+    """Rows (dicts by column) as a frame of an output table's columns and types, in order, but those `without`;
+    a column a row lacks is null. Declared types keep an empty table's columns typed, and a value of the wrong
+    kind fails here rather than in the store."""
+    return typed_frame({name: kind for name, kind in OUTPUT_TABLES[table].items() if name not in without}, rows)
+
+
+def typed_frame(columns: dict[str, str], rows: Iterable[dict] = ()) -> pl.DataFrame:
+    """Rows as a frame of these columns and DuckDB types (see frame)."""
+    return pl.DataFrame(list(rows), schema={name: polars_type(kind) for name, kind in columns.items()})
+
+
+def records(df: pl.DataFrame) -> Iterator[tuple]:
+    """A frame's rows as named tuples (row.title, row.entity_ids), for the code that walks a table row by row."""
+    row = namedtuple("Row", df.columns, rename=True)
+    return map(row._make, df.iter_rows())
+
+
+def vector_column(vectors) -> pl.Series:
+    """Vectors (a 2-D array, or a list of lists with None for a missing one) as a FLOAT[] column: an array is handed
+    over whole, never as a Python float per number."""
+    if hasattr(vectors, "ndim"):
+        return pl.Series("embedding", vectors).cast(pl.List(pl.Float32))
+    return pl.Series("embedding", vectors, dtype=pl.List(pl.Float32))

@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
-import pandas as pd
+import polars as pl
 
 from .communities.reports import REPORT_PROMPTS, SOURCE_REPORT_PROMPTS
 from .embeddings.text import LocalEmbedder, embed_with_model
@@ -94,7 +94,7 @@ def excerpt(text: str, max_tokens: int) -> str:
     return truncate_to_tokens(joined, max_tokens)
 
 
-async def sample_text_units(units: pd.DataFrame, count: int, sampling: str, seed: int, embed=None) -> pd.DataFrame:
+async def sample_text_units(units: pl.DataFrame, count: int, sampling: str, seed: int, embed=None) -> pl.DataFrame:
     """`count` text units: at random, or one per cluster of their embeddings (`embed`: texts -> vectors), so that
     a corpus of several kinds of document is sampled from each kind."""
     if sampling not in SAMPLINGS:
@@ -102,10 +102,10 @@ async def sample_text_units(units: pd.DataFrame, count: int, sampling: str, seed
     if len(units) <= count:
         return units
     if sampling == "random":
-        return units.sample(count, random_state=seed)
+        return _sample(units, count, seed)
     from sklearn.cluster import KMeans
 
-    pool = units.sample(min(len(units), CLUSTER_POOL * count), random_state=seed)
+    pool = _sample(units, min(len(units), CLUSTER_POOL * count), seed)
     vectors = np.asarray(await embed(list(pool["text"])), dtype=np.float64)
     clusters = KMeans(n_clusters=count, random_state=seed, n_init=4).fit(vectors)
     distances = np.linalg.norm(vectors - clusters.cluster_centers_[clusters.labels_], axis=1)
@@ -113,7 +113,13 @@ async def sample_text_units(units: pd.DataFrame, count: int, sampling: str, seed
     for cluster in range(count):
         members = np.flatnonzero(clusters.labels_ == cluster)
         picked.add(int(members[np.argmin(distances[members])]))
-    return pool.iloc[sorted(picked)]
+    return pool[sorted(picked)]
+
+
+def _sample(units: pl.DataFrame, count: int, seed: int) -> pl.DataFrame:
+    """`count` rows drawn without replacement by numpy's seeded generator, the draw pandas makes for a seed: tuned
+    prompts stay those of earlier versions."""
+    return units[np.random.RandomState(seed).choice(len(units), size=count, replace=False)]
 
 
 def _no_placeholder(name: str, value: str) -> str:
@@ -252,7 +258,7 @@ def tuned_templates(profile: CorpusProfile) -> dict[str, str]:
 
 
 async def profile_corpus(
-    chat: ChatModel, samples: pd.DataFrame, max_entity_types: int, examples: int, excerpt_tokens: int
+    chat: ChatModel, samples: pl.DataFrame, max_entity_types: int, examples: int, excerpt_tokens: int
 ) -> CorpusProfile | None:
     """Ask the model what the corpus is and which kinds of entity it holds, then for examples of extraction from
     the first `examples` sampled units. None when the profile or the types got no valid reply; an example that
@@ -304,7 +310,7 @@ class SampleNotEmbedded(RuntimeError):
     """Clustered sampling could not embed every text unit it needed."""
 
 
-async def profile_sample(chat: ChatModel | None, embedder, units: pd.DataFrame, settings: TuningSettings):
+async def profile_sample(chat: ChatModel | None, embedder, units: pl.DataFrame, settings: TuningSettings):
     """Sample the corpus's text units and profile them: with the model, or offline (no chat model). The embedder
     (None: the offline TF-IDF vectors) serves clustered sampling. None when the model gave no valid profile."""
 
@@ -323,7 +329,7 @@ async def profile_sample(chat: ChatModel | None, embedder, units: pd.DataFrame, 
     return await profile_corpus(chat, samples, s.max_entity_types, s.examples, s.excerpt_tokens)
 
 
-def tuned_prompt_rows(profile: CorpusProfile, templates: dict[str, str]) -> pd.DataFrame:
+def tuned_prompt_rows(profile: CorpusProfile, templates: dict[str, str]) -> pl.DataFrame:
     """The tuned_prompts table: each tuned template with its hash, its default's, and what it was derived from."""
     basis = {
         "domain": profile.domain,
@@ -334,7 +340,7 @@ def tuned_prompt_rows(profile: CorpusProfile, templates: dict[str, str]) -> pd.D
         "sampled_text_unit_ids": json.dumps(profile.sampled_text_unit_ids),
         "derived_by": profile.derived_by,
     }
-    return pd.DataFrame(
+    return pl.DataFrame(
         [
             {"id": name, "template": template, "sha": Prompt(name, template).sha, "default_sha": load_prompt(name).sha}
             | basis
@@ -343,7 +349,7 @@ def tuned_prompt_rows(profile: CorpusProfile, templates: dict[str, str]) -> pd.D
     )
 
 
-def offline_profile(samples: pd.DataFrame, max_entity_types: int) -> CorpusProfile:
+def offline_profile(samples: pl.DataFrame, max_entity_types: int) -> CorpusProfile:
     """Without a model: the entity types are the most frequent kinds of noun phrase in the sample (the head noun of
     each phrase, 'agreement' for 'the supply agreement'); no domain, persona or examples, which need a model."""
     from textblob import Word

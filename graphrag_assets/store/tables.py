@@ -11,7 +11,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import duckdb
-import pandas as pd
+import polars as pl
 import tenacity
 
 from .schema import FAILED_STEP_USAGE, LINEAGE, MODEL_USAGE_VIEW, TABLES
@@ -32,19 +32,20 @@ class Lineage:
     settings: dict | None = None
 
 
-def data_version(df: pd.DataFrame) -> str:
+def data_version(df: pl.DataFrame) -> str:
     """A content hash of a table, so unchanged outputs keep their version.
 
-    Column by column, and text as it is: a copy of a whole table as repr strings would double the
-    memory of a corpus's text. Only cells pandas cannot hash (lists, dicts) go through repr.
+    Column by column and a slice of rows at a time, from the values' repr (stable across polars versions, unlike
+    its own hashes): a copy of a whole text column as Python strings would double the memory of a corpus's text.
     """
     digest = hashlib.sha256(",".join(df.columns).encode())
-    for name in df.columns:
-        column = df[name]
-        if column.dtype == object and not column.map(lambda v: isinstance(v, str) or v is None).all():
-            column = column.map(repr)
-        digest.update(pd.util.hash_pandas_object(column, index=False).to_numpy().tobytes())
+    for column in df.iter_columns():
+        for rows in column.to_frame().iter_slices(_HASHED_ROWS):
+            digest.update(repr(rows.to_series().to_list()).encode())
     return digest.hexdigest()[:16]
+
+
+_HASHED_ROWS = 5000
 
 
 def ensure_table(conn: duckdb.DuckDBPyConnection, table: str, schema: str | None = None) -> None:
@@ -242,7 +243,7 @@ def record_lineage(conn: duckdb.DuckDBPyConnection, lineage: Lineage, corpus: st
     )
 
 
-def write_table(conn: duckdb.DuckDBPyConnection, table: str, corpus: str, df: pd.DataFrame, lineage: Lineage) -> str:
+def write_table(conn: duckdb.DuckDBPyConnection, table: str, corpus: str, df: pl.DataFrame, lineage: Lineage) -> str:
     """Replace the corpus's rows of `table` with `df` and record a lineage row; returns the data version."""
     unknown = set(df.columns) - set(TABLES[table])
     if unknown:
@@ -288,18 +289,16 @@ def in_transaction(conn: duckdb.DuckDBPyConnection, work: Callable[[], None]) ->
                 raise
 
 
-_INSERT_BATCH_ROWS = 2000  # DuckDB converts a registered frame's text at once: batches bound that copy
-
-
-def _insert(conn: duckdb.DuckDBPyConnection, table: str, corpus: str, df: pd.DataFrame) -> None:
+def _insert(conn: duckdb.DuckDBPyConnection, table: str, corpus: str, df: pl.DataFrame) -> None:
     columns = ", ".join(f'"{c}"' for c in [*df.columns, "corpus"])
-    for start in range(0, len(df), _INSERT_BATCH_ROWS):
-        conn.register("_incoming", df.iloc[start : start + _INSERT_BATCH_ROWS].assign(corpus=corpus))
+    conn.register("_incoming", df.with_columns(corpus=pl.lit(corpus)))  # handed over as Arrow, not copied
+    try:
         conn.execute(f'INSERT INTO "{table}" ({columns}) SELECT {columns} FROM _incoming')
+    finally:
         conn.unregister("_incoming")
 
 
-def append_rows(conn: duckdb.DuckDBPyConnection, table: str, corpus: str, df: pd.DataFrame, view: str = "") -> int:
+def append_rows(conn: duckdb.DuckDBPyConnection, table: str, corpus: str, df: pl.DataFrame, view: str = "") -> int:
     """Add rows to a log such as query_answers, and (re)create a view over them; returns how many were new.
 
     A row whose id the table holds already is left out, so rows written again after a crash (a queue replayed)
@@ -312,10 +311,10 @@ def append_rows(conn: duckdb.DuckDBPyConnection, table: str, corpus: str, df: pd
         present = {
             row_id
             for (row_id,) in conn.execute(
-                f'SELECT id FROM "{table}" WHERE list_contains(?, id)', [df["id"].tolist()]
+                f'SELECT id FROM "{table}" WHERE list_contains(?, id)', [df["id"].to_list()]
             ).fetchall()
         }
-        new = df[~df["id"].isin(present)]
+        new = df.filter(~pl.col("id").is_in(list(present)))
         if len(new):
             _insert(conn, table, corpus, new)
         if view:
@@ -354,22 +353,18 @@ def row_count(conn: duckdb.DuckDBPyConnection, table: str, corpus: str) -> int:
 
 def read_table(
     conn: duckdb.DuckDBPyConnection, table: str, corpus: str, where: str = "TRUE", params: list | None = None
-) -> pd.DataFrame:
+) -> pl.DataFrame:
     """The corpus's rows of a table (without the corpus column), those matching `where` if given; a clear error
     if the table was never materialized."""
     if not table_exists(conn, table):
         raise LookupError(f"table {table} does not exist yet: materialize it for corpus {corpus!r} first")
-    df = conn.execute(
+    return conn.execute(
         f'SELECT * EXCLUDE (corpus) FROM "{table}" WHERE corpus = ? AND ({where}) ORDER BY id',
         [corpus, *(params or [])],
-    ).df()
-    for column, kind in TABLES[table].items():
-        if kind.endswith("[]") and column in df:  # DuckDB returns numpy arrays; the method expects lists
-            df[column] = df[column].map(lambda v: list(v) if hasattr(v, "__len__") else [])
-    return df
+    ).pl()
 
 
-def read_tables(conn: duckdb.DuckDBPyConnection, tables, corpus: str) -> dict[str, pd.DataFrame]:
+def read_tables(conn: duckdb.DuckDBPyConnection, tables, corpus: str) -> dict[str, pl.DataFrame]:
     """Several tables of one corpus, by name."""
     return {table: read_table(conn, table, corpus) for table in tables}
 

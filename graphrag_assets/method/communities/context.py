@@ -12,9 +12,10 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from functools import cached_property
 
-import pandas as pd
+import polars as pl
 
 from ..ingest.tokens import count_tokens
+from ..schema import records
 
 
 # Record ids in the context are short content-derived ids, not row numbers: adding a document to a corpus
@@ -79,16 +80,16 @@ class GraphIndex:
 
     def __init__(
         self,
-        entities: pd.DataFrame,
-        relationships: pd.DataFrame,
-        covariates: pd.DataFrame,
-        text_units: pd.DataFrame | None = None,
+        entities: pl.DataFrame,
+        relationships: pl.DataFrame,
+        covariates: pl.DataFrame,
+        text_units: pl.DataFrame | None = None,
     ):
         self.unit_text = dict(zip(text_units["id"], text_units["text"])) if text_units is not None else {}
-        self.entity = {row.id: row for row in entities.itertuples(index=False)}
-        self.relationship = {row.id: row for row in relationships.itertuples(index=False)}
+        self.entity = {row.id: row for row in records(entities)}
+        self.relationship = {row.id: row for row in records(relationships)}
         self.claims_by_subject: dict[str, list] = {}
-        for row in covariates.itertuples(index=False):
+        for row in records(covariates):
             self.claims_by_subject.setdefault(row.subject_id, []).append(row)
 
     def elements(self, entity_ids: list[str], relationship_ids: list[str]) -> list[Element]:

@@ -13,10 +13,10 @@ import hashlib
 from collections import Counter, defaultdict, deque
 
 import networkx as nx
-import pandas as pd
+import polars as pl
 
 from ..defaults import COMMUNITY_SEED, MAX_CLUSTER_SIZE
-from ..schema import columns
+from ..schema import columns, frame
 
 COMMUNITY_COLUMNS = columns("communities")
 
@@ -25,22 +25,24 @@ def community_id(level: int, entity_ids: list[str]) -> str:
     return hashlib.sha256(f"community:{level}:{','.join(sorted(entity_ids))}".encode()).hexdigest()[:32]
 
 
-def networkx_graph(entities: pd.DataFrame, relationships: pd.DataFrame) -> nx.Graph:
+def networkx_graph(entities: pl.DataFrame, relationships: pl.DataFrame) -> nx.Graph:
     """Undirected graph over entity titles, weights summed over both directions, in a stable order.
 
     A relationship naming a title that is no entity (Microsoft GraphRAG's own outputs have some) stays in its
     table but is no edge here: the graph's nodes are exactly the entities.
     """
     graph = nx.Graph()
-    for row in entities.sort_values("title").itertuples(index=False):
-        graph.add_node(row.title, id=row.id, type=row.type, degree=int(row.degree))
-    for row in relationships.sort_values(["source", "target"]).itertuples(index=False):
-        if row.source not in graph or row.target not in graph:
+    for title, entity, kind, degree in entities.sort("title").select("title", "id", "type", "degree").iter_rows():
+        graph.add_node(title, id=entity, type=kind, degree=int(degree))
+    for source, target, weight in (
+        relationships.sort(["source", "target"]).select("source", "target", "weight").iter_rows()
+    ):
+        if source not in graph or target not in graph:
             continue
-        if graph.has_edge(row.source, row.target):
-            graph[row.source][row.target]["weight"] += float(row.weight)
+        if graph.has_edge(source, target):
+            graph[source][target]["weight"] += float(weight)
         else:
-            graph.add_edge(row.source, row.target, weight=float(row.weight))
+            graph.add_edge(source, target, weight=float(weight))
     return graph
 
 
@@ -145,25 +147,25 @@ def _seed_for(seed: int, members: list[str]) -> int:
     return int(hashlib.sha256(f"{seed}:{','.join(members)}".encode()).hexdigest()[:8], 16)
 
 
-def previous_partition(communities: pd.DataFrame, entities: pd.DataFrame) -> dict[int, dict[str, int]]:
+def previous_partition(communities: pl.DataFrame, entities: pl.DataFrame) -> dict[int, dict[str, int]]:
     """{level: {entity title: community}} of a stored communities table, for the entities that still exist."""
     title_of = dict(zip(entities["id"], entities["title"]))
     partition: dict[int, dict[str, int]] = defaultdict(dict)
-    for row in communities.itertuples(index=False):
-        for entity in row.entity_ids:
+    for level, community, entity_ids in communities.select("level", "community", "entity_ids").iter_rows():
+        for entity in entity_ids:
             if entity in title_of:
-                partition[int(row.level)][title_of[entity]] = int(row.community)
+                partition[level][title_of[entity]] = community
     return dict(partition)
 
 
 def build_communities(
-    entities: pd.DataFrame,
-    relationships: pd.DataFrame,
+    entities: pl.DataFrame,
+    relationships: pl.DataFrame,
     max_cluster_size: int = MAX_CLUSTER_SIZE,
     seed: int = COMMUNITY_SEED,
     use_lcc: bool = False,
-    previous: pd.DataFrame | None = None,
-) -> pd.DataFrame:
+    previous: pl.DataFrame | None = None,
+) -> pl.DataFrame:
     """One row per community per level, with ids unique across levels and full provenance.
 
     `previous`, an earlier communities table of the same corpus and settings, is where clustering starts.
@@ -171,17 +173,20 @@ def build_communities(
     graph = networkx_graph(entities, relationships)
     start = previous_partition(previous, entities) if previous is not None else None
     levels = cluster_graph(graph, max_cluster_size, seed, use_lcc, start)
-    entity_by_title = entities.set_index("title")
+    entity_by_title = {
+        row["title"]: row for row in entities.select("title", "id", "text_unit_ids").iter_rows(named=True)
+    }
+    edges = relationships.select("source", "target", "id", "text_unit_ids").rows()
     rows, number = [], {}
     for level in sorted(levels):
         members: dict[tuple[int, int], list[str]] = defaultdict(list)
         for node, cluster in sorted(levels[level].items()):
             members[cluster].append(node)
         inside: dict[tuple[int, int], list] = defaultdict(list)  # relationships with both ends in one community
-        for rel in relationships.itertuples(index=False):
-            cluster = levels[level].get(rel.source)
-            if cluster is not None and levels[level].get(rel.target) == cluster:
-                inside[cluster].append(rel)
+        for source, target, rel, units in edges:
+            cluster = levels[level].get(source)
+            if cluster is not None and levels[level].get(target) == cluster:
+                inside[cluster].append((rel, units))
         # Order communities by their smallest member so numbering is stable between runs.
         for cluster, titles in sorted(members.items(), key=lambda kv: kv[1][0]):
             number[(level, cluster)] = len(number)
@@ -189,10 +194,10 @@ def build_communities(
             if level > 0:
                 above = levels[level - 1][titles[0]]
                 parent_key = (level - 1, above)
-            rels = sorted(r.id for r in inside[cluster])
+            rels = sorted(rel for rel, _ in inside[cluster])
             units = sorted(
-                {u for r in inside[cluster] for u in r.text_unit_ids}
-                or {u for t in titles for u in entity_by_title.loc[t, "text_unit_ids"]}
+                {u for _, rel_units in inside[cluster] for u in rel_units}
+                or {u for t in titles for u in entity_by_title[t]["text_unit_ids"]}
             )
             rows.append(
                 {
@@ -200,26 +205,22 @@ def build_communities(
                     "parent_key": parent_key,
                     "community": number[(level, cluster)],
                     "level": level,
-                    "entity_ids": [entity_by_title.loc[t, "id"] for t in titles],
+                    "entity_ids": [entity_by_title[t]["id"] for t in titles],
                     "relationship_ids": rels,
                     "text_unit_ids": units,
                     "size": len(titles),
                     "carried": cluster[0] < level,
                 }
             )
-    communities = pd.DataFrame(rows)
-    if communities.empty:
-        return pd.DataFrame(columns=COMMUNITY_COLUMNS)
-    communities["parent"] = [number[k] if k else -1 for k in communities["parent_key"]]
     children = defaultdict(list)
-    for row in communities.itertuples(index=False):
-        if row.parent >= 0:
-            children[row.parent].append(row.community)
-    communities["children"] = communities["community"].map(lambda c: sorted(children.get(c, [])))
-    communities["carried_from"] = [
-        p if carried else -1 for p, carried in zip(communities["parent"], communities["carried"])
-    ]
-    communities["title"] = communities["community"].map(lambda c: f"Community {c}")
-    communities["human_readable_id"] = communities["community"]
-    communities["id"] = [community_id(lv, e) for lv, e in zip(communities["level"], communities["entity_ids"])]
-    return communities[COMMUNITY_COLUMNS].reset_index(drop=True)
+    for row in rows:
+        row["parent"] = number[row["parent_key"]] if row["parent_key"] else -1
+        if row["parent"] >= 0:
+            children[row["parent"]].append(row["community"])
+    for row in rows:
+        row["children"] = sorted(children.get(row["community"], []))
+        row["carried_from"] = row["parent"] if row["carried"] else -1
+        row["title"] = f"Community {row['community']}"
+        row["human_readable_id"] = row["community"]
+        row["id"] = community_id(row["level"], row["entity_ids"])
+    return frame("communities", rows)

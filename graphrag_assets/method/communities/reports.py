@@ -10,7 +10,7 @@ import json
 import re
 from dataclasses import dataclass, field, replace
 
-import pandas as pd
+import polars as pl
 
 from .. import defaults
 from ..graph.records import parse_json_reply
@@ -18,7 +18,7 @@ from ..model_interface import ChatModel, InvalidReply
 from ..offline.extractive import WordCases, extractive_report
 from ..progress import Progress
 from ..prompts import DEFAULT_PROMPTS, PromptSet
-from ..schema import columns
+from ..schema import columns, frame, records
 from .context import SECTIONS, SOURCE_SECTIONS, CommunityContext, GraphIndex, SubReport, build_context, fits
 
 REPORT_COLUMNS = columns("community_reports")
@@ -218,26 +218,26 @@ class ReportSettings:
 
 async def generate_reports(
     chat: ChatModel | None,
-    communities: pd.DataFrame,
-    entities: pd.DataFrame,
-    relationships: pd.DataFrame,
-    covariates: pd.DataFrame,
-    text_units: pd.DataFrame,
+    communities: pl.DataFrame,
+    entities: pl.DataFrame,
+    relationships: pl.DataFrame,
+    covariates: pl.DataFrame,
+    text_units: pl.DataFrame,
     settings: ReportSettings = ReportSettings(),
     progress: Progress | None = None,
-) -> tuple[pd.DataFrame, ReportStats]:
+) -> tuple[pl.DataFrame, ReportStats]:
     """One report per community; with no chat model, extractive reports from the community's text.
 
     Every level is written at once, each community as soon as it can be: one that waits for its sub-communities'
     reports (see _ReportWriter.needs_sub_reports) waits for the level below to be done."""
     graph = GraphIndex(entities, relationships, covariates, text_units if settings.from_sources else None)
     writer = _ReportWriter(chat, graph, communities, text_units, settings, progress)
-    levels = sorted(communities["level"].unique(), reverse=True)
+    levels = sorted(communities["level"].unique().to_list(), reverse=True)
     written = [asyncio.Event() for _ in levels]
     await asyncio.gather(
         *(
             writer.write_level(
-                [r for r in communities.itertuples(index=False) if r.level == level],
+                [r for r in records(communities) if r.level == level],
                 written[i - 1] if i else None,
                 written[i],
             )
@@ -261,9 +261,9 @@ class _ReportWriter:
         self.prompts = replace(prompts, templates=settings.templates)
         self.stats = ReportStats()
         self.reports: dict[int, dict] = {}
-        self.by_number = {row.community: row for row in communities.itertuples(index=False)}
+        self.by_number = {row.community: row for row in records(communities)}
         self.titles_of = {n: {graph.entity[e].title for e in row.entity_ids} for n, row in self.by_number.items()}
-        self.units = text_units.set_index("id")["text"].to_dict() if chat is None else {}
+        self.units = dict(zip(text_units["id"], text_units["text"], strict=True)) if chat is None else {}
         # once for the corpus, not once per community
         self.cases = WordCases(self.units.values()) if chat is None else None
         self._elements: dict[int, list] = {}
@@ -398,7 +398,7 @@ def _written(number: int, context: CommunityContext, parsed: tuple[dict, bool] |
     return {**report, "status": "ok", "error": None, **common}
 
 
-def _report_table(reports: dict[int, dict], by_number: dict) -> pd.DataFrame:
+def _report_table(reports: dict[int, dict], by_number: dict) -> pl.DataFrame:
     """The community_reports table: one row per community, in community order."""
     table = []
     for number, report in sorted(reports.items()):
@@ -427,4 +427,4 @@ def _report_table(reports: dict[int, dict], by_number: dict) -> pd.DataFrame:
                 "substituted_communities": report["substituted_communities"],
             }
         )
-    return pd.DataFrame(table, columns=REPORT_COLUMNS)
+    return frame("community_reports", table)

@@ -3,14 +3,13 @@
 from __future__ import annotations
 
 import warnings
+from collections import Counter
 
 import numpy as np
-import pandas as pd
+import polars as pl
 
 from ..compilation import cached_compilation
-from ..schema import columns
-
-LAYOUT_COLUMNS = columns("layouts")
+from ..schema import frame
 
 
 def umap_2d(vectors: np.ndarray, n_neighbors: int = 15, min_dist: float = 0.75, seed: int = 42) -> np.ndarray:
@@ -53,63 +52,46 @@ def _exact_neighbours(vectors: np.ndarray, k: int) -> tuple:
 
 
 def layout_nodes(
-    graph_embeddings: pd.DataFrame,
-    entities: pd.DataFrame,
+    graph_embeddings: pl.DataFrame,
+    entities: pl.DataFrame,
     top_community: dict[str, int],
-    document_embeddings: pd.DataFrame,
-    documents: pd.DataFrame,
+    document_embeddings: pl.DataFrame,
+    documents: pl.DataFrame,
     **umap_options,
-) -> pd.DataFrame:
+) -> pl.DataFrame:
     """One row per entity (with a node2vec vector) and per document; `kind` tells them apart."""
-    frames = []
+    rows = []
     if len(graph_embeddings):
-        xy = umap_2d(np.stack(graph_embeddings["embedding"].map(np.asarray)), **umap_options)
-        degree = entities.set_index("id")["degree"]
-        frames.append(
-            pd.DataFrame(
-                {
-                    "id": graph_embeddings["id"],
-                    "kind": "entity",
-                    "title": graph_embeddings["title"],
-                    "x": xy[:, 0],
-                    "y": xy[:, 1],
-                    "community": graph_embeddings["id"].map(lambda e: top_community.get(e, -1)),
-                    "degree": graph_embeddings["id"].map(degree).astype("int64"),
-                }
-            )
-        )
+        xy = umap_2d(_matrix(graph_embeddings), **umap_options)
+        degree = dict(zip(entities["id"], entities["degree"], strict=True))
+        for (entity, title), (x, y) in zip(graph_embeddings.select("id", "title").iter_rows(), xy):
+            row = {"id": entity, "kind": "entity", "title": title, "x": x, "y": y}
+            rows.append(row | {"community": top_community.get(entity, -1), "degree": degree[entity]})
     if len(document_embeddings):
-        xy = umap_2d(np.stack(document_embeddings["embedding"].map(np.asarray)), **umap_options)
-        titles = documents.set_index("id")["title"]
-        frames.append(
-            pd.DataFrame(
-                {
-                    "id": document_embeddings["id"],
-                    "kind": "document",
-                    "title": document_embeddings["id"].map(titles),
-                    "x": xy[:, 0],
-                    "y": xy[:, 1],
-                    "community": -1,
-                    "degree": documents.set_index("id")
-                    .loc[document_embeddings["id"], "text_unit_ids"]
-                    .map(len)
-                    .to_numpy(),
-                }
-            )
-        )
-    return pd.concat(frames, ignore_index=True)[LAYOUT_COLUMNS] if frames else pd.DataFrame(columns=LAYOUT_COLUMNS)
+        xy = umap_2d(_matrix(document_embeddings), **umap_options)
+        by_id = {row["id"]: row for row in documents.select("id", "title", "text_unit_ids").iter_rows(named=True)}
+        for document, (x, y) in zip(document_embeddings["id"], xy):
+            row = {"id": document, "kind": "document", "title": by_id[document]["title"], "x": x, "y": y}
+            rows.append(row | {"community": -1, "degree": len(by_id[document]["text_unit_ids"])})
+    return frame("layouts", rows)
 
 
-def community_labels(nodes: pd.DataFrame, names: int = 3) -> dict[int, str]:
+def _matrix(embeddings: pl.DataFrame) -> np.ndarray:
+    width = embeddings["embedding"].list.len().max()
+    return embeddings["embedding"].list.to_array(width).to_numpy()
+
+
+def community_labels(nodes: pl.DataFrame, names: int = 3) -> dict[int, str]:
     """A legend label per top-level community: its number and its best-connected entities."""
-    entities = nodes[(nodes["kind"] == "entity") & (nodes["community"] >= 0)]
+    entities = nodes.filter((pl.col("kind") == "entity") & (pl.col("community") >= 0))
     return {
-        int(community): f"{community}: " + ", ".join(str(t).title() for t in group.nlargest(names, "degree")["title"])
-        for community, group in entities.groupby("community")
+        community: f"{community}: "
+        + ", ".join(str(t).title() for t in group.sort("degree", descending=True, maintain_order=True)["title"][:names])
+        for (community,), group in entities.group_by("community", maintain_order=True)
     }
 
 
-def plot_layout(nodes: pd.DataFrame, kind: str, title: str, largest: int = 10) -> bytes:
+def plot_layout(nodes: pl.DataFrame, kind: str, title: str, largest: int = 10) -> bytes:
     """A PNG scatter plot of one kind of node: a colour and a legend entry for each of the `largest` top-level
     communities (a categorical palette: community numbers are names, not quantities), grey for the rest."""
     import io
@@ -119,24 +101,28 @@ def plot_layout(nodes: pd.DataFrame, kind: str, title: str, largest: int = 10) -
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    points = nodes[nodes["kind"] == kind]
+    points = nodes.filter(pl.col("kind") == kind)
     labels = community_labels(nodes)
-    members = points[points["community"] >= 0]["community"].value_counts()
-    shown = [int(c) for c in members.index[:largest]]
+    members = Counter(points.filter(pl.col("community") >= 0)["community"])
+    shown = [community for community, _ in members.most_common(largest)]
     figure, axes = plt.subplots(figsize=(9, 5), dpi=90)
     palette = plt.get_cmap("tab10")
 
-    def scatter(group: pd.DataFrame, **style) -> None:
-        sizes = 12 + 4 * np.sqrt(group["degree"].clip(lower=0))
-        axes.scatter(group["x"], group["y"], s=sizes, alpha=0.8, linewidths=0, **style)
+    def scatter(group: pl.DataFrame, **style) -> None:
+        sizes = 12 + 4 * np.sqrt(group["degree"].clip(lower_bound=0).to_numpy())
+        axes.scatter(group["x"].to_numpy(), group["y"].to_numpy(), s=sizes, alpha=0.8, linewidths=0, **style)
 
-    rest = points[~points["community"].isin(shown)]
+    rest = points.filter(~pl.col("community").is_in(shown))
     if len(rest):
         scatter(rest, color="#c8c8c8", label="other communities" if kind == "entity" else "documents")
     for number, community in enumerate(shown):
-        scatter(points[points["community"] == community], color=palette(number % 10), label=labels[community][:40])
-    for row in points.nlargest(12, "degree").itertuples(index=False):
-        axes.annotate(str(row.title).title()[:24], (row.x, row.y), fontsize=7, alpha=0.9)
+        scatter(
+            points.filter(pl.col("community") == community), color=palette(number % 10), label=labels[community][:40]
+        )
+    for name, x, y in (
+        points.sort("degree", descending=True, maintain_order=True).head(12).select("title", "x", "y").iter_rows()
+    ):
+        axes.annotate(str(name).title()[:24], (x, y), fontsize=7, alpha=0.9)
     axes.set_title(title)
     axes.set_xticks([])
     axes.set_yticks([])

@@ -6,7 +6,9 @@ import math
 
 import networkx as nx
 import numpy as np
-import pandas as pd
+import polars as pl
+
+from ..schema import frame, vector_column
 
 
 def node2vec(
@@ -17,7 +19,7 @@ def node2vec(
     window_size: int = 2,
     iterations: int = 3,
     seed: int = 86,
-) -> pd.DataFrame:
+) -> pl.DataFrame:
     """One vector per entity that has at least one relationship; columns id, title, embedding.
 
     GraphRAG's node2vec settings (return and in-out parameters of 1) make the walk first-order: each step
@@ -30,7 +32,7 @@ def node2vec(
 
     connected = graph.subgraph([n for n, d in graph.degree() if d > 0])
     if connected.number_of_nodes() == 0:
-        return pd.DataFrame(columns=["id", "title", "embedding"])
+        return frame("graph_embeddings")
     titles = sorted(connected.nodes)
     walks = random_walks(connected, titles, num_walks, walk_length, seed)
     degrees = np.array([connected.degree(title) for title in titles])
@@ -46,12 +48,15 @@ def node2vec(
         epochs=iterations,
         seed=seed,
     )
-    return pd.DataFrame(
-        {
-            "id": [connected.nodes[title]["id"] for title in titles],
-            "title": titles,
-            "embedding": [model.wv.get_vector(str(i)).astype(np.float32).tolist() for i in range(len(titles))],
-        }
+    vectors = np.stack([model.wv.get_vector(str(i)) for i in range(len(titles))]).astype(np.float32)
+    return frame("graph_embeddings").vstack(
+        pl.DataFrame(
+            {
+                "id": [connected.nodes[title]["id"] for title in titles],
+                "title": titles,
+                "embedding": vector_column(vectors),
+            }
+        )
     )
 
 

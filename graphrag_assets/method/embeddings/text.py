@@ -15,28 +15,26 @@ from collections import Counter
 from dataclasses import dataclass
 
 import numpy as np
-import pandas as pd
+import polars as pl
 
 from ..defaults import EMBEDDING_SEED
 from ..ingest.tokens import count_tokens
+from ..schema import frame
 
 
-def embedding_inputs(entities: pd.DataFrame, text_units: pd.DataFrame, reports: pd.DataFrame) -> pd.DataFrame:
+def embedding_inputs(entities: pl.DataFrame, text_units: pl.DataFrame, reports: pl.DataFrame) -> pl.DataFrame:
     """What gets embedded: "title: description" for entities, text units, report full content."""
-    ok = reports[reports["status"] == "ok"] if "status" in reports else reports
-    return pd.concat(
+    ok = reports.filter(pl.col("status") == "ok") if "status" in reports.columns else reports
+    return pl.concat(
         [
-            pd.DataFrame(
-                {
-                    "id": entities["id"],
-                    "kind": "entity",
-                    "text": entities["title"] + ": " + entities["description"].fillna(""),
-                }
+            entities.select(
+                "id",
+                kind=pl.lit("entity"),
+                text=pl.col("title") + ": " + pl.col("description").fill_null(""),
             ),
-            pd.DataFrame({"id": text_units["id"], "kind": "text_unit", "text": text_units["text"]}),
-            pd.DataFrame({"id": ok["id"], "kind": "community_report", "text": ok["full_content"]}),
-        ],
-        ignore_index=True,
+            text_units.select("id", kind=pl.lit("text_unit"), text="text"),
+            ok.select("id", kind=pl.lit("community_report"), text="full_content"),
+        ]
     )
 
 
@@ -175,16 +173,17 @@ async def embed_with_model(
     return vectors, sum(vector is None for vector in vectors)
 
 
-def document_embeddings(text_units: pd.DataFrame, unit_embeddings: pd.DataFrame) -> pd.DataFrame:
+def document_embeddings(text_units: pl.DataFrame, unit_embeddings: pl.DataFrame) -> pl.DataFrame:
     """Each document's embedding: the mean of its chunks' embeddings weighted by their token counts."""
-    vectors = unit_embeddings.set_index("id")["embedding"]
+    present = text_units.select("id", "document_id", "n_tokens").join(
+        unit_embeddings.select("id", "embedding"), on="id", how="inner", maintain_order="left"
+    )
     rows = []
-    for document_id, units in text_units.groupby("document_id", sort=True):
-        present = units[units["id"].isin(vectors.index)]
-        if present.empty:
-            continue
-        matrix = np.stack([np.asarray(vectors[u], dtype=np.float64) for u in present["id"]])
-        weights = present["n_tokens"].to_numpy(dtype=np.float64)
+    for (document_id,), units in present.sort("document_id", maintain_order=True).group_by(
+        "document_id", maintain_order=True
+    ):
+        matrix = np.asarray(units["embedding"].to_list(), dtype=np.float64)
+        weights = units["n_tokens"].to_numpy().astype(np.float64)
         mean = (matrix * weights[:, None]).sum(axis=0) / weights.sum()
-        rows.append({"id": document_id, "n_tokens": int(weights.sum()), "embedding": mean.astype(np.float32).tolist()})
-    return pd.DataFrame(rows, columns=["id", "n_tokens", "embedding"])
+        rows.append({"id": document_id, "n_tokens": int(weights.sum()), "embedding": mean.astype(np.float32)})
+    return frame("document_embeddings", rows)

@@ -17,20 +17,18 @@ import asyncio
 import csv
 import io
 import re
-from collections import defaultdict
+from collections import Counter, defaultdict
 from pathlib import Path
 
-import numpy as np
-import pandas as pd
+import polars as pl
 
 from ..corpus_folder import ALIASES_FILE
 from ..model_interface import ChatModel, InvalidReply
 from ..prompts import user_message
-from ..schema import columns
+from ..schema import frame
 from ..words import STOPWORDS, terms
 from .records import parse_json_reply
 
-ALIAS_COLUMNS = columns("entity_aliases")
 MAX_NAMES_PER_WORD = 50
 _NAME_WORD = re.compile(r"[A-Z0-9']+")
 
@@ -74,10 +72,10 @@ def _pair(a, b, method: str, likeness: float) -> dict | None:
     }
 
 
-def candidate_pairs(entities: pd.DataFrame, min_overlap: float = 0.5, min_spelling: float = 0.7) -> pd.DataFrame:
+def candidate_pairs(entities: pl.DataFrame, min_overlap: float = 0.5, min_spelling: float = 0.7) -> pl.DataFrame:
     """(entity, canonical) pairs worth asking about; the canonical is the better-connected name of the two."""
-    rows = entities.reset_index(drop=True)
-    words = [frozenset(_words(t)) for t in rows["title"]]
+    rows = entities.to_dicts()
+    words = [frozenset(_words(row["title"])) for row in rows]
     by_word: dict[str, list[int]] = defaultdict(list)
     for i, ws in enumerate(words):
         for w in ws:
@@ -92,14 +90,14 @@ def candidate_pairs(entities: pd.DataFrame, min_overlap: float = 0.5, min_spelli
             contained = ws <= words[j] or words[j] <= ws
             if contained or shared >= min_overlap:
                 method = "name containment" if contained else "shared name words"
-                pair = _pair(rows.iloc[i], rows.iloc[j], method, 0.99 if contained else shared)
+                pair = _pair(rows[i], rows[j], method, 0.99 if contained else shared)
                 if pair:
                     found[frozenset((i, j))] = pair
-    for i, j, similarity in _similar_spellings(list(rows["title"]), min_spelling):
-        pair = _pair(rows.iloc[i], rows.iloc[j], "similar spelling", similarity)
+    for i, j, similarity in _similar_spellings([row["title"] for row in rows], min_spelling):
+        pair = _pair(rows[i], rows[j], "similar spelling", similarity)
         if pair and frozenset((i, j)) not in found:
             found[frozenset((i, j))] = pair
-    return pd.DataFrame(list(found.values()), columns=ALIAS_COLUMNS[:7])
+    return frame("entity_aliases", found.values(), without=_VERDICT)
 
 
 def _description_overlap(a, b) -> float:
@@ -124,34 +122,42 @@ def _same_by_name(short: list[str], long: list[str]) -> str | None:
     return "honorific" if all(w in HONORIFICS for w in added) else "given name"
 
 
-def confirm_by_rule(candidates: pd.DataFrame, min_score: float = 0.2) -> list[bool]:
+def confirm_by_rule(candidates: pl.DataFrame, min_score: float = 0.2) -> list[bool]:
     """Offline: a name is the short form of a longer one when it is its last word(s) ("Marley" of "Jacob Marley")
     or the longer one only adds an honorific ("Old Marley"), their descriptions agree, and no second longer name
     gives it another first name ("Cratchit" of "Bob Cratchit" and of "Tim Cratchit" stays apart)."""
     forms: dict[tuple[str, ...], set[tuple[str, ...]]] = defaultdict(set)
-    for row in candidates.itertuples(index=False):
-        a, b = sorted((_words(row.entity), _words(row.canonical)), key=len)
+    for row in candidates.iter_rows(named=True):
+        a, b = sorted((_words(row["entity"]), _words(row["canonical"])), key=len)
         if _same_by_name(a, b) == "given name":
             forms[tuple(a)].add(tuple(b))
     verdicts = []
-    for row in candidates.itertuples(index=False):
-        short, long = sorted((_words(row.entity), _words(row.canonical)), key=len)
+    for row in candidates.iter_rows(named=True):
+        short, long = sorted((_words(row["entity"]), _words(row["canonical"])), key=len)
         how = _same_by_name(short, long) if len(short) < len(long) else None
         unambiguous = len(forms.get(tuple(short), set())) <= 1
-        verdicts.append(how is not None and unambiguous and row.score >= min_score)
+        verdicts.append(how is not None and unambiguous and row["score"] >= min_score)
     return verdicts
 
 
-def aliases_by_rule(candidates: pd.DataFrame) -> pd.DataFrame:
+def aliases_by_rule(candidates: pl.DataFrame) -> pl.DataFrame:
     """The candidate pairs with the rule's verdicts, as the aliases table holds them (no model asked)."""
-    return candidates.assign(confirmed_by="rule", accepted=confirm_by_rule(candidates))
+    return _with_verdicts(candidates, ["rule"] * len(candidates), confirm_by_rule(candidates))
 
 
-def aliases_by_model(candidates: pd.DataFrame, verdicts: list[bool | None]) -> pd.DataFrame:
+def aliases_by_model(candidates: pl.DataFrame, verdicts: list[bool | None]) -> pl.DataFrame:
     """The candidate pairs with the model's verdicts (None: its reply never parsed, so the pair is not accepted)."""
-    return candidates.assign(
-        confirmed_by=["model" if v is not None else "unconfirmed" for v in verdicts],
-        accepted=[bool(v) for v in verdicts],
+    return _with_verdicts(
+        candidates, ["model" if v is not None else "unconfirmed" for v in verdicts], [bool(v) for v in verdicts]
+    )
+
+
+_VERDICT = ("confirmed_by", "accepted")
+
+
+def _with_verdicts(candidates: pl.DataFrame, confirmed_by: list[str], accepted: list[bool]) -> pl.DataFrame:
+    return candidates.with_columns(
+        confirmed_by=pl.Series(confirmed_by, dtype=pl.String), accepted=pl.Series(accepted, dtype=pl.Boolean)
     )
 
 
@@ -166,13 +172,13 @@ def parse_verdicts(count: int):
     return parse
 
 
-async def confirm_by_model(chat: ChatModel, candidates: pd.DataFrame, entities: pd.DataFrame, batch: int = 20):
+async def confirm_by_model(chat: ChatModel, candidates: pl.DataFrame, entities: pl.DataFrame, batch: int = 20):
     """The model's yes or no for each pair, `batch` pairs a call; None for a batch whose reply never parsed."""
-    described = entities.set_index("id")["description"].to_dict()
+    described = dict(zip(entities["id"], entities["description"], strict=True))
     pairs = [
-        f"{n + 1}. {r.entity} ({described.get(r.entity_id, '')[:200]}) | {r.canonical} "
-        f"({described.get(r.canonical_id, '')[:200]})"
-        for n, r in enumerate(candidates.itertuples(index=False))
+        f"{n + 1}. {r['entity']} ({described.get(r['entity_id'], '')[:200]}) | {r['canonical']} "
+        f"({described.get(r['canonical_id'], '')[:200]})"
+        for n, r in enumerate(candidates.iter_rows(named=True))
     ]
 
     async def ask(chunk: list[str]):
@@ -206,29 +212,28 @@ def read_overrides(folder: Path) -> tuple[list[tuple[str, str, bool]], list[str]
 
 
 def apply_overrides(
-    aliases: pd.DataFrame, overrides: list[tuple[str, str, bool]], entities: pd.DataFrame
-) -> tuple[pd.DataFrame, list[str]]:
+    aliases: pl.DataFrame, overrides: list[tuple[str, str, bool]], entities: pl.DataFrame
+) -> tuple[pl.DataFrame, list[str]]:
     """The user's word wins: a rejected pair is kept as a rejected row, an added one as an accepted row."""
-    ids = entities.set_index("title")["id"].to_dict()
-    table, problems = aliases.copy(), []
+    ids = dict(zip(entities["title"], entities["id"], strict=True))
+    rows, problems = aliases.to_dicts(), []
     for entity, canonical, accepted in overrides:
         missing = [name for name in (entity, canonical) if name not in ids]
         if missing:
             problems.append(f"{ALIASES_FILE}: no entity named {', '.join(missing)}")
             continue
-        pair = (table["entity_id"] == ids[entity]) & (table["canonical_id"] == ids[canonical])
-        swapped = (table["entity_id"] == ids[canonical]) & (table["canonical_id"] == ids[entity])
-        table = table[~(pair | swapped)]
+        pair = {ids[entity], ids[canonical]}
+        rows = [row for row in rows if {row["entity_id"], row["canonical_id"]} != pair]
         row = {"id": f"{ids[entity]}->{ids[canonical]}", "entity_id": ids[entity], "entity": entity}
         row |= {"canonical_id": ids[canonical], "canonical": canonical}
         row |= {"method": "user", "score": 1.0, "confirmed_by": "user", "accepted": accepted}
-        table = pd.concat([table, pd.DataFrame([row])], ignore_index=True)
-    return table.reset_index(drop=True), problems
+        rows.append(row)
+    return frame("entity_aliases", rows), problems
 
 
-def canonical_of(aliases: pd.DataFrame) -> dict[str, str]:
+def canonical_of(aliases: pl.DataFrame) -> dict[str, str]:
     """Each accepted variant's canonical entity, followed through chains (A -> B -> C gives A -> C)."""
-    accepted = aliases[aliases["accepted"].astype(bool)] if len(aliases) else aliases
+    accepted = aliases.filter(pl.col("accepted"))
     parent = dict(zip(accepted["entity_id"], accepted["canonical_id"]))
     resolved = {}
     for entity in parent:
@@ -242,37 +247,44 @@ def canonical_of(aliases: pd.DataFrame) -> dict[str, str]:
 
 
 def resolve(
-    entities: pd.DataFrame, relationships: pd.DataFrame, aliases: pd.DataFrame
-) -> tuple[pd.DataFrame, pd.DataFrame]:
+    entities: pl.DataFrame, relationships: pl.DataFrame, aliases: pl.DataFrame
+) -> tuple[pl.DataFrame, pl.DataFrame]:
     """The graph with every alias group as one node: the canonical entity gets its variants' descriptions, text
     units and relationships; degrees are counted again. Without accepted aliases the inputs come back as they are."""
     mapping = canonical_of(aliases)
     if not mapping:
         return entities, relationships
-    by_id = entities.set_index("id")
-    title_of = by_id["title"].to_dict()
-    by_title = {title_of[v]: title_of[c] for v, c in mapping.items() if v in title_of and c in title_of}
-    kept = entities[~entities["id"].isin(mapping)].copy().set_index("id")
+    by_id = {row["id"]: row for row in entities.iter_rows(named=True)}
+    by_title = {by_id[v]["title"]: by_id[c]["title"] for v, c in mapping.items() if v in by_id and c in by_id}
+    kept = {entity: row for entity, row in by_id.items() if entity not in mapping}
     for variant, canonical in mapping.items():
-        if variant not in title_of or canonical not in kept.index:
+        if variant not in by_id or canonical not in kept:
             continue
-        row = by_id.loc[variant]
-        kept.at[canonical, "description"] = f"{kept.at[canonical, 'description']} {row['description']}".strip()
-        units = list(dict.fromkeys([*kept.at[canonical, "text_unit_ids"], *row["text_unit_ids"]]))
-        kept.at[canonical, "text_unit_ids"] = units
-        kept.at[canonical, "frequency"] = len(units)
-    edges = relationships.copy()
-    edges["source"] = edges["source"].map(lambda t: by_title.get(t, t))
-    edges["target"] = edges["target"].map(lambda t: by_title.get(t, t))
-    edges = edges[edges["source"] != edges["target"]]
-    pairs = pd.DataFrame(np.sort(edges[["source", "target"]].to_numpy(), axis=1)).drop_duplicates()
-    degree = pd.concat([pairs[0], pairs[1]]).value_counts()  # neighbours, each once
-    kept["degree"] = kept["title"].map(degree).fillna(0).astype(int)
-    edges = edges.assign(combined_degree=edges["source"].map(degree) + edges["target"].map(degree))
-    return kept.reset_index(), edges.reset_index(drop=True)
+        row, into = by_id[variant], kept[canonical]
+        into["description"] = f"{into['description']} {row['description']}".strip()
+        into["text_unit_ids"] = list(dict.fromkeys([*into["text_unit_ids"], *row["text_unit_ids"]]))
+        into["frequency"] = len(into["text_unit_ids"])
+    edges = [
+        {
+            **edge,
+            "source": by_title.get(edge["source"], edge["source"]),
+            "target": by_title.get(edge["target"], edge["target"]),
+        }
+        for edge in relationships.iter_rows(named=True)
+    ]
+    edges = [edge for edge in edges if edge["source"] != edge["target"]]
+    degree = Counter(end for pair in {tuple(sorted((e["source"], e["target"]))) for e in edges} for end in pair)
+    for row in kept.values():
+        row["degree"] = degree[row["title"]]  # neighbours, each once
+    for edge in edges:
+        edge["combined_degree"] = degree[edge["source"]] + degree[edge["target"]]
+    return (
+        pl.DataFrame(list(kept.values()), schema=entities.schema),
+        pl.DataFrame(edges, schema=relationships.schema),
+    )
 
 
-def alias_groups(aliases: pd.DataFrame) -> dict[str, list[str]]:
+def alias_groups(aliases: pl.DataFrame) -> dict[str, list[str]]:
     groups: dict[str, list[str]] = defaultdict(list)
     for variant, canonical in canonical_of(aliases).items():
         groups[canonical].append(variant)

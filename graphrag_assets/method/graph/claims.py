@@ -5,13 +5,13 @@ from __future__ import annotations
 import asyncio
 import hashlib
 
-import pandas as pd
+import polars as pl
 
 from ..defaults import MAX_GLEANINGS
 from ..model_interface import ChatModel, InvalidReply
 from ..progress import Progress
 from ..prompts import DEFAULT_PROMPTS, PromptSet
-from ..schema import columns
+from ..schema import columns, frame
 from .extraction import ExtractionStats
 from .records import (
     COMPLETION_DELIMITER,
@@ -102,13 +102,13 @@ def claims_prompt(
 
 async def extract_claims(
     chat: ChatModel,
-    text_units: pd.DataFrame,
+    text_units: pl.DataFrame,
     entity_specs: tuple[str, ...],
     claim_description: str = DEFAULT_CLAIM_DESCRIPTION,
     max_gleanings: int = MAX_GLEANINGS,
     progress: Progress | None = None,
     prompts: PromptSet = DEFAULT_PROMPTS,
-) -> tuple[pd.DataFrame, ExtractionStats]:
+) -> tuple[pl.DataFrame, ExtractionStats]:
     continue_prompt = prompts["extract_claims_continue"].format(
         tuple_delimiter=TUPLE_DELIMITER, record_delimiter=RECORD_DELIMITER, completion_delimiter=COMPLETION_DELIMITER
     )
@@ -127,7 +127,7 @@ async def extract_claims(
             progress.advance(failed=replies is None)
         return unit_id, replies
 
-    results = await asyncio.gather(*(one(u.id, u.text) for u in text_units.itertuples(index=False)))
+    results = await asyncio.gather(*(one(u, text) for u, text in zip(text_units["id"], text_units["text"])))
     stats = ExtractionStats(units=len(results))
     rows = []
     for unit_id, replies in results:
@@ -137,14 +137,7 @@ async def extract_claims(
         claims, dropped = records_to_claims(unit_id, replies)
         stats.dropped_records += dropped
         rows.extend(claims)
-    covariates = pd.DataFrame(rows, columns=[c for c in COVARIATE_COLUMNS if c not in ("id", "human_readable_id")])
-    covariates.insert(
-        0,
-        "id",
-        [
-            hashlib.sha256(f"claim:{r.text_unit_id}:{i}:{r.subject_id}:{r.description}".encode()).hexdigest()[:32]
-            for i, r in enumerate(covariates.itertuples(index=False))
-        ],
-    )
-    covariates.insert(1, "human_readable_id", range(len(covariates)))
-    return covariates[COVARIATE_COLUMNS], stats
+    for i, row in enumerate(rows):
+        key = f"claim:{row['text_unit_id']}:{i}:{row['subject_id']}:{row['description']}"
+        row.update(id=hashlib.sha256(key.encode()).hexdigest()[:32], human_readable_id=i)
+    return frame("covariates", rows), stats

@@ -7,7 +7,7 @@ import hashlib
 from collections import Counter
 from dataclasses import dataclass, field
 
-import pandas as pd
+import polars as pl
 
 from ..defaults import MAX_GLEANINGS
 from ..model_interface import ChatModel
@@ -93,7 +93,25 @@ def records_to_graph(replies: list[str]) -> tuple[list[dict], list[dict], int]:
     return entities, relationships, dropped
 
 
-def merge_entities(per_unit: list[tuple[str, list[dict]]]) -> pd.DataFrame:
+_WORDS = pl.List(pl.String)
+# Entities and relationships merged from every text unit's records, with their descriptions still a list each.
+MERGED_ENTITY_SCHEMA = {
+    "title": pl.String,
+    "type": pl.String,
+    "descriptions": _WORDS,
+    "text_unit_ids": _WORDS,
+    "frequency": pl.Int32,
+}
+MERGED_RELATIONSHIP_SCHEMA = {
+    "source": pl.String,
+    "target": pl.String,
+    "descriptions": _WORDS,
+    "weight": pl.Float64,
+    "text_unit_ids": _WORDS,
+}
+
+
+def merge_entities(per_unit: list[tuple[str, list[dict]]]) -> pl.DataFrame:
     """Merge by exact title: descriptions become a list, type the most frequent one."""
     # Descriptions and text units are kept in dicts used as ordered sets: a list's `in` made an entity seen in
     # every text unit of a large corpus quadratic in them (50 MB of text: the entity step grew 49x for 10x).
@@ -106,7 +124,7 @@ def merge_entities(per_unit: list[tuple[str, list[dict]]]) -> pd.DataFrame:
             if entity["description"]:
                 row["descriptions"].setdefault(entity["description"])
             row["text_unit_ids"].setdefault(unit_id)
-    return pd.DataFrame(
+    return pl.DataFrame(
         [
             {
                 "title": title,
@@ -117,11 +135,11 @@ def merge_entities(per_unit: list[tuple[str, list[dict]]]) -> pd.DataFrame:
             }
             for title, row in merged.items()
         ],
-        columns=["title", "type", "descriptions", "text_unit_ids", "frequency"],
+        schema=MERGED_ENTITY_SCHEMA,
     )
 
 
-def merge_relationships(per_unit: list[tuple[str, list[dict]]]) -> pd.DataFrame:
+def merge_relationships(per_unit: list[tuple[str, list[dict]]]) -> pl.DataFrame:
     """Merge by (source, target): descriptions become a list, weight sums the strengths."""
     merged: dict[tuple[str, str], dict] = {}
     for unit_id, relationships in per_unit:
@@ -135,7 +153,7 @@ def merge_relationships(per_unit: list[tuple[str, list[dict]]]) -> pd.DataFrame:
             if rel["description"]:
                 row["descriptions"].setdefault(rel["description"])
             row["text_unit_ids"].setdefault(unit_id)
-    return pd.DataFrame(
+    return pl.DataFrame(
         [
             {
                 "source": s,
@@ -146,7 +164,7 @@ def merge_relationships(per_unit: list[tuple[str, list[dict]]]) -> pd.DataFrame:
             }
             for (s, t), row in merged.items()
         ],
-        columns=["source", "target", "descriptions", "weight", "text_unit_ids"],
+        schema=MERGED_RELATIONSHIP_SCHEMA,
     )
 
 
@@ -162,12 +180,12 @@ def extraction_prompt(text: str, entity_types: tuple[str, ...], prompts: PromptS
 
 async def extract_graph(
     chat: ChatModel,
-    text_units: pd.DataFrame,
+    text_units: pl.DataFrame,
     entity_types: tuple[str, ...] = DEFAULT_ENTITY_TYPES,
     max_gleanings: int = MAX_GLEANINGS,
     progress: Progress | None = None,
     prompts: PromptSet = DEFAULT_PROMPTS,
-) -> tuple[pd.DataFrame, pd.DataFrame, ExtractionStats]:
+) -> tuple[pl.DataFrame, pl.DataFrame, ExtractionStats]:
     """Extract and merge entities and relationships from every text unit, concurrently."""
     continue_prompt = prompts["extract_graph_continue"].format(
         tuple_delimiter=TUPLE_DELIMITER, record_delimiter=RECORD_DELIMITER, completion_delimiter=COMPLETION_DELIMITER
@@ -187,7 +205,7 @@ async def extract_graph(
             progress.advance(failed=replies is None)
         return unit_id, replies
 
-    results = await asyncio.gather(*(one(u.id, u.text) for u in text_units.itertuples(index=False)))
+    results = await asyncio.gather(*(one(u, text) for u, text in zip(text_units["id"], text_units["text"])))
     stats = ExtractionStats(units=len(results))
     entities_per_unit, relationships_per_unit = [], []
     for unit_id, replies in results:

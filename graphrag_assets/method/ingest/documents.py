@@ -16,11 +16,11 @@ from collections.abc import Iterable, Iterator, MutableMapping
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-import pandas as pd
+import polars as pl
 import pyarrow.parquet as pq
 
 from ..corpus_folder import is_document
-from ..schema import columns
+from ..schema import frame
 from .conversion import CONVERSION_VERSION, CONVERTED_SUFFIXES, MB, ConversionError, Limits, convert_file, headings
 
 TABULAR_SUFFIXES = (".csv", ".jsonl", ".json", ".parquet")  # a document per row (or object)
@@ -65,18 +65,18 @@ class TabularColumns:
     metadata: tuple[str, ...] = ()
 
 
+_CHUNKED = ("text_unit_ids",)  # known only once the documents are chunked
+
+
 @dataclass
 class CorpusReadResult:
-    documents: pd.DataFrame
+    documents: pl.DataFrame
     problems: list[Problem] = field(default_factory=list)
     files: dict[str, Counter] = field(default_factory=dict)  # by file type: files read and skipped, documents
 
     @property
     def files_read(self) -> int:
         return sum(counts["read"] for counts in self.files.values())
-
-
-DOCUMENT_COLUMNS = [c for c in columns("documents") if c != "text_unit_ids"]  # read before chunking
 
 
 def document_id(text: str) -> str:
@@ -243,7 +243,7 @@ def read_corpus(
     if not root.is_dir():
         raise FileNotFoundError(f"corpus folder {root} does not exist")
     resolved_root = root.resolve()
-    result = CorpusReadResult(pd.DataFrame(columns=DOCUMENT_COLUMNS))
+    result = CorpusReadResult(frame("documents", without=_CHUNKED))
     records: list[dict] = []
     seen: dict[str, str] = {}
     for path in sorted(_document_files(root)):
@@ -278,7 +278,7 @@ def read_corpus(
                     "outline": json.dumps(document["outline"]) if document.get("outline") else None,
                 }
             )
-    result.documents = pd.DataFrame(records, columns=DOCUMENT_COLUMNS)
+    result.documents = frame("documents", records, without=_CHUNKED)
     return result
 
 

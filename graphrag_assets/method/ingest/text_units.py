@@ -7,13 +7,11 @@ import hashlib
 import json
 from collections import Counter
 
-import pandas as pd
+import polars as pl
 
 from ..defaults import CHUNK_OVERLAP, CHUNK_SIZE
-from ..schema import columns
+from ..schema import frame
 from .tokens import DEFAULT_ENCODING, chunk_text
-
-TEXT_UNIT_COLUMNS = columns("base_text_units")
 
 
 def text_unit_id(source: str, text: str, occurrence: int) -> str:
@@ -28,17 +26,17 @@ def text_unit_id(source: str, text: str, occurrence: int) -> str:
 
 
 def chunk_documents(
-    documents: pd.DataFrame, size: int = CHUNK_SIZE, overlap: int = CHUNK_OVERLAP, encoding: str = DEFAULT_ENCODING
-) -> tuple[pd.DataFrame, pd.DataFrame]:
+    documents: pl.DataFrame, size: int = CHUNK_SIZE, overlap: int = CHUNK_OVERLAP, encoding: str = DEFAULT_ENCODING
+) -> tuple[pl.DataFrame, pl.DataFrame]:
     """Return (text_units, documents with a text_unit_ids column)."""
     rows = []
     ids_by_document: dict[str, list[str]] = {}
     occurrences: Counter[tuple[str, str]] = Counter()
-    for document in documents.itertuples(index=False):
-        ids = ids_by_document.setdefault(document.id, [])
-        source = f"{document.source_path}\x00{document.title}"  # several documents can share a CSV or JSONL file
-        where = Locator(getattr(document, "outline", None))
-        for chunk in chunk_text(document.text, size, overlap, encoding):
+    for document in documents.iter_rows(named=True):
+        ids = ids_by_document.setdefault(document["id"], [])
+        source = f"{document['source_path']}\x00{document['title']}"  # several documents can share a CSV or JSONL file
+        where = Locator(document.get("outline"))
+        for chunk in chunk_text(document["text"], size, overlap, encoding):
             occurrences[source, chunk.text] += 1
             unit_id = text_unit_id(source, chunk.text, occurrences[source, chunk.text])
             ids.append(unit_id)
@@ -47,14 +45,13 @@ def chunk_documents(
                     "id": unit_id,
                     "text": chunk.text,
                     "n_tokens": chunk.n_tokens,
-                    "document_id": document.id,
+                    "document_id": document["id"],
                     "chunk_index": chunk.index,
                     **where(chunk.start, chunk.end),
                 }
             )
-    documents = documents.copy()
-    documents["text_unit_ids"] = [ids_by_document.get(doc_id, []) for doc_id in documents["id"]]
-    return pd.DataFrame(rows, columns=TEXT_UNIT_COLUMNS), documents
+    unit_ids = pl.Series("text_unit_ids", [ids_by_document.get(doc_id, []) for doc_id in documents["id"]])
+    return frame("base_text_units", rows), documents.with_columns(unit_ids.cast(pl.List(pl.String)))
 
 
 class Locator:

@@ -14,7 +14,7 @@ import re
 from collections import Counter, defaultdict
 from itertools import combinations
 
-import pandas as pd
+import polars as pl
 
 from ..graph.extraction import merge_entities, merge_relationships
 from ..words import STOPWORDS, split_sentences
@@ -73,9 +73,9 @@ def _keywords(phrases_by_sentence: dict, sentences_by_unit: dict[str, list[str]]
     return chosen
 
 
-def extract_nlp_graph(text_units: pd.DataFrame, min_mentions: int = MIN_MENTIONS) -> tuple[pd.DataFrame, pd.DataFrame]:
+def extract_nlp_graph(text_units: pl.DataFrame, min_mentions: int = MIN_MENTIONS) -> tuple[pl.DataFrame, pl.DataFrame]:
     """Entities and relationships (merged across text units) from noun-phrase co-occurrence."""
-    sentences_by_unit = {unit.id: split_sentences(unit.text) for unit in text_units.itertuples(index=False)}
+    sentences_by_unit = dict(zip(text_units["id"], map(split_sentences, text_units["text"]), strict=True))
     found = {
         (unit_id, number): candidate_phrases(sentence)
         for unit_id, sentences in sentences_by_unit.items()
@@ -101,7 +101,7 @@ def extract_nlp_graph(text_units: pd.DataFrame, min_mentions: int = MIN_MENTIONS
 
 def _cooccurrence_graph(
     phrases_by_sentence: dict[tuple[str, int], list[str]], sentences_by_unit: dict[str, list[str]], keep: set[str]
-) -> tuple[pd.DataFrame, pd.DataFrame]:
+) -> tuple[pl.DataFrame, pl.DataFrame]:
     """Entities (the kept phrases, described by their first sentences) and relationships (two phrases in one
     sentence), merged across text units."""
     entities_per_unit: dict[str, list[dict]] = defaultdict(list)
@@ -123,8 +123,7 @@ def _cooccurrence_graph(
             )
     entities = merge_entities(list(entities_per_unit.items()))
     relationships = merge_relationships(list(relationships_per_unit.items()))
-    relationships["descriptions"] = relationships["descriptions"].map(lambda d: d[:MAX_DESCRIPTIONS])
-    return entities, relationships
+    return entities, relationships.with_columns(pl.col("descriptions").list.head(MAX_DESCRIPTIONS))
 
 
 # Nouns that name no concept: what a part-of-speech tagger calls a noun in "nothing", "the way", "a kind of".
@@ -168,12 +167,12 @@ def noun_phrases(sentence: str, particular_only: bool = False) -> list[str]:
 
 
 def extract_concept_graph(
-    text_units: pd.DataFrame, min_mentions: int = MIN_MENTIONS
-) -> tuple[pd.DataFrame, pd.DataFrame]:
+    text_units: pl.DataFrame, min_mentions: int = MIN_MENTIONS
+) -> tuple[pl.DataFrame, pl.DataFrame]:
     """The fast and lazy methods' graph: the noun phrases that name something particular (see noun_phrases), found
     by a part-of-speech chunker, common nouns too, not only names; related when they share a sentence. Phrases
     mentioned fewer than `min_mentions` times are left out."""
-    sentences_by_unit = {unit.id: split_sentences(unit.text) for unit in text_units.itertuples(index=False)}
+    sentences_by_unit = dict(zip(text_units["id"], map(split_sentences, text_units["text"]), strict=True))
     phrases_by_sentence = {
         (unit_id, number): [p.lower() for p in noun_phrases(sentence, particular_only=True)]
         for unit_id, sentences in sentences_by_unit.items()
@@ -185,25 +184,23 @@ def extract_concept_graph(
 
 
 def prune_concept_graph(
-    entities: pd.DataFrame,
-    relationships: pd.DataFrame,
+    entities: pl.DataFrame,
+    relationships: pl.DataFrame,
     units: int,
     max_unit_fraction: float,
     min_edge_weight: float,
-) -> tuple[pd.DataFrame, pd.DataFrame, dict]:
+) -> tuple[pl.DataFrame, pl.DataFrame, dict]:
     """The concept graph of a paid index (the fast and lazy methods): phrases in more than `max_unit_fraction` of
     the text units say nothing about where a topic is, and edges seen in fewer than `min_edge_weight` sentences
     are chance. (entities, relationships, what was pruned). A corpus of under 10 units keeps its ubiquitous
     phrases: there every phrase is in a large share of them."""
-    ubiquitous = entities["frequency"] > max_unit_fraction * units if units >= 10 else entities["frequency"] < 0
-    gone = set(entities.loc[ubiquitous, "title"])
-    kept_entities = entities[~ubiquitous].reset_index(drop=True)
-    touching = relationships["source"].isin(gone) | relationships["target"].isin(gone)
-    weak = relationships["weight"] < min_edge_weight
-    keep = ~touching & ~weak
+    too_common = max_unit_fraction * units if units >= 10 else float("inf")
+    gone = entities.filter(pl.col("frequency") > too_common)["title"]
+    touching = pl.col("source").is_in(gone.implode()) | pl.col("target").is_in(gone.implode())
+    weak = pl.col("weight") < min_edge_weight
     pruned = {
         "ubiquitous_phrases_pruned": len(gone),
         "ubiquitous_examples": ", ".join(sorted(gone)[:10]) or "none",
-        "weak_edges_pruned": int((weak & ~touching).sum()),
+        "weak_edges_pruned": relationships.filter(weak & ~touching).height,
     }
-    return kept_entities, relationships[keep].reset_index(drop=True), pruned
+    return entities.filter(pl.col("frequency") <= too_common), relationships.filter(~touching & ~weak), pruned
