@@ -15,7 +15,8 @@ from ..method.graph.aliases import canonical_of, resolve
 from ..method.schema import records
 from ..method.search.context import Index
 from ..store import vector_index
-from ..store.tables import latest_versions, read_table, read_tables, row_count, table_exists
+from ..store.schema import TABLES
+from ..store.tables import latest_versions, read_table, row_count, selected_rows, table_exists
 from .options import METHODS
 
 INDEX_TABLES = (
@@ -45,38 +46,43 @@ def load_index(conn: duckdb.DuckDBPyConnection, corpus: str, vector_index_dir: s
         )
     version = latest_versions(conn, corpus, ["text_embeddings"]).get("text_embeddings")
     approximate = vector_index.open_all(vector_index_dir, corpus, version) if vector_index_dir else {}
-    tables = read_tables(conn, [t for t in INDEX_TABLES if t != "text_embeddings"], corpus)
-    embeddings = read_table(
-        conn, "text_embeddings", corpus, where="NOT list_contains(?, kind)", params=[list(approximate)]
-    )
-    models = read_table(conn, "embedding_models", corpus) if row_count(conn, "embedding_models", corpus) else None
     links = read_table(conn, "entity_aliases", corpus) if row_count(conn, "entity_aliases", corpus) else None
-    entities, relationships = (
-        resolve(tables["entities"], tables["relationships"], links)
-        if links is not None
-        else (tables["entities"], tables["relationships"])
-    )
+    entities, relationships = read_table(conn, "entities", corpus), read_table(conn, "relationships", corpus)
+    if links is not None:
+        entities, relationships = resolve(entities, relationships, links)
+    models = read_table(conn, "embedding_models", corpus) if row_count(conn, "embedding_models", corpus) else None
     return Index(
         entities=_pandas(entities),
         relationships=_pandas(relationships),
-        covariates=_pandas(tables["covariates"]),
-        communities=_pandas(tables["communities"]),
-        reports=_pandas(tables["community_reports"]),
-        text_units=_pandas(tables["text_units"]),
-        documents=_pandas(tables["documents"]),
-        embeddings=embeddings.to_pandas(),
+        covariates=_pandas_table(conn, "covariates", corpus),
+        communities=_pandas_table(conn, "communities", corpus),
+        reports=_pandas_table(conn, "community_reports", corpus),
+        text_units=_pandas_table(conn, "text_units", corpus),
+        documents=_pandas_table(conn, "documents", corpus),
+        embeddings=read_table(
+            conn, "text_embeddings", corpus, where="NOT list_contains(?, kind)", params=[list(approximate)]
+        ),
         local_embedder=LocalEmbedder.from_row(next(records(models))) if models is not None else None,
         aliases=canonical_of(links) if links is not None else {},
         approximate=approximate,
     )
 
 
+# The query methods (method/search/) still read pandas frames, with lists (not arrays) in list columns. Their text
+# tables come from DuckDB as pandas directly: through polars and Arrow first, they took half as much memory again.
 def _pandas(df: pl.DataFrame) -> pd.DataFrame:
-    """The query methods still read pandas frames, with lists (not arrays) in list columns; vectors stay arrays."""
-    frame = df.to_pandas()
-    for name, kind in df.schema.items():
-        if isinstance(kind, pl.List):
-            frame[name] = frame[name].map(lambda v: list(v) if v is not None else [])
+    return _with_lists(df.to_pandas(), [name for name, kind in df.schema.items() if isinstance(kind, pl.List)])
+
+
+def _pandas_table(conn: duckdb.DuckDBPyConnection, table: str, corpus: str) -> pd.DataFrame:
+    lists = [name for name, kind in TABLES[table].items() if kind.endswith("[]")]
+    return _with_lists(selected_rows(conn, table, corpus).df(), lists)
+
+
+def _with_lists(frame: pd.DataFrame, columns: list[str]) -> pd.DataFrame:
+    for name in columns:
+        if name in frame:
+            frame[name] = frame[name].map(lambda v: list(v) if v is not None and hasattr(v, "__len__") else [])
     return frame
 
 

@@ -289,13 +289,17 @@ def in_transaction(conn: duckdb.DuckDBPyConnection, work: Callable[[], None]) ->
                 raise
 
 
+_INSERT_BATCH_ROWS = 2000  # DuckDB converts a registered frame's text at once: batches bound that copy
+
+
 def _insert(conn: duckdb.DuckDBPyConnection, table: str, corpus: str, df: pl.DataFrame) -> None:
     columns = ", ".join(f'"{c}"' for c in [*df.columns, "corpus"])
-    conn.register("_incoming", df.with_columns(corpus=pl.lit(corpus)))  # handed over as Arrow, not copied
-    try:
-        conn.execute(f'INSERT INTO "{table}" ({columns}) SELECT {columns} FROM _incoming')
-    finally:
-        conn.unregister("_incoming")
+    for batch in df.iter_slices(_INSERT_BATCH_ROWS):
+        conn.register("_incoming", batch.with_columns(corpus=pl.lit(corpus)))
+        try:
+            conn.execute(f'INSERT INTO "{table}" ({columns}) SELECT {columns} FROM _incoming')
+        finally:
+            conn.unregister("_incoming")
 
 
 def append_rows(conn: duckdb.DuckDBPyConnection, table: str, corpus: str, df: pl.DataFrame, view: str = "") -> int:
@@ -356,12 +360,19 @@ def read_table(
 ) -> pl.DataFrame:
     """The corpus's rows of a table (without the corpus column), those matching `where` if given; a clear error
     if the table was never materialized."""
+    return selected_rows(conn, table, corpus, where, params).pl()
+
+
+def selected_rows(
+    conn: duckdb.DuckDBPyConnection, table: str, corpus: str, where: str = "TRUE", params: list | None = None
+) -> duckdb.DuckDBPyConnection:
+    """The query read_table runs, its result still in DuckDB: for a reader that wants another kind of frame."""
     if not table_exists(conn, table):
         raise LookupError(f"table {table} does not exist yet: materialize it for corpus {corpus!r} first")
     return conn.execute(
         f'SELECT * EXCLUDE (corpus) FROM "{table}" WHERE corpus = ? AND ({where}) ORDER BY id',
         [corpus, *(params or [])],
-    ).pl()
+    )
 
 
 def read_tables(conn: duckdb.DuckDBPyConnection, tables, corpus: str) -> dict[str, pl.DataFrame]:

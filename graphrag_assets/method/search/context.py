@@ -7,6 +7,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 import pandas as pd
+import polars as pl
 
 from ..embeddings.text import LocalEmbedder
 from ..ingest.tokens import count_tokens
@@ -26,7 +27,7 @@ class Index:
     reports: pd.DataFrame
     text_units: pd.DataFrame
     documents: pd.DataFrame
-    embeddings: pd.DataFrame  # id, kind, embedding
+    embeddings: pl.DataFrame  # id, kind, embedding (FLOAT[]): polars, so vectors stay one buffer, not a list each
     local_embedder: LocalEmbedder | None = None
     # Accepted aliases, variant id -> canonical id: `entities` and `relationships` are the resolved graph, where an
     # alias group is one entity, and a variant found by vector search stands for its canonical entity.
@@ -72,10 +73,11 @@ class Index:
     def vectors(self, kind: str) -> tuple[list[str], np.ndarray]:
         if kind in self.approximate:
             return self.approximate[kind].all()
-        rows = self.embeddings[self.embeddings["kind"] == kind]
-        if rows.empty:
+        rows = self.embeddings.filter(pl.col("kind") == kind)
+        if rows.is_empty():
             return [], np.zeros((0, 1), dtype=np.float32)
-        return rows["id"].tolist(), np.stack(rows["embedding"].map(lambda v: np.asarray(v, dtype=np.float32)))
+        width = rows["embedding"].list.len().max()
+        return rows["id"].to_list(), rows["embedding"].list.to_array(width).to_numpy().astype(np.float32, copy=False)
 
     def close(self) -> None:
         """Release the HNSW indexes' files."""
