@@ -3,11 +3,12 @@
 import csv
 
 import numpy as np
+import polars as pl
 import pytest
 
 from graphrag_assets.method.embeddings.text import LocalEmbedder
 
-from .conftest import REPO, SAMPLE_CORPUS, materialization_metadata
+from .conftest import REPO, SAMPLE_CORPUS, materialization_metadata, stored
 
 
 def write_corpus(folder, kind: str) -> None:
@@ -50,21 +51,19 @@ def test_the_offline_embedding_model_is_stored_as_arrays_and_embeds_questions_th
     )
     assert columns["vocabulary"] == "VARCHAR[]" and columns["components"] == "FLOAT[][]"
     assert "BLOB" not in columns.values()
-    row = next(workspace.sql(f"SELECT * FROM embedding_models WHERE corpus = '{SAMPLE_CORPUS}'").itertuples())
-    model = LocalEmbedder.from_row(row)
-    assert model.dimensions == row.dimensions == 128
+    model = LocalEmbedder.from_table(stored(workspace, "embedding_models"))
+    assert model.dimensions == 128
+    again = LocalEmbedder.from_table(model.to_table())
+    assert again.vocabulary == model.vocabulary and np.array_equal(again.components, model.components)
     units = workspace.sql(
         f"SELECT u.text, e.embedding FROM text_units u JOIN text_embeddings e USING (id, corpus) "
         f"WHERE u.corpus = '{SAMPLE_CORPUS}' ORDER BY u.id LIMIT 5"
     )
-    stored = np.stack(units["embedding"].map(np.asarray))
-    assert np.allclose(model.embed(units["text"].tolist()), stored, atol=1e-5)
+    vectors = np.stack(units["embedding"].map(np.asarray))
+    assert np.allclose(model.embed(units["text"].tolist()), vectors, atol=1e-5)
 
 
 def test_an_old_pickled_model_is_refused_not_loaded():
-    class Row:
-        vocabulary = None
-        idf = components = stop_words = None
-
+    old = pl.DataFrame({"id": ["offline"], "vocabulary": [None], "model": [b"a pickle"]})
     with pytest.raises(ValueError, match="older version: materialize text_embeddings again"):
-        LocalEmbedder.from_row(Row())
+        LocalEmbedder.from_table(old)

@@ -12,7 +12,6 @@ import polars as pl
 
 from ..method.embeddings.text import LocalEmbedder
 from ..method.graph.aliases import canonical_of, resolve
-from ..method.schema import records
 from ..method.search.context import Index
 from ..store import vector_index
 from ..store.schema import TABLES
@@ -62,7 +61,7 @@ def load_index(conn: duckdb.DuckDBPyConnection, corpus: str, vector_index_dir: s
         embeddings=read_table(
             conn, "text_embeddings", corpus, where="NOT list_contains(?, kind)", params=[list(approximate)]
         ),
-        local_embedder=LocalEmbedder.from_row(next(records(models))) if models is not None else None,
+        local_embedder=LocalEmbedder.from_table(models) if models is not None else None,
         aliases=canonical_of(links) if links is not None else {},
         approximate=approximate,
     )

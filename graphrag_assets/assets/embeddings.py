@@ -169,7 +169,7 @@ def offline_embedder(context: dg.AssetExecutionContext, texts: list[str], config
 def keep_embedding_model(step: Step, local_model: LocalEmbedder | None, engine: str) -> None:
     """The fitted offline model is kept so that questions can be embedded in the same space; with an embedding model
     there is none, and an older offline one must not outlive its vectors."""
-    models = frame("embedding_models", [local_model.to_row()] if local_model is not None else [])
+    models = local_model.to_table() if local_model is not None else frame("embedding_models")
     with step.duckdb.get_connection() as conn:
         lineage = lineage_for(step.context, conn, "embedding_models", engine, upstream=[])
         write_table(conn, "embedding_models", step.corpus, models, lineage)

@@ -119,29 +119,34 @@ class LocalEmbedder:
         vectors = tfidf @ self.components.T if self.components is not None else tfidf.toarray()
         return _unit_rows(np.asarray(vectors)).astype(np.float32)
 
-    def to_row(self) -> dict:
-        return {
-            "id": "offline",
-            "dimensions": self.dimensions,
-            "vocabulary": list(self.vocabulary),
-            "idf": self.idf.tolist(),
-            "stop_words": self.stop_words,
-            "components": None if self.components is None else self.components.tolist(),
-        }
+    def to_table(self) -> pl.DataFrame:
+        """The model as the one row of the embedding_models table; its arrays go over whole, not a float at a time."""
+        components = None if self.components is None else pl.Series(self.components).cast(pl.List(pl.Float32))
+        row = {"id": "offline", "dimensions": self.dimensions, "vocabulary": list(self.vocabulary)}
+        table = frame("embedding_models", [row | {"stop_words": self.stop_words}])
+        return table.with_columns(
+            idf=pl.Series([self.idf], dtype=pl.List(pl.Float64)),
+            components=components.implode() if components is not None else pl.lit(None, pl.List(pl.List(pl.Float32))),
+        )
 
     @classmethod
-    def from_row(cls, row) -> LocalEmbedder:
-        vocabulary = getattr(row, "vocabulary", None)
+    def from_table(cls, models: pl.DataFrame) -> LocalEmbedder:
+        """The model from its stored row (from_table(to_table()) is the same model)."""
+        vocabulary = models["vocabulary"][0] if len(models) else None
         if vocabulary is None or len(vocabulary) == 0:
             raise ValueError(
                 "the stored offline embedding model is from an older version: materialize text_embeddings again"
             )
-        components = row.components if row.components is not None and len(row.components) else None
+        stored = models["components"]
+        components = None
+        if stored[0] is not None and len(stored[0]):
+            rows = stored.explode()
+            components = rows.list.to_array(rows.list.len().max()).to_numpy().astype(np.float32, copy=False)
         return cls(
-            tuple(vocabulary),
-            np.asarray(row.idf, dtype=np.float64),
-            None if components is None else np.stack([np.asarray(c, dtype=np.float32) for c in components]),
-            bool(row.stop_words),
+            tuple(vocabulary.to_list()),
+            models["idf"][0].to_numpy().astype(np.float64),
+            components,
+            bool(models["stop_words"][0]),
         )
 
 
