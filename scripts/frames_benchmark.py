@@ -14,21 +14,14 @@ import sys
 import tempfile
 from pathlib import Path
 
+from robustness_benchmark import OFFLINE_INDEX_CHILD
+
 REPO = Path(__file__).resolve().parents[1]
 SAMPLE = REPO / "data" / "a-christmas-carol"
 
-_INDEX_CHILD = """
-import json, resource, sys, time
-import dagster as dg
-from graphrag_assets.definitions import index_assets
-from graphrag_assets.resources import ChatModelResource, CorporaResource, DuckDBStoreResource, EmbeddingModelResource
-root = sys.argv[1]
-instance = dg.DagsterInstance.ephemeral()
-instance.add_dynamic_partitions("corpus", ["big"])
-cache = root + "/cache"
-resources = {"duckdb": DuckDBStoreResource(database=root + "/graphrag.duckdb", vector_index_dir=root + "/vectors"),
-             "corpora": CorporaResource(root=root + "/data"), "chat": ChatModelResource(cache_dir=cache),
-             "embeddings": EmbeddingModelResource(cache_dir=cache), "judge": ChatModelResource(cache_dir=cache)}
+_INDEX_CHILD = (
+    OFFLINE_INDEX_CHILD
+    + """
 steps = [k.to_user_string() for a in index_assets for k in a.keys if not k.to_user_string().endswith("export")]
 started = time.perf_counter()
 dg.materialize(index_assets, instance=instance, partition_key="big", resources=resources, selection=steps,
@@ -36,6 +29,7 @@ dg.materialize(index_assets, instance=instance, partition_key="big", resources=r
 print(json.dumps({"seconds": time.perf_counter() - started,
                   "peak_rss_mib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024}))
 """
+)
 
 _QUERY_CHILD = """
 import json, resource, sys, time

@@ -49,8 +49,9 @@ def _ingest(root: Path, corpus: str) -> dict:
     return json.loads(done.stdout.strip().splitlines()[-1])
 
 
-_GROWTH_CHILD = """
-import json, resource, sys
+# A child process's set-up for an offline index of corpus "big" under the folder given as its argument.
+OFFLINE_INDEX_CHILD = """
+import json, resource, sys, time
 import dagster as dg
 from graphrag_assets.definitions import index_assets
 from graphrag_assets.resources import ChatModelResource, CorporaResource, DuckDBStoreResource, EmbeddingModelResource
@@ -61,6 +62,11 @@ cache = root + "/cache"
 resources = {"duckdb": DuckDBStoreResource(database=root + "/graphrag.duckdb", vector_index_dir=root + "/vectors"),
              "corpora": CorporaResource(root=root + "/data"), "chat": ChatModelResource(cache_dir=cache),
              "embeddings": EmbeddingModelResource(cache_dir=cache), "judge": ChatModelResource(cache_dir=cache)}
+"""
+
+_GROWTH_CHILD = (
+    OFFLINE_INDEX_CHILD
+    + """
 keys = [k.to_user_string() for a in index_assets for k in a.keys]
 steps = [k for k in keys if not k.endswith("export") and k != "published_index"]
 quiet = {"loggers": {"console": {"config": {"log_level": "ERROR"}}}}
@@ -75,6 +81,7 @@ for record in instance.all_logs(result.run_id):
         seconds[event.step_key] = record.timestamp - started[event.step_key]
 print(json.dumps({"seconds": seconds, "peak_rss_mib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024}))
 """
+)
 
 
 def growth_benchmark(args) -> None:
