@@ -159,6 +159,11 @@ def _read(step: Step, table: str) -> pd.DataFrame:
     return step.read(table).to_pandas()
 
 
+def _preview(df: pd.DataFrame, columns: list[str], rows: int = 10) -> dg.MetadataValue:
+    """markdown_table of a pandas table: only the rows shown are converted."""
+    return markdown_table(pl.from_pandas(df[columns].head(rows)), columns, rows)
+
+
 def row_id(*parts: object) -> str:
     return hashlib.sha256("\n".join(map(str, parts)).encode()).hexdigest()[:24]
 
@@ -218,7 +223,7 @@ def loaded_questions(context: dg.AssetExecutionContext, duckdb: DuckDBStoreResou
             "questions_per_class": questions["question_class"].value_counts().sort_index().to_dict(),
             "questions_with_assertions": int((with_assertions > 0).sum()),
             "assertions": int(with_assertions.sum()),
-            "questions_table": markdown_table(pl.from_pandas(questions), ["id", "question_class", "question"], rows=25),
+            "questions_table": _preview(questions, ["id", "question_class", "question"], rows=25),
         },
     )
 
@@ -277,9 +282,7 @@ def generated_questions(
             "planned_model_calls": calls,
             "questions_per_class": questions["question_class"].value_counts().sort_index().to_dict(),
             "corpus_description": dg.MetadataValue.md(description or "_(not needed)_"),
-            "questions_table": markdown_table(
-                pl.from_pandas(questions), ["question_class", "persona", "task", "question"], rows=25
-            ),
+            "questions_table": _preview(questions, ["question_class", "persona", "task", "question"], rows=25),
         },
     )
 
@@ -423,7 +426,7 @@ def pairwise_judgements(
         metadata={
             "planned_model_calls": len(planned),
             "failed_judgements": failed,
-            "sample": markdown_table(pl.from_pandas(judgements), shown),
+            "sample": _preview(judgements, shown),
         },
     )
 
@@ -532,7 +535,7 @@ def assertion_scores(
             "planned_model_calls": len(planned),
             "failed_checks": failed,
             "mean_accuracy": dg.MetadataValue.md((per_condition * 100).round(1).to_markdown()),
-            "sample": markdown_table(pl.from_pandas(scores), shown),
+            "sample": _preview(scores, shown),
         },
     )
 

@@ -331,7 +331,8 @@ def relationship_endpoints_are_entities(
     as its tool wrote it (Microsoft GraphRAG's own test index has 84 such relationships): a warning, and the
     graph's steps leave those relationships out of the entity graph."""
     titles = set(entities["title"])
-    endpoints = relationships["source"].is_in(list(titles)) & relationships["target"].is_in(list(titles))
+    named = entities["title"].implode()
+    endpoints = relationships["source"].is_in(named) & relationships["target"].is_in(named)
     dangling = sorted({t for t in (*relationships["source"], *relationships["target"]) if t not in titles})
     return dg.AssetCheckResult(
         check_name="relationship_endpoints_are_entities",

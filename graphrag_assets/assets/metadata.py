@@ -19,9 +19,9 @@ from ..resources import (
 )
 
 
-def markdown(df: pl.DataFrame, floatfmt: str = "g") -> str:
+def markdown(df: pl.DataFrame) -> str:
     """A frame as a markdown table (what a person reads in the UI)."""
-    return tabulate(df.rows(), headers=df.columns, tablefmt="pipe", floatfmt=floatfmt)
+    return tabulate(df.rows(), headers=df.columns, tablefmt="pipe")
 
 
 def markdown_table(df: pl.DataFrame, columns: list[str], rows: int = 10) -> dg.MetadataValue:

@@ -19,7 +19,7 @@ from ..failures import step_failure
 from ..method.graphrag_import import GraphRAGOutputError
 from ..method.plan import IndexPlan
 from ..method.prompts import PromptSet
-from ..method.schema import polars_type
+from ..method.schema import typed_frame
 from ..models import Usage
 from ..resources import (
     ChatModelResource,
@@ -231,7 +231,7 @@ class Step:
     def publish_skipped(self, table: str, columns: list[str], engine: str, why: str) -> dg.MaterializeResult:
         """No rows, by the plan's decision, with the reason in the log and the metadata."""
         self.context.log.info(f"{table} left empty: {why}")
-        empty = pl.DataFrame(schema={name: polars_type(TABLES[table][name]) for name in columns})
+        empty = typed_frame({name: TABLES[table][name] for name in columns})
         return self.publish(table, empty, engine=engine, metadata={"skipped_because": why})
 
     def reuse_previous(self, asset: str, engine: str, settings: dg.Config | None) -> dg.MaterializeResult | None:
