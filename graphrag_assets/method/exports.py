@@ -12,7 +12,7 @@ import polars as pl
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from .schema import records
+from .schema import records, vector_matrix
 
 _IDS = pa.list_(pa.string())
 # A report's findings as GraphRAG stores them (DuckDB holds them as JSON text).
@@ -237,8 +237,7 @@ def lancedb_tables(text_embeddings: pl.DataFrame, folder: Path) -> dict[str, int
         rows = text_embeddings.filter(pl.col("kind") == kind)
         if rows.is_empty():
             continue
-        width = rows["embedding"].list.len().max()
-        vectors = rows["embedding"].list.to_array(width).to_numpy().astype("float32")
+        vectors = vector_matrix(rows["embedding"])
         empty_dates = pa.array([None] * len(rows), pa.string())
         table = pa.table(
             {

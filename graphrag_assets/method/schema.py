@@ -5,6 +5,7 @@ creates its tables from them: one declaration for both."""
 from collections import namedtuple
 from collections.abc import Iterable, Iterator
 
+import numpy as np
 import polars as pl
 
 OUTPUT_TABLES: dict[str, dict[str, str]] = {
@@ -190,3 +191,9 @@ def vector_column(vectors) -> pl.Series:
     if hasattr(vectors, "ndim"):
         return pl.Series("embedding", vectors).cast(pl.List(pl.Float32))
     return pl.Series("embedding", vectors, dtype=pl.List(pl.Float32))
+
+
+def vector_matrix(vectors: pl.Series) -> np.ndarray:
+    """A column of vectors of one length (FLOAT[] or DOUBLE[]) as one 2-D float32 array, the reverse of
+    vector_column; no Python float per number on the way."""
+    return vectors.list.to_array(vectors.list.len().max()).to_numpy().astype(np.float32, copy=False)

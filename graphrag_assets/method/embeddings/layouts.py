@@ -9,7 +9,7 @@ import numpy as np
 import polars as pl
 
 from ..compilation import cached_compilation
-from ..schema import frame
+from ..schema import frame, vector_matrix
 
 
 def umap_2d(vectors: np.ndarray, n_neighbors: int = 15, min_dist: float = 0.75, seed: int = 42) -> np.ndarray:
@@ -62,23 +62,18 @@ def layout_nodes(
     """One row per entity (with a node2vec vector) and per document; `kind` tells them apart."""
     rows = []
     if len(graph_embeddings):
-        xy = umap_2d(_matrix(graph_embeddings), **umap_options)
+        xy = umap_2d(vector_matrix(graph_embeddings["embedding"]).astype(np.float64), **umap_options)
         degree = dict(zip(entities["id"], entities["degree"], strict=True))
         for (entity, title), (x, y) in zip(graph_embeddings.select("id", "title").iter_rows(), xy):
             row = {"id": entity, "kind": "entity", "title": title, "x": x, "y": y}
             rows.append(row | {"community": top_community.get(entity, -1), "degree": degree[entity]})
     if len(document_embeddings):
-        xy = umap_2d(_matrix(document_embeddings), **umap_options)
+        xy = umap_2d(vector_matrix(document_embeddings["embedding"]).astype(np.float64), **umap_options)
         by_id = {row["id"]: row for row in documents.select("id", "title", "text_unit_ids").iter_rows(named=True)}
         for document, (x, y) in zip(document_embeddings["id"], xy):
             row = {"id": document, "kind": "document", "title": by_id[document]["title"], "x": x, "y": y}
             rows.append(row | {"community": -1, "degree": len(by_id[document]["text_unit_ids"])})
     return frame("layouts", rows)
-
-
-def _matrix(embeddings: pl.DataFrame) -> np.ndarray:
-    width = embeddings["embedding"].list.len().max()
-    return embeddings["embedding"].list.to_array(width).to_numpy()
 
 
 def community_labels(nodes: pl.DataFrame, names: int = 3) -> dict[int, str]:

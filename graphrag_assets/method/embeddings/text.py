@@ -19,7 +19,7 @@ import polars as pl
 
 from ..defaults import EMBEDDING_SEED
 from ..ingest.tokens import count_tokens
-from ..schema import frame
+from ..schema import frame, vector_matrix
 
 
 def embedding_inputs(entities: pl.DataFrame, text_units: pl.DataFrame, reports: pl.DataFrame) -> pl.DataFrame:
@@ -140,8 +140,7 @@ class LocalEmbedder:
         stored = models["components"]
         components = None
         if stored[0] is not None and len(stored[0]):
-            rows = stored.explode()
-            components = rows.list.to_array(rows.list.len().max()).to_numpy().astype(np.float32, copy=False)
+            components = vector_matrix(stored.explode())
         return cls(
             tuple(vocabulary.to_list()),
             models["idf"][0].to_numpy().astype(np.float64),
@@ -187,7 +186,7 @@ def document_embeddings(text_units: pl.DataFrame, unit_embeddings: pl.DataFrame)
     for (document_id,), units in present.sort("document_id", maintain_order=True).group_by(
         "document_id", maintain_order=True
     ):
-        matrix = np.asarray(units["embedding"].to_list(), dtype=np.float64)
+        matrix = vector_matrix(units["embedding"]).astype(np.float64)
         weights = units["n_tokens"].to_numpy().astype(np.float64)
         mean = (matrix * weights[:, None]).sum(axis=0) / weights.sum()
         rows.append({"id": document_id, "n_tokens": int(weights.sum()), "embedding": mean.astype(np.float32)})

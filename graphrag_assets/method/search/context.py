@@ -11,6 +11,7 @@ import polars as pl
 
 from ..embeddings.text import LocalEmbedder
 from ..ingest.tokens import count_tokens
+from ..schema import vector_matrix
 
 EXTRACTIVE_LABEL = "**Extractive answer (offline engine: no model wrote this; sentences are quoted from the index).**"
 NO_ANSWER = "I do not know: no relevant information was found in the index for this question."
@@ -76,8 +77,7 @@ class Index:
         rows = self.embeddings.filter(pl.col("kind") == kind)
         if rows.is_empty():
             return [], np.zeros((0, 1), dtype=np.float32)
-        width = rows["embedding"].list.len().max()
-        return rows["id"].to_list(), rows["embedding"].list.to_array(width).to_numpy().astype(np.float32, copy=False)
+        return rows["id"].to_list(), vector_matrix(rows["embedding"])
 
     def close(self) -> None:
         """Release the HNSW indexes' files."""
