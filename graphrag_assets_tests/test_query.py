@@ -8,11 +8,13 @@ import subprocess
 import sys
 
 import duckdb
+import polars as pl
 import pytest
 
 from graphrag_assets.answers.published import load_index
 from graphrag_assets.answers.sources import cited
 from graphrag_assets.method.ingest.tokens import count_tokens
+from graphrag_assets.method.schema import records
 from graphrag_assets.method.search.global_search import reduce_points, select_communities
 from graphrag_assets_tests.model_server import FakeOpenAIServer
 
@@ -287,16 +289,16 @@ def test_dynamic_selection_never_walks_into_a_carried_down_copy(offline_index):
     workspace = offline_index[0]
     with duckdb.connect(str(workspace.database), read_only=True) as conn:
         index = load_index(conn, SAMPLE_CORPUS)
-    communities = index.communities.set_index("community")
-    copies = communities[communities["carried_from"] >= 0]
-    carried_roots = sorted(set(copies["carried_from"]) & set(communities.index[communities["level"] == 0]))
+    copies = set(index.communities.filter(pl.col("carried_from") >= 0)["community"])
+    roots = set(index.communities.filter(pl.col("level") == 0)["community"])
+    carried_roots = sorted(set(index.communities.filter(pl.col("community").is_in(copies))["carried_from"]) & roots)
     assert carried_roots
-    reports = index.reports.set_index("community")
+    reports = {report.community: report for report in records(index.reports)}
     for root in carried_roots:
-        question = reports.loc[root, "title"] + ": " + reports.loc[root, "summary"]  # the root's own words
+        question = reports[root].title + ": " + reports[root].summary  # the root's own words
         selected, rated = asyncio.run(select_communities(None, None, index, question, max_level=1))
-        assert reports.loc[root, "id"] in selected
-        assert not set(rated) & set(copies.index) and not set(selected) & set(reports.loc[copies.index, "id"])
+        assert reports[root].id in selected
+        assert not set(rated) & copies and not set(selected) & {reports[c].id for c in copies}
 
 
 def test_a_cache_key_is_the_same_in_another_process():

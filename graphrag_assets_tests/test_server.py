@@ -98,6 +98,9 @@ def test_the_json_api_answers_every_method_with_sources_and_records_each_answer(
         assert "Cratchit" in local["answer"] and "<li>" in local["answer_html"]
         units = [s for s in local["sources"] if s["kind"] == "text_unit"]
         assert units and all(s["document"] == "a-christmas-carol.txt" and s["text"] for s in units)
+        document = client.get(f"/api/corpora/{SAMPLE_CORPUS}/documents/{units[0]['document_id']}").json()
+        assert document["title"] == "a-christmas-carol.txt" and units[0]["text"] in document["text"]
+        assert client.get(f"/api/corpora/{SAMPLE_CORPUS}/documents/no-such-id").status_code == 404
         assert {s["kind"] for s in answers["global"]["sources"]} >= {"report"}
         stored = client.get(f"/api/answers/{local['answer_id']}").json()  # still in the queue: found there
         assert stored["answer"] == local["answer"] and stored["sources"] == local["sources"]
@@ -327,6 +330,23 @@ def test_answers_wait_for_a_busy_store_and_survive_a_killed_server(store, tmp_pa
     with running_server(store, tmp_path) as (url, _):  # writes the queue when it starts
         assert httpx.get(f"{url}/health").json()["queued_answers"] == 0
     assert sorted(r[0] for r in rows(store, "SELECT id FROM query_answers WHERE asked_by = 'local'")) == sorted(ids)
+
+
+def test_a_document_is_read_from_the_store_and_a_busy_store_says_so(store):
+    """The index in memory keeps no document's whole text: the API reads it from the store, and while an index run
+    writes the store it answers 503 with Retry-After, as an answer that cannot be recorded does."""
+    service = service_for(store, store_wait_seconds=0.2)
+    with client_of(service) as client:
+        (document_id,) = rows(store, "SELECT id FROM documents")[0]
+        assert "Scrooge" in client.get(f"/api/corpora/{SAMPLE_CORPUS}/documents/{document_id}").json()["text"]
+        holder = hold_for_writing(store)
+        try:
+            busy = client.get(f"/api/corpora/{SAMPLE_CORPUS}/documents/{document_id}")
+        finally:
+            holder.kill()
+            holder.wait()
+    assert busy.status_code == 503 and busy.headers["retry-after"] == "2"
+    assert "busy" in busy.json()["error"]["message"]
 
 
 HOLD_FOR_WRITING = """

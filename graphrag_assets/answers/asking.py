@@ -91,7 +91,7 @@ def check(
         raise QuestionRefused(
             f"community level {level} does not exist: this corpus has levels {index.levels[0]}..{index.levels[-1]}"
         )
-    if METHODS[method].reads_reports and index.reports.empty:
+    if METHODS[method].reads_reports and index.reports.is_empty():
         able = ", ".join(
             m
             for m in CONVERSATIONAL

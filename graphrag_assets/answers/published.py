@@ -7,15 +7,12 @@ from dataclasses import dataclass, field
 from datetime import datetime
 
 import duckdb
-import pandas as pd
-import polars as pl
 
 from ..method.embeddings.text import LocalEmbedder
 from ..method.graph.aliases import canonical_of, resolve
 from ..method.search.context import Index
 from ..store import vector_index
-from ..store.schema import TABLES
-from ..store.tables import latest_versions, read_table, row_count, selected_rows, table_exists
+from ..store.tables import latest_versions, read_table, row_count, table_exists
 from .options import METHODS
 
 INDEX_TABLES = (
@@ -51,13 +48,13 @@ def load_index(conn: duckdb.DuckDBPyConnection, corpus: str, vector_index_dir: s
         entities, relationships = resolve(entities, relationships, links)
     models = read_table(conn, "embedding_models", corpus) if row_count(conn, "embedding_models", corpus) else None
     return Index(
-        entities=_pandas(entities),
-        relationships=_pandas(relationships),
-        covariates=_pandas_table(conn, "covariates", corpus),
-        communities=_pandas_table(conn, "communities", corpus),
-        reports=_pandas_table(conn, "community_reports", corpus),
-        text_units=_pandas_table(conn, "text_units", corpus),
-        documents=_pandas_table(conn, "documents", corpus),
+        entities=entities,
+        relationships=relationships,
+        covariates=read_table(conn, "covariates", corpus),
+        communities=read_table(conn, "communities", corpus),
+        reports=read_table(conn, "community_reports", corpus),
+        text_units=read_table(conn, "text_units", corpus),
+        documents=read_table(conn, "documents", corpus, without=("text",)),  # the text units hold it already
         embeddings=read_table(
             conn, "text_embeddings", corpus, where="NOT list_contains(?, kind)", params=[list(approximate)]
         ),
@@ -65,24 +62,6 @@ def load_index(conn: duckdb.DuckDBPyConnection, corpus: str, vector_index_dir: s
         aliases=canonical_of(links) if links is not None else {},
         approximate=approximate,
     )
-
-
-# The query methods (method/search/) still read pandas frames, with lists (not arrays) in list columns. Their text
-# tables come from DuckDB as pandas directly: through polars and Arrow first, they took half as much memory again.
-def _pandas(df: pl.DataFrame) -> pd.DataFrame:
-    return _with_lists(df.to_pandas(), [name for name, kind in df.schema.items() if isinstance(kind, pl.List)])
-
-
-def _pandas_table(conn: duckdb.DuckDBPyConnection, table: str, corpus: str) -> pd.DataFrame:
-    lists = [name for name, kind in TABLES[table].items() if kind.endswith("[]")]
-    return _with_lists(selected_rows(conn, table, corpus).df(), lists)
-
-
-def _with_lists(frame: pd.DataFrame, columns: list[str]) -> pd.DataFrame:
-    for name in columns:
-        if name in frame:
-            frame[name] = frame[name].map(lambda v: list(v) if v is not None and hasattr(v, "__len__") else [])
-    return frame
 
 
 @dataclass(frozen=True)

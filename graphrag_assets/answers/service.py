@@ -13,6 +13,7 @@ import dataclasses
 import json
 import logging
 import os
+import statistics
 import threading
 import time
 import uuid
@@ -23,8 +24,11 @@ from typing import TYPE_CHECKING
 
 import duckdb
 import numpy as np
+import polars as pl
+from tabulate import tabulate
 
 from .. import settings
+from ..method.schema import records
 from ..method.search.context import Index, embed_query
 from ..store.connection import connect
 from .asking import Answer, Question, QuestionRefused, answer, check, options_for
@@ -245,7 +249,7 @@ class AnswerService:
             loaded = self._loaded.get(corpus)
         if loaded is not None and row.get("sources"):
             sources = row["sources"] if isinstance(row["sources"], list) else json.loads(row["sources"])
-            row = {**row, "sources": whole(sources, loaded.index.text_units)}
+            row = {**row, "sources": whole(sources, loaded.index)}
         return corpus, row
 
     def entities(self, corpus: str, text: str, limit: int = 10) -> list[dict]:
@@ -263,38 +267,43 @@ class AnswerService:
                     await embedder.close()
             return index.nearest("entity", np.asarray(vector), limit)
 
-        entities = index.entities.set_index("id")
+        entities = index.rows("entities")
         found = []
         for entity_id, score in asyncio.run(nearest()):
             entity_id = index.aliases.get(entity_id, entity_id)
-            if entity_id not in entities.index or any(f["id"] == entity_id for f in found):
+            if entity_id not in entities or any(f["id"] == entity_id for f in found):
                 continue
-            entity = entities.loc[entity_id]
-            title = entity["title"]
-            links = index.relationships[
-                (index.relationships["source"] == title) | (index.relationships["target"] == title)
-            ]
+            entity = entities[entity_id]
+            links = index.relationships.filter(
+                (pl.col("source") == entity.title) | (pl.col("target") == entity.title)
+            ).sort("weight", descending=True, nulls_last=True, maintain_order=True)
             found.append(
                 {
                     "id": entity_id,
-                    "title": title.title(),
-                    "type": entity["type"],
-                    "description": entity["description"],
+                    "title": entity.title.title(),
+                    "type": entity.type,
+                    "description": entity.description,
                     "similarity": round(float(score), 4),
                     "relationships": [
                         {"source": r.source.title(), "target": r.target.title(), "description": r.description}
-                        for r in links.sort_values("weight", ascending=False).head(10).itertuples()
+                        for r in records(links.head(10))
                     ],
                 }
             )
         return found
 
     def document(self, corpus: str, document_id: str) -> dict:
-        documents = self.loaded(corpus).index.documents.set_index("id")
-        if document_id not in documents.index:
+        """A document's whole text, read from the store when asked (StoreBusy while an index run writes it): the
+        index in memory leaves it out, since its text units hold the same text and a corpus's documents whole
+        would double what a server keeps."""
+        self.loaded(corpus)
+        with self.store() as conn:
+            found = conn.execute(
+                "SELECT title, text FROM documents WHERE corpus = ? AND id = ?", [corpus, document_id]
+            ).fetchone()
+        if found is None:
             raise UnknownDocument(f"corpus {corpus!r} has no document {document_id!r}")
-        document = documents.loc[document_id]
-        return {"id": document_id, "title": document["title"], "text": document["text"]}
+        return {"id": document_id, "title": found[0], "text": found[1]}
 
     # -- recording ---------------------------------------------------------------------------------------------
     def flush(self, wait: float = 0.0) -> int:
@@ -356,7 +365,6 @@ def observe_in_dagster(answers: list[tuple[str, dict]], instance=None) -> None:
     one per corpus and method for each batch written, with its figures and questions, so that the asset's page
     shows them beside the launchpad's answers. `instance`: DAGSTER_HOME's."""
     import dagster as dg
-    import pandas as pd
 
     if instance is None:
         if not os.getenv("DAGSTER_HOME"):
@@ -367,22 +375,25 @@ def observe_in_dagster(answers: list[tuple[str, dict]], instance=None) -> None:
         if row["method"] in METHODS:
             batches.setdefault((corpus, row["method"]), []).append(row)
     for (corpus, method), rows in batches.items():
-        frame = pd.DataFrame(rows)
-        shown = frame.head(_OBSERVED_QUESTIONS)[["id", "asked_by", "question", "latency_seconds"]]
+        costs = [row["cost_usd"] for row in rows]
+        shown = [
+            (row["id"], row["asked_by"], row["question"][:200], row["latency_seconds"])
+            for row in rows[:_OBSERVED_QUESTIONS]
+        ]
         instance.report_runless_asset_event(
             dg.AssetObservation(
                 asset_key=METHODS[method].asset,
                 partition=corpus,
                 metadata={
-                    "answers": len(frame),
-                    "asked_by": ", ".join(sorted(set(frame["asked_by"].fillna("")))),
-                    "model_calls": int(frame["model_calls"].sum()),
-                    "prompt_tokens": int(frame["prompt_tokens"].sum()),
-                    "completion_tokens": int(frame["completion_tokens"].sum()),
-                    "cost_usd": float(frame["cost_usd"].sum()) if frame["cost_usd"].notna().all() else "unknown",
-                    "median_latency_seconds": round(float(frame["latency_seconds"].median()), 3),
+                    "answers": len(rows),
+                    "asked_by": ", ".join(sorted({row["asked_by"] or "" for row in rows})),
+                    "model_calls": sum(row["model_calls"] for row in rows),
+                    "prompt_tokens": sum(row["prompt_tokens"] for row in rows),
+                    "completion_tokens": sum(row["completion_tokens"] for row in rows),
+                    "cost_usd": float(sum(costs)) if not any(_missing(c) for c in costs) else "unknown",
+                    "median_latency_seconds": round(statistics.median(row["latency_seconds"] for row in rows), 3),
                     "questions": dg.MetadataValue.md(
-                        shown.assign(question=shown["question"].str.slice(0, 200)).to_markdown(index=False)
+                        tabulate(shown, headers=["id", "asked_by", "question", "latency_seconds"], tablefmt="pipe")
                     ),
                     "trace_sql": "SELECT * FROM answer_sources WHERE answer_id = '<id>'",
                 },

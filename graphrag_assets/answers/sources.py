@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import re
 
-import pandas as pd
+from tabulate import tabulate
 
 from ..method.search.context import Index, SearchResult
 
@@ -18,78 +18,73 @@ def cited(answer: str, kind: str) -> list[int]:
     return list(dict.fromkeys(int(n) for n in numbers))
 
 
-def cited_first(ids: list[str], numbers: pd.Series, answer: str, kind: str) -> list[str]:
+def cited_first(ids: list[str], numbers: dict[str, int], answer: str, kind: str) -> list[str]:
     """The context's records of a kind with every one the answer cites first, then the rest up to the limit."""
     wanted = set(cited(answer, kind))
-    known = [i for i in dict.fromkeys(ids) if i in numbers.index]  # a record the context read twice is one source
+    known = [i for i in dict.fromkeys(ids) if i in numbers]  # a record the context read twice is one source
     cited_ids = [i for i in known if numbers[i] in wanted]
     rest = [i for i in known if numbers[i] not in wanted][: max(0, _SOURCES_SHOWN - len(cited_ids))]
     return cited_ids + rest
+
+
+def _table(rows: list[tuple], headers: list[str]) -> str:
+    return tabulate(rows, headers=headers, tablefmt="pipe")
 
 
 def sources_markdown(index: Index, result: SearchResult) -> str:
     """What the answer was built from, each record with the number the answer cites it by."""
     parts = []
     if result.context.get("reports"):
-        numbers = index.citation_numbers("reports")
-        shown = cited_first(result.context["reports"], numbers, result.answer, "Reports")
-        rows = index.reports.set_index("id").loc[shown].rename(columns={"cited_as": "report"})
-        parts.append("**Community reports**\n\n" + rows[["report", "level", "title"]].to_markdown(index=False))
+        shown = cited_first(result.context["reports"], index.citation_numbers("reports"), result.answer, "Reports")
+        rows = [(r.cited_as, r.level, r.title) for r in index.rows_of("reports", shown)]
+        parts.append("**Community reports**\n\n" + _table(rows, ["report", "level", "title"]))
     if result.context.get("points"):
-        points = pd.DataFrame(result.context["points"])[["score", "description"]]
-        parts.append("**Scored points (map step)**\n\n" + points.head(15).to_markdown(index=False))
+        points = [(point["score"], point["description"]) for point in result.context["points"][:15]]
+        parts.append("**Scored points (map step)**\n\n" + _table(points, ["score", "description"]))
     if result.context.get("communities"):  # lazy search: where the walk found relevant text
         parts.append(
             "**Communities where relevant text was found**: " + ", ".join(map(str, result.context["communities"]))
         )
     if result.context.get("entities"):
-        titles = index.entities.set_index("id").loc[result.context["entities"], "title"]
-        parts.append("**Entities**: " + ", ".join(t.title() for t in titles.head(20)))
+        entities = index.rows_of("entities", result.context["entities"])
+        parts.append("**Entities**: " + ", ".join(e.title.title() for e in entities[:20]))
     if result.context.get("text_units"):
         numbers = index.citation_numbers("text_units")
         shown = cited_first(result.context["text_units"], numbers, result.answer, "Sources")
-        units = index.text_units.set_index("id").loc[shown]
-        titles = index.documents.set_index("id")["title"]
-        table = pd.DataFrame(
-            {
-                "source": numbers[units.index].to_numpy(),
-                "document": units["document_id"].map(titles).to_numpy(),
-                "where": units["location"].to_numpy() if "location" in units else None,
-                "chunk": units["chunk_index"].to_numpy(),
-                "text": units["text"].str.replace(r"\s+", " ", regex=True).str[:200].to_numpy(),
-            }
-        )
-        if table["where"].isna().all():  # plain text has no pages or headings to point at
-            table = table.drop(columns="where")
+        units = index.rows_of("text_units", shown)
+        titles = index.document_titles()
+        places = [unit.location for unit in units]
+        rows = [
+            (numbers[u.id], titles.get(u.document_id), place, u.chunk_index, re.sub(r"\s+", " ", u.text)[:200])
+            for u, place in zip(units, places)
+        ]
+        headers = ["source", "document", "where", "chunk", "text"]
+        if all(place is None for place in places):  # plain text has no pages or headings to point at
+            rows, headers = [row[:2] + row[3:] for row in rows], headers[:2] + headers[3:]
         parts.append(
-            "**Source text units** (an answer's `Sources (n)` is the row numbered n)\n\n"
-            + table.to_markdown(index=False)
+            "**Source text units** (an answer's `Sources (n)` is the row numbered n)\n\n" + _table(rows, headers)
         )
     return "\n\n".join(parts) or "_no sources: nothing relevant was found_"
 
 
 def _document_fields(index: Index, unit_ids: list[str]) -> list[dict]:
-    units = index.text_units.set_index("id").loc[unit_ids]
-    titles = index.documents.set_index("id")["title"]
+    titles = index.document_titles()
     numbers = index.citation_numbers("text_units")
-    fields = []
-    for unit_id, unit in units.iterrows():
-        pages = [int(p) for p in unit["pages"]] if "pages" in unit and len(unit["pages"]) else []
-        fields.append(
-            {
-                "kind": "text_unit",
-                "id": unit_id,
-                "number": int(numbers[unit_id]),
-                "title": titles.get(unit["document_id"], ""),
-                "text": unit["text"],
-                "document_id": unit["document_id"],
-                "document": titles.get(unit["document_id"], ""),
-                "location": unit.get("location") or None,
-                "pages": pages,
-                "chunk": int(unit["chunk_index"]),
-            }
-        )
-    return fields
+    return [
+        {
+            "kind": "text_unit",
+            "id": unit.id,
+            "number": numbers[unit.id],
+            "title": titles.get(unit.document_id, ""),
+            "text": unit.text,
+            "document_id": unit.document_id,
+            "document": titles.get(unit.document_id, ""),
+            "location": unit.location or None,
+            "pages": list(unit.pages or []),
+            "chunk": unit.chunk_index,
+        }
+        for unit in index.rows_of("text_units", unit_ids)
+    ]
 
 
 def source_list(index: Index, result: SearchResult) -> list[dict]:
@@ -99,46 +94,42 @@ def source_list(index: Index, result: SearchResult) -> list[dict]:
     context = result.context
     if context.get("reports"):
         numbers = index.citation_numbers("reports")
-        reports = index.reports.set_index("id")
-        for report_id in cited_first(context["reports"], numbers, result.answer, "Reports"):
-            report = reports.loc[report_id]
-            sources.append(
-                {
-                    "kind": "report",
-                    "id": report_id,
-                    "number": int(numbers[report_id]),
-                    "title": report["title"],
-                    "text": report["summary"],
-                    "level": int(report["level"]),
-                }
-            )
+        shown = cited_first(context["reports"], numbers, result.answer, "Reports")
+        sources += [
+            {
+                "kind": "report",
+                "id": report.id,
+                "number": numbers[report.id],
+                "title": report.title,
+                "text": report.summary,
+                "level": report.level,
+            }
+            for report in index.rows_of("reports", shown)
+        ]
     if context.get("entities"):
-        entities = index.entities.set_index("id")
-        for entity_id in [e for e in dict.fromkeys(context["entities"]) if e in entities.index][:_SOURCES_SHOWN]:
-            entity = entities.loc[entity_id]
-            sources.append(
-                {
-                    "kind": "entity",
-                    "id": entity_id,
-                    "number": int(entity["human_readable_id"]),
-                    "title": entity["title"].title(),
-                    "text": entity["description"],
-                }
-            )
+        entities = index.rows_of("entities", list(dict.fromkeys(context["entities"])))[:_SOURCES_SHOWN]
+        sources += [
+            {
+                "kind": "entity",
+                "id": entity.id,
+                "number": entity.human_readable_id,
+                "title": entity.title.title(),
+                "text": entity.description,
+            }
+            for entity in entities
+        ]
     if context.get("relationships"):
-        relationships = index.relationships.set_index("id")
-        shown = [r for r in dict.fromkeys(context["relationships"]) if r in relationships.index][:_SOURCES_SHOWN]
-        for relationship_id in shown:
-            relationship = relationships.loc[relationship_id]
-            sources.append(
-                {
-                    "kind": "relationship",
-                    "id": relationship_id,
-                    "number": int(relationship["human_readable_id"]),
-                    "title": f"{relationship['source'].title()} - {relationship['target'].title()}",
-                    "text": relationship["description"],
-                }
-            )
+        shown = index.rows_of("relationships", list(dict.fromkeys(context["relationships"])))[:_SOURCES_SHOWN]
+        sources += [
+            {
+                "kind": "relationship",
+                "id": relationship.id,
+                "number": relationship.human_readable_id,
+                "title": f"{relationship.source.title()} - {relationship.target.title()}",
+                "text": relationship.description,
+            }
+            for relationship in shown
+        ]
     if context.get("text_units"):
         numbers = index.citation_numbers("text_units")
         shown = cited_first(context["text_units"], numbers, result.answer, "Sources")
@@ -156,13 +147,13 @@ def excerpt(source: dict) -> dict:
     return {**source, "text": source["text"][:EXCERPT_CHARS], "excerpt": True}
 
 
-def whole(sources: list[dict], units: pd.DataFrame) -> list[dict]:
+def whole(sources: list[dict], index: Index) -> list[dict]:
     """Recorded sources with each passage's whole text again, from the corpus's text units (where it still has
     the passage)."""
-    texts = units.set_index("id")["text"]
+    texts = index.texts(s["id"] for s in sources if s.get("excerpt"))
     return [
         {k: v for k, v in s.items() if k != "excerpt"} | {"text": texts[s["id"]]}
-        if s.get("excerpt") and s["id"] in texts.index
+        if s.get("excerpt") and s["id"] in texts
         else s
         for s in sources
     ]

@@ -360,7 +360,7 @@ def evaluation_inputs(step: Step, conditions: list[str], embeddings_configured: 
 def answerable(context: dg.AssetExecutionContext, parsed: list[ev.Condition], index) -> tuple[list[str], list[str]]:
     """The conditions the index can answer, and those skipped: global search needs reports of its level, so a level
     the corpus lacks, or a lazy index (no reports), skips it."""
-    no_reports = index.reports.empty
+    no_reports = index.reports.is_empty()
     skipped = [c.name for c in parsed if c.level is not None and (no_reports or c.level not in index.levels)]
     if skipped:
         why = "a lazy index has no community reports" if no_reports else f"this corpus has levels {index.levels}"

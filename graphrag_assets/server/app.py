@@ -283,6 +283,8 @@ def answer_routes(service: AnswerService, settings: ServerSettings, asking, ask_
             return service.document(corpus, document_id)
         except (UnknownCorpus, UnknownDocument) as problem:
             raise ApiError(404, str(problem), "not_found_error") from None
+        except StoreBusy as problem:
+            raise ApiError(503, str(problem), "store_busy", {"Retry-After": "2"}) from None
 
     @router.get("/", include_in_schema=False)
     def page() -> HTMLResponse:

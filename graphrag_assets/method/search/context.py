@@ -3,15 +3,15 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 
 import numpy as np
-import pandas as pd
 import polars as pl
 
 from ..embeddings.text import LocalEmbedder
 from ..ingest.tokens import count_tokens
-from ..schema import vector_matrix
+from ..schema import records, vector_matrix
 
 EXTRACTIVE_LABEL = "**Extractive answer (offline engine: no model wrote this; sentences are quoted from the index).**"
 NO_ANSWER = "I do not know: no relevant information was found in the index for this question."
@@ -21,13 +21,13 @@ NO_ANSWER = "I do not know: no relevant information was found in the index for t
 class Index:
     """The tables of one indexed corpus that the query methods read."""
 
-    entities: pd.DataFrame
-    relationships: pd.DataFrame
-    covariates: pd.DataFrame
-    communities: pd.DataFrame
-    reports: pd.DataFrame
-    text_units: pd.DataFrame
-    documents: pd.DataFrame
+    entities: pl.DataFrame
+    relationships: pl.DataFrame
+    covariates: pl.DataFrame
+    communities: pl.DataFrame
+    reports: pl.DataFrame
+    text_units: pl.DataFrame
+    documents: pl.DataFrame
     embeddings: pl.DataFrame  # id, kind, embedding (FLOAT[]): polars, so vectors stay one buffer, not a list each
     local_embedder: LocalEmbedder | None = None
     # Accepted aliases, variant id -> canonical id: `entities` and `relationships` are the resolved graph, where an
@@ -40,36 +40,60 @@ class Index:
     def __post_init__(self) -> None:
         # A community carried down to a deeper level unsplit is a copy of the community Leiden made (or an imported
         # index holds): contexts and answers cite it by that community's number, one that exists in any export.
-        carried = self.communities.set_index("community")["carried_from"].to_dict() if len(self.communities) else {}
+        carried = dict(zip(self.communities["community"].to_list(), self.communities["carried_from"].to_list()))
 
         def original(number: int) -> int:
-            while carried.get(number, -1) is not None and carried.get(number, -1) >= 0:
-                number = int(carried[number])
+            while (parent := carried.get(number)) is not None and parent >= 0:
+                number = parent
             return number
 
-        self.reports = self.reports.assign(cited_as=[original(int(c)) for c in self.reports["community"]])
+        cited_as = [original(c) for c in self.reports["community"].to_list()]
+        self.reports = self.reports.with_columns(cited_as=pl.Series(cited_as, dtype=pl.Int64))
+        self._rows: dict[str, dict[str, tuple]] = {}
 
-    def citation_numbers(self, kind: str) -> pd.Series:
+    def rows(self, table: str) -> dict[str, tuple]:
+        """A small table's rows by id (named tuples: row.title), made once: the methods look them up one at a
+        time. Text units are never all made Python objects: see rows_of and texts."""
+        if table not in self._rows:
+            self._rows[table] = {row.id: row for row in records(getattr(self, table))}
+        return self._rows[table]
+
+    def rows_of(self, table: str, ids: Iterable[str]) -> list[tuple]:
+        """The rows of these ids, in their order; an id the table lacks is skipped."""
+        ids = list(ids)
+        found = {row.id: row for row in records(getattr(self, table).filter(pl.col("id").is_in(ids)))}
+        return [found[i] for i in ids if i in found]
+
+    def texts(self, ids: Iterable[str] | None = None) -> dict[str, str]:
+        """Text unit id -> its text, for these ids (all when None)."""
+        units = self.text_units if ids is None else self.text_units.filter(pl.col("id").is_in(list(ids)))
+        return dict(units.select("id", "text").iter_rows())
+
+    def document_titles(self) -> dict[str, str]:
+        """Document id -> its title."""
+        return {document: row.title for document, row in self.rows("documents").items()}
+
+    def citation_numbers(self, kind: str) -> dict[str, int]:
         """Record id -> the number answers cite it by: a report's original community, a text unit's position."""
         if kind == "reports":
-            return self.reports.set_index("id")["cited_as"]
-        return pd.Series(range(len(self.text_units)), index=self.text_units["id"])
+            return {report: row.cited_as for report, row in self.rows("reports").items()}
+        return {unit: number for number, unit in enumerate(self.text_units["id"].to_list())}
 
     def cite(self, kind: str, ids: list[str]) -> str:
         """Record ids as the context tables show them: report community numbers, text unit positions."""
         numbers = self.citation_numbers(kind)
-        return ", ".join(str(numbers[i]) for i in ids if i in numbers.index)
+        return ", ".join(str(numbers[i]) for i in ids if i in numbers)
 
     def report_text(self) -> dict[str, str]:
         """Report summaries and findings as plain sentences, for extractive answers."""
         return {
             r.id: " ".join([r.summary] + [f["explanation"] for f in json.loads(r.findings or "[]")])
-            for r in self.reports.itertuples(index=False)
+            for r in records(self.reports)
         }
 
     @property
     def levels(self) -> list[int]:
-        return sorted(int(level) for level in self.communities["level"].unique())
+        return sorted(self.communities["level"].unique().to_list())
 
     def vectors(self, kind: str) -> tuple[list[str], np.ndarray]:
         if kind in self.approximate:

@@ -8,6 +8,7 @@ import re
 from ..graph.records import check_answer_text, parse_json_reply
 from ..model_interface import ChatModel, Embedder, InvalidReply
 from ..prompts import user_message
+from ..schema import records
 from .context import (
     EXTRACTIVE_LABEL,
     NO_ANSWER,
@@ -50,9 +51,9 @@ async def drift_search(
 ) -> SearchResult:
     query = await embed_query(embedder, index, with_recent_turns(question, conversation))
     nearest_reports = [i for i, _ in index.nearest("community_report", query, settings.primer_reports)]
-    reports = index.reports.set_index("id").loc[nearest_reports]
+    reports = index.rows_of("reports", nearest_reports)
     primer_text, primer_ids, primer_tokens = pack(
-        [(i, csv_line(r.cited_as, r.title, r.full_content)) for i, r in reports.iterrows()],
+        [(r.id, csv_line(r.cited_as, r.title, r.full_content)) for r in reports],
         "id|title|content",
         settings.max_context_tokens,
     )
@@ -133,7 +134,7 @@ async def _follow_up_rounds(
 async def _primer(
     chat: ChatModel | None,
     index: Index,
-    reports,
+    reports: list[tuple],
     primer_ids: list[str],
     primer_text: str,
     question: str,
@@ -146,11 +147,11 @@ async def _primer(
         # Offline follow-ups are searches, not generated questions: the question plus each report's key entity,
         # shown under a heading of their own, since the search string is no question a person asked.
         headings = {
-            f"{question} {t.title()}": f"More on {t.title()}" for t in _key_entities(index, reports, primer_ids)
+            f"{question} {t.title()}": f"More on {t.title()}" for t in _key_entities(index, reports[: len(primer_ids)])
         }
         headings["primer"] = "From the nearest community reports"
         queue = [q for q in headings if q != "primer"][:follow_ups]
-        return " ".join(reports["summary"].head(2)), queue, headings
+        return " ".join(r.summary for r in reports[:2]), queue, headings
     data = await chat.complete(
         user_message(
             "drift_primer",
@@ -165,16 +166,15 @@ async def _primer(
     return (data["intermediate_answer"] if data is not None else None), _follow_ups(data, follow_ups), {}
 
 
-def _key_entities(index: Index, reports, primer_ids: list[str]) -> list[str]:
-    """Each primer report's best-connected entity, in the reports' order."""
-    entity_rows, communities = index.entities.set_index("id"), index.communities.set_index("community")
+def _key_entities(index: Index, reports: list[tuple]) -> list[str]:
+    """Each primer report's best-connected entity (the first of its community's members to have the highest
+    degree), in the reports' order."""
+    communities = {c.community: c for c in records(index.communities)}
     titles = []
-    for report_id in primer_ids:
-        members = [
-            e for e in communities.loc[reports.loc[report_id, "community"], "entity_ids"] if e in entity_rows.index
-        ]
+    for report in reports:
+        members = index.rows_of("entities", communities[report.community].entity_ids)
         if members:
-            titles.append(entity_rows.loc[members].sort_values("degree", ascending=False)["title"].iloc[0])
+            titles.append(max(members, key=lambda entity: entity.degree).title)
     return titles
 
 

@@ -11,10 +11,13 @@ from __future__ import annotations
 import asyncio
 import random
 
+import polars as pl
+
 from ..graph.records import check_answer_text, parse_json_reply
 from ..model_interface import ChatModel, Embedder, InvalidReply
 from ..offline.answers import BROAD_WORDS, best_sentences, clean_sentence, extractive_answer, terms, terms_in_order
 from ..prompts import load_prompt, user_message
+from ..schema import records
 from ..words import split_sentences
 from .context import (
     NO_ANSWER,
@@ -36,21 +39,21 @@ MAP_HEADERS = {"reports": "id|title|rank|content", "text_units": "id|text"}
 def report_records(
     index: Index, report_ids: list[str] | None = None, level: int | None = None
 ) -> list[tuple[str, str]]:
-    reports = index.reports[index.reports["status"] == "ok"]
+    reports = index.reports.filter(pl.col("status") == "ok")
     if report_ids is not None:
-        reports = reports[reports["id"].isin(report_ids)]
+        reports = reports.filter(pl.col("id").is_in(report_ids))
     if level is not None:
-        reports = reports[reports["level"] == level]
+        reports = reports.filter(pl.col("level") == level)
     return [
         (r.id, csv_line(r.cited_as, r.title, r.rank, r.full_content))
-        for r in reports.sort_values("community").itertuples(index=False)
+        for r in records(reports.sort("community", maintain_order=True))
     ]
 
 
 def unit_records(index: Index) -> list[tuple[str, str]]:
     return [
-        (u.id, csv_line(u.human_id, u.text))
-        for u in index.text_units.assign(human_id=range(len(index.text_units))).itertuples(index=False)
+        (unit, csv_line(number, text))
+        for number, (unit, text) in enumerate(index.text_units.select("id", "text").iter_rows())
     ]
 
 
@@ -192,7 +195,7 @@ def mentioned_entities(index: Index, question: str) -> set[str]:
     lowered = f" {' '.join(terms_in_order(question))} "
     return {
         row.id
-        for row in index.entities.itertuples(index=False)
+        for row in records(index.entities)
         if len(row.title) >= 3 and f" {' '.join(terms_in_order(row.title))} " in lowered
     }
 
@@ -207,13 +210,13 @@ def offline_relevance(
     communities, those with the highest rank. Similarity to the question's embedding counts in both.
     `named`: the question's entities, when the caller has found them already.
     """
-    reports = index.reports[index.reports["status"] == "ok"]
-    members = index.communities.set_index("community")["entity_ids"].map(set).to_dict()
+    reports = index.reports.filter(pl.col("status") == "ok")
+    members = {c.community: set(c.entity_ids) for c in records(index.communities)}
     named = mentioned_entities(index, question) if named is None else named
     broad = not named or bool(terms(question) & BROAD_WORDS)
     top_rank = max(float(reports["rank"].max() or 0.0), 1e-9) if len(reports) else 1.0
     relevance = {}
-    for report in reports.itertuples(index=False):
+    for report in records(reports):
         score = 0.4 * max(0.0, similarity.get(report.id, 0.0))
         if named:
             score += 0.6 * len(members.get(report.community, set()) & named) / len(named)
@@ -230,7 +233,7 @@ async def _extractive_map(embedder, index: Index, question: str, packed, kind: s
     ids, matrix = index.vectors("community_report" if kind == "reports" else "text_unit")
     similarity = dict(nearest(query, ids, matrix, len(ids)))
     if kind != "reports":
-        texts = index.text_units.set_index("id")["text"].to_dict()
+        texts = index.texts(i for _, window_ids, _ in packed for i in window_ids)
         points = []
         for record_id in (i for _, window_ids, _ in packed for i in window_ids):
             sentences = best_sentences(question, [(record_id, texts.get(record_id, ""))], limit=1)
@@ -241,19 +244,19 @@ async def _extractive_map(embedder, index: Index, question: str, packed, kind: s
         return points
     named_ids = mentioned_entities(index, question)
     relevance = offline_relevance(index, question, similarity, named_ids)
-    reports = index.reports.set_index("id")
+    reports = index.rows("reports")
     texts = index.report_text()
-    named = index.entities.set_index("id").loc[sorted(named_ids), "title"].tolist()
+    named = [entity.title for entity in index.rows_of("entities", sorted(named_ids))]
     wanted = " ".join([question, *named])
     points = []
     for record_id in (i for _, window_ids, _ in packed for i in window_ids):
-        report = reports.loc[record_id]
+        report = reports[record_id]
         sentences = [s for _, s, _ in best_sentences(wanted, [(record_id, texts.get(record_id, ""))], limit=2)]
         if not named or not sentences:
-            sentences = [clean_sentence(s) for s in split_sentences(report["summary"])[:2]]
+            sentences = [clean_sentence(s) for s in split_sentences(report.summary)[:2]]
         points.append(
             {
-                "description": f"**{report['title']}**: {' '.join(sentences)}",
+                "description": f"**{report.title}**: {' '.join(sentences)}",
                 "score": int(round(100 * relevance.get(record_id, 0.0))),
                 "source_ids": [record_id],
             }
@@ -270,8 +273,8 @@ async def select_communities(
     replaces its parent; carried-down copies repeat their parent's report and are never rated.
     Returns (selected report ids, the communities rated).
     """
-    reports = index.reports[index.reports["status"] == "ok"].set_index("community")
-    communities = index.communities.set_index("community")
+    reports = {r.community: r for r in records(index.reports.filter(pl.col("status") == "ok"))}
+    communities = {c.community: c for c in records(index.communities)}
     query = None if chat else await embed_query(embedder, index, question)
     ids, matrix = index.vectors("community_report")
     similarity = dict(nearest(query, ids, matrix, len(ids))) if query is not None else {}
@@ -280,15 +283,15 @@ async def select_communities(
 
     async def rate(number: int) -> int:
         if chat is None:
-            return int(5 * relevance.get(reports.loc[number, "id"], 0.0))
+            return int(5 * relevance.get(reports[number].id, 0.0))
         rating = await chat.complete(
-            [{"role": "user", "content": prompt.format(report=reports.loc[number, "full_content"], question=question)}],
+            [{"role": "user", "content": prompt.format(report=reports[number].full_content, question=question)}],
             parse=parse_rating,
             response_format={"type": "json_object"},
         )
         return rating or 0
 
-    frontier = [c for c in reports.index if communities.loc[c, "level"] == 0]
+    frontier = [c for c in reports if communities[c].level == 0]
     selected: set[int] = set()
     rated: list[int] = []
     while frontier:
@@ -296,16 +299,14 @@ async def select_communities(
         rated += frontier
         relevant = [c for c, r in zip(frontier, ratings) if r >= threshold]
         selected.update(relevant)
-        selected.difference_update(communities.loc[c, "parent"] for c in relevant)
+        selected.difference_update(communities[c].parent for c in relevant)
         frontier = [
             child
             for c in relevant
-            for child in communities.loc[c, "children"]
-            if child in reports.index
-            and communities.loc[child, "carried_from"] != c
-            and communities.loc[child, "level"] <= max_level
+            for child in communities[c].children
+            if child in reports and communities[child].carried_from != c and communities[child].level <= max_level
         ]
-    return [reports.loc[c, "id"] for c in sorted(selected)], [int(c) for c in rated]
+    return [reports[c].id for c in sorted(selected)], list(rated)
 
 
 async def global_search(
@@ -324,7 +325,7 @@ async def global_search(
         records = report_records(index, level=level)
     result = await map_reduce(chat, embedder, index, question, records, "reports", settings, conversation)
     if dynamic:
-        level_size = int((index.reports["level"] == level).sum())
+        level_size = index.reports.filter(pl.col("level") == level).height
         result.details.update(
             {
                 "reports_rated": len(rated),

@@ -25,6 +25,7 @@ from ..ingest.tokens import count_tokens, truncate_to_tokens
 from ..model_interface import ChatModel, Embedder, InvalidReply
 from ..offline.answers import best_sentences, extractive_answer, overlap_score, terms_in_order
 from ..prompts import user_message
+from ..schema import records
 from ..words import split_sentences
 from .context import NO_ANSWER, Index, SearchResult, csv_line, embed_query, pack, with_recent_turns
 from .settings import LazySearchSettings
@@ -125,9 +126,9 @@ def rank_units(index: Index, queries: list[np.ndarray]) -> list[str]:
 def community_tree(index: Index, ranked_units: list[str]) -> tuple[dict[int, Community], list[int]]:
     """Each community with its text units in rank order, and the communities of the top level."""
     position = {unit: i for i, unit in enumerate(ranked_units)}
-    units_of_entity = dict(zip(index.entities["id"], index.entities["text_unit_ids"]))
+    units_of_entity = dict(zip(index.entities["id"].to_list(), index.entities["text_unit_ids"].to_list()))
     tree = {}
-    for row in index.communities.itertuples(index=False):
+    for row in records(index.communities):
         units = sorted(
             {u for e in row.entity_ids for u in units_of_entity.get(e, ()) if u in position}, key=position.get
         )
@@ -221,7 +222,7 @@ async def lazy_search(
 ) -> SearchResult:
     s = settings
     number = index.citation_numbers("text_units")
-    unit_text = dict(zip(index.text_units["id"], index.text_units["text"]))
+    unit_text = index.texts()
     # A follow-up ("and what happens to him?") is split and ranked with the user's last turns, which name its subject.
     sub_questions = await _refine(chat, index, with_recent_turns(question, conversation), s.max_sub_questions)
     queries = [await embed_query(embedder, index, q) for q in sub_questions]
@@ -275,19 +276,24 @@ def _questions_block(question: str, sub_questions: list[str]) -> str:
     return question + "\nIn particular:\n" + "\n".join(f"- {q}" for q in sub_questions)
 
 
+def _by_degree(index: Index) -> list[str]:
+    """The entities' titles, best-connected first."""
+    return index.entities.sort("degree", descending=True, nulls_last=True, maintain_order=True)["title"].to_list()
+
+
 async def _refine(chat: ChatModel | None, index: Index, question: str, limit: int) -> list[str]:
     """Sub-questions, each followed by the concepts of the graph it names (which sharpen its ranking of units)."""
     if chat is None or limit < 2:
         sub_questions = [question]
     else:
-        concepts = ", ".join(index.entities.sort_values("degree", ascending=False)["title"].head(40))
+        concepts = ", ".join(_by_degree(index)[:40])
         sub_questions = await chat.complete(
             user_message("lazy_refine", question=question, concepts=concepts, limit=limit),
             parse=lambda reply: parse_sub_questions(reply, limit),
             **_PARAMS,
         ) or [question]
     # A concept is named when its words stand in the sub-question as words, in order ("Tiny Tim", not "Tim" in "time").
-    titles = index.entities.sort_values("degree", ascending=False)["title"].tolist()
+    titles = _by_degree(index)
     expanded = []
     for q in sub_questions:
         words = f" {' '.join(terms_in_order(q))} "

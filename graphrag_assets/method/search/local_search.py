@@ -8,13 +8,14 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-import pandas as pd
+import polars as pl
 
 from ..graph.records import check_answer_text
 from ..ingest.tokens import count_tokens
 from ..model_interface import ChatModel, Embedder
 from ..offline.answers import cited_sentences
 from ..prompts import user_message
+from ..schema import records
 from .context import Index, SearchResult, conversation_block, csv_line, embed_query, pack, with_recent_turns
 from .settings import BasicSearchSettings, LocalContextSettings, LocalSearchSettings
 
@@ -41,7 +42,7 @@ def build_local_context(
     then the entities, relationships and claims, then the text units they come from."""
     if community_prop + text_unit_prop > 1:
         raise ValueError("community_prop + text_unit_prop must not exceed 1")
-    entities = index.entities.set_index("id").loc[entity_ids]
+    entities = index.rows_of("entities", entity_ids)
     reports = _report_section(index, entity_ids, level, int(budget * community_prop))
     tables = _graph_sections(index, entities, int(budget * (1 - community_prop - text_unit_prop)))
     sources = _source_section(index, entities, tables[1][1], int(budget * text_unit_prop))
@@ -53,73 +54,66 @@ def build_local_context(
 
 def _report_section(index: Index, entity_ids: list[str], level: int, budget: int) -> Section:
     """Reports of the level's communities that hold the chosen entities, those holding more of them first."""
-    level_communities = index.communities[index.communities["level"] == level]
-    counts = {row.community: len(set(row.entity_ids) & set(entity_ids)) for row in level_communities.itertuples()}
-    reports = index.reports[
-        (index.reports["status"] == "ok") & index.reports["community"].isin([c for c, n in counts.items() if n])
-    ].copy()
-    reports["matches"] = reports["community"].map(counts)
-    reports = reports.sort_values(["matches", "rank", "community"], ascending=[False, False, True])
+    level_communities = index.communities.filter(pl.col("level") == level)
+    counts = {row.community: len(set(row.entity_ids) & set(entity_ids)) for row in records(level_communities)}
+    reports = index.reports.filter(
+        (pl.col("status") == "ok") & pl.col("community").is_in([c for c, n in counts.items() if n])
+    )
+    reports = reports.with_columns(matches=pl.col("community").replace_strict(counts, return_dtype=pl.Int64)).sort(
+        ["matches", "rank", "community"], descending=[True, True, False], nulls_last=True, maintain_order=True
+    )
     text, ids, _ = pack(
-        [(r.id, csv_line(r.cited_as, r.title, r.full_content)) for r in reports.itertuples()],
+        [(r.id, csv_line(r.cited_as, r.title, r.full_content)) for r in records(reports)],
         "-----Reports-----\nid|title|content",
         budget,
     )
     return text, ids
 
 
-def _graph_sections(index: Index, entities: pd.DataFrame, budget: int) -> tuple[Section, Section, Section]:
+def _graph_sections(index: Index, entities: list[tuple], budget: int) -> tuple[Section, Section, Section]:
     """The entities, then relationships among them and out of them (the strongest first), then claims about
     them, sharing one budget in that order."""
-    chosen = set(entities["title"])
+    chosen = list({row.title: None for row in entities})
     entity_text, entity_ids, used = pack(
-        [
-            (row.Index, csv_line(row.human_readable_id, row.title, row.description, row.degree))
-            for row in entities.itertuples()
-        ],
+        [(row.id, csv_line(row.human_readable_id, row.title, row.description, row.degree)) for row in entities],
         "-----Entities-----\nid|entity|description|degree",
         budget,
     )
     rels = index.relationships
-    in_network = rels[rels["source"].isin(chosen) & rels["target"].isin(chosen)]
-    out_network = rels[(rels["source"].isin(chosen) ^ rels["target"].isin(chosen))].sort_values(
-        ["combined_degree", "weight"], ascending=False
-    )
+    in_source, in_target = pl.col("source").is_in(chosen), pl.col("target").is_in(chosen)
+    strongest = {"descending": True, "nulls_last": True, "maintain_order": True}
+    in_network = rels.filter(in_source & in_target).sort("weight", **strongest)
+    out_network = rels.filter(in_source ^ in_target).sort(["combined_degree", "weight"], **strongest)
     rel_text, rel_ids, rel_used = pack(
         [
             (r.id, csv_line(r.human_readable_id, r.source, r.target, r.description, r.weight))
-            for r in list(in_network.sort_values("weight", ascending=False).itertuples())
-            + list(out_network.itertuples())
+            for r in [*records(in_network), *records(out_network)]
         ],
         "-----Relationships-----\nid|source|target|description|weight",
         budget - used,
     )
-    claims = index.covariates[index.covariates["subject_id"].isin(chosen)]
+    claims = index.covariates.filter(pl.col("subject_id").is_in(chosen))
     claim_text, claim_ids, _ = pack(
-        [
-            (c.id, csv_line(c.human_readable_id, c.subject_id, c.type, c.status, c.description))
-            for c in claims.itertuples()
-        ],
+        [(c.id, csv_line(c.human_readable_id, c.subject_id, c.type, c.status, c.description)) for c in records(claims)],
         "-----Claims-----\nid|subject|type|status|description",
         budget - used - rel_used,
     )
     return (entity_text, entity_ids), (rel_text, rel_ids), (claim_text, claim_ids)
 
 
-def _source_section(index: Index, entities: pd.DataFrame, relationship_ids: list[str], budget: int) -> Section:
+def _source_section(index: Index, entities: list[tuple], relationship_ids: list[str], budget: int) -> Section:
     """Text units of the chosen entities, nearest entity first, then those holding more of the relationships."""
-    rels = index.relationships
-    rel_units = {u for units in rels[rels["id"].isin(relationship_ids)]["text_unit_ids"] for u in units}
+    rel_units = {u for r in index.rows_of("relationships", relationship_ids) for u in r.text_unit_ids}
     ordered, seen = [], set()
-    for units in entities["text_unit_ids"]:
+    for units in (entity.text_unit_ids for entity in entities):
         for unit in sorted(units, key=lambda u: (u not in rel_units, u)):
             if unit not in seen:
                 seen.add(unit)
                 ordered.append(unit)
-    unit_text = index.text_units.set_index("id")["text"]
+    unit_text = index.texts(ordered)
     number = index.citation_numbers("text_units")
     text, ids, _ = pack(
-        [(u, csv_line(number[u], unit_text[u])) for u in ordered if u in unit_text.index],
+        [(u, csv_line(number[u], unit_text[u])) for u in ordered if u in unit_text],
         "-----Sources-----\nid|text",
         budget,
     )
@@ -137,9 +131,8 @@ async def local_context_for(embedder, index: Index, question: str, settings: Loc
 
 
 def extractive_local_answer(index: Index, question: str, context: LocalContext) -> str:
-    return cited_sentences(
-        index, question, "text_units", context.ids["text_units"], index.text_units.set_index("id")["text"].to_dict()
-    )
+    units = context.ids["text_units"]
+    return cited_sentences(index, question, "text_units", units, index.texts(units))
 
 
 async def local_search(
@@ -182,15 +175,15 @@ async def basic_search(
     """The paper's SS baseline: vector search over text units, packed into the budget."""
     asked = with_recent_turns(question, conversation)
     query = await embed_query(embedder, index, asked)
-    units = index.text_units.set_index("id")["text"]
-    number = index.citation_numbers("text_units")
     hits = index.nearest("text_unit", query, settings.top_k)
+    units = index.texts(u for u, _ in hits)
+    number = index.citation_numbers("text_units")
     text, packed, tokens = pack(
         [(u, csv_line(number[u], units[u])) for u, _ in hits], "-----Sources-----\nid|text", settings.max_context_tokens
     )
     context = {"text_units": packed, "scores": {u: round(s, 4) for u, s in hits if u in packed}}
     if chat is None:
-        answer = cited_sentences(index, asked, "text_units", packed, units.to_dict())
+        answer = cited_sentences(index, asked, "text_units", packed, units)
     else:
         answer = await chat.complete(
             user_message(

@@ -22,10 +22,10 @@ async def generate_questions(
     context = await local_context_for(embedder, index, "\n".join(previous_questions), settings)
     if chat is None:
         # Offline: questions from templates over the context's strongest relationships and entities.
-        rels = index.relationships.set_index("id").loc[context.ids["relationships"]]
-        questions = [f"How are {r.source.title()} and {r.target.title()} related?" for r in rels.itertuples()]
-        entities = index.entities.set_index("id").loc[context.ids["entities"], "title"]
-        questions += [f"What role does {t.title()} play?" for t in entities]
+        rels = index.rows_of("relationships", context.ids["relationships"])
+        questions = [f"How are {r.source.title()} and {r.target.title()} related?" for r in rels]
+        entities = index.rows_of("entities", context.ids["entities"])
+        questions += [f"What role does {e.title.title()} play?" for e in entities]
         questions = list(dict.fromkeys(questions))[:count]
         label = "**Template questions (offline engine: filled from the strongest relationships and entities).**"
     else:
