@@ -127,6 +127,13 @@ class DuckDBStoreResource(DuckDBResource):
         description="Where HNSW indexes of large corpora are kept (derived files, rebuilt when missing or stale).",
     )
 
+    memory_limit: str = Field(
+        "256MiB",
+        description="DuckDB's memory for an index run's work on the store; beyond it, DuckDB writes buffers to a "
+        "temporary folder beside the store rather than growing the step's process (publishing an index copies "
+        "every table in one transaction). A `memory_limit` in connection_config wins.",
+    )
+
     _stage: str | None = PrivateAttr(default=None)
 
     def setup_for_execution(self, context: dg.InitResourceContext) -> None:
@@ -151,7 +158,10 @@ class DuckDBStoreResource(DuckDBResource):
             fn=connect,
             retry_on=(duckdb.IOException,),
             args=(self.database,),
-            kwargs={"data_path": self.ducklake_data_path, "config": self.connection_config},
+            kwargs={
+                "data_path": self.ducklake_data_path,
+                "config": {"memory_limit": self.memory_limit, **self.connection_config},
+            },
             max_retries=10,
         )
         try:

@@ -8,6 +8,7 @@ import pandas as pd
 import pytest
 
 from graphrag_assets.automation.runs import failed_stages_sensor
+from graphrag_assets.resources import DuckDBStoreResource
 from graphrag_assets.store.tables import StageDropped, stage_name, use_stage
 from graphrag_assets_tests.model_server import FakeOpenAIServer, Faults
 
@@ -170,3 +171,16 @@ def test_a_failed_run_with_no_retry_to_follow_loses_its_stage_and_cannot_be_reex
     assert not list((tmp_path / "exports").rglob(f"*{stage}*"))
     with duckdb.connect(str(workspace.database)) as conn, pytest.raises(StageDropped, match="launch a new index run"):
         use_stage(conn, stage)
+
+
+def test_an_index_runs_store_bounds_duckdbs_memory_unless_the_connection_config_says_otherwise(tmp_path):
+    """Past the resource's memory_limit DuckDB writes its buffers to a temporary folder rather than growing the
+    step's process (publishing copies every table in one transaction); a memory_limit in connection_config wins."""
+    database = str(tmp_path / "graphrag.duckdb")
+    for store, limit in (
+        (DuckDBStoreResource(database=database), "256.0 MiB"),
+        (DuckDBStoreResource(database=database, memory_limit="64MiB"), "64.0 MiB"),
+        (DuckDBStoreResource(database=database, connection_config={"memory_limit": "1GiB"}), "1.0 GiB"),
+    ):
+        with store.get_connection() as conn:
+            assert conn.execute("SELECT current_setting('memory_limit')").fetchone()[0] == limit
