@@ -17,7 +17,7 @@ measured in the same run.
     .venv/bin/python scripts/benchmark.py tuning [--documents 30]
     .venv/bin/python scripts/benchmark.py serve [--questions 40] [--clients 16] [--latency 0.2]
     .venv/bin/python scripts/benchmark.py estimate
-    .venv/bin/python scripts/benchmark.py frames --against REVISION [--megabytes 5] [--repeats 2]
+    .venv/bin/python scripts/benchmark.py frames --against REVISION [--megabytes 50] [--repeats 2]
 
 models: the model-calling part of the index of the sample corpus (extraction, claims, reports) against
   the test model server, concurrent (the
@@ -381,7 +381,7 @@ def main() -> None:
     vectors.add_argument("--work", default=None, help="folder for the index file (default: the system's temp)")
     frames = commands.add_parser("frames", help="memory and time of an offline index and a query vs a commit")
     frames.add_argument("--against", required=True, help="the baseline commit")
-    frames.add_argument("--megabytes", type=float, default=5, help="size of the corpus (the sample book repeated)")
+    frames.add_argument("--megabytes", type=float, default=50, help="size of the corpus (the sample book repeated)")
     frames.add_argument("--repeats", type=int, default=2, help="runs of each tree; the best figures are shown")
     scale = commands.add_parser("scale", help="wall time and peak RSS per step as the corpus grows")
     scale.add_argument("--sizes", type=int, nargs="+", default=[250, 500, 1000], help="documents of ~5,000 tokens")
