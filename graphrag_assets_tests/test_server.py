@@ -15,6 +15,7 @@ import shutil
 import signal
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -350,6 +351,22 @@ def test_a_document_is_read_from_the_store_and_a_busy_store_says_so(store):
     assert "busy" in busy.json()["error"]["message"]
 
 
+def test_a_read_waits_while_the_servers_own_flush_holds_the_store(store):
+    """DuckDB opens a file with one configuration per process: while the server's flush writes answers (read-write),
+    a read of a document or a recorded answer (read-only) waits for it instead of failing (a CI run's chat page
+    showed no document once)."""
+    (document_id,) = rows(store, "SELECT id FROM documents")[0]
+    service = service_for(store)
+    service.refresh(wait=10)
+    writer = service._writer(wait=0)  # what a flush holds while it writes
+    closing = threading.Timer(0.5, writer.close)
+    closing.start()
+    try:
+        assert "Scrooge" in service.document(SAMPLE_CORPUS, document_id)["text"]
+    finally:
+        closing.join()
+
+
 HOLD_FOR_WRITING = """
 import duckdb, sys, time
 deadline = time.monotonic() + 120  # a hang guard: the server's refresh reads the store now and then
@@ -573,13 +590,13 @@ def test_answers_render_for_a_terminal_and_stay_plain_when_piped(store, tmp_path
 @pytest.mark.timeout(1500)  # a correctness test under load: on a busy shared machine the load takes its time
 def test_fifty_clients_ask_while_another_corpus_indexes_into_the_same_store(store, tmp_path):
     """50 clients asking, each until `graphrag-assets index` has written another corpus into the same DuckDB file
-    (and 10 questions at least): no error, every answer recorded, the index run green, and the new corpus
+    (and 4 questions at least): no error, every answer recorded, the index run green, and the new corpus
     answerable soon after it is published."""
     data = tmp_path / "data"
     split_sample(data / "second", 4)  # a quarter of the book: the clients ask for as long as it indexes
     for part in sorted((data / "second").iterdir())[1:]:
         part.unlink()
-    clients, least = 50, 10
+    clients, least = 50, 4
     with running_server(store, tmp_path, data=data) as (url, server):
         env = {k: v for k, v in os.environ.items() if not k.startswith("GRAPHRAG_API")}
         env |= {

@@ -133,8 +133,11 @@ class AnswerService:
             with self._store_lock:
                 try:
                     conn = connect(self.database, data_path=self.data_path, read_only=read_only)
-                except duckdb.IOException as problem:
-                    if "lock" not in str(problem).lower() and "no such file" not in str(problem).lower():
+                except (duckdb.IOException, duckdb.ConnectionException) as problem:
+                    # ConnectionException: this process's own flush holds the file read-write for a moment
+                    # (DuckDB opens one file with one configuration per process).
+                    transient = ("lock", "no such file", "different configuration")
+                    if not any(word in str(problem).lower() for word in transient):
                         raise
                     if time.monotonic() >= deadline:
                         raise StoreBusy(
