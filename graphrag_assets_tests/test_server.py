@@ -358,13 +358,22 @@ def test_a_read_waits_while_the_servers_own_flush_holds_the_store(store):
     (document_id,) = rows(store, "SELECT id FROM documents")[0]
     service = service_for(store)
     service.refresh(wait=10)
-    writer = service._writer(wait=0)  # what a flush holds while it writes
-    closing = threading.Timer(0.5, writer.close)
-    closing.start()
+    opened, release = threading.Event(), threading.Event()
+
+    def flushing() -> None:  # what a flush holds while it writes
+        with service.store(read_only=False):
+            opened.set()
+            release.wait(10)
+
+    writer = threading.Thread(target=flushing)
+    writer.start()
+    opened.wait(10)
+    threading.Timer(0.5, release.set).start()
     try:
         assert "Scrooge" in service.document(SAMPLE_CORPUS, document_id)["text"]
     finally:
-        closing.join()
+        release.set()
+        writer.join()
 
 
 HOLD_FOR_WRITING = """

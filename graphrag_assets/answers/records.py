@@ -12,7 +12,7 @@ import json
 import sqlite3
 import threading
 from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from contextlib import AbstractContextManager, contextmanager
 from datetime import datetime
 from pathlib import Path
 
@@ -70,20 +70,19 @@ class AnswerJournal:
             conn.executemany("DELETE FROM answers WHERE id = ?", [[i] for i in ids])
 
     def flush(
-        self, open_store: Callable[[], duckdb.DuckDBPyConnection], written: Callable[[list[tuple[str, dict]]], None]
+        self,
+        open_store: Callable[[], AbstractContextManager[duckdb.DuckDBPyConnection]],
+        written: Callable[[list[tuple[str, dict]]], None],
     ) -> int:
         """Write the queued answers to the store, then tell `written` (Dagster's observations) and forget them.
 
-        `open_store` gives a read-write connection or raises duckdb.IOException while another process holds the
-        file; the answers then stay queued. Returns how many were written."""
+        `open_store` gives a read-write connection as a context manager, or raises while another process holds
+        the file; the answers then stay queued. Returns how many were written."""
         queued = self.pending()
         if not queued:
             return 0
-        conn = open_store()
-        try:
+        with open_store() as conn:
             write_answers(conn, queued)
-        finally:
-            conn.close()
         written(queued)
         self.remove([row["id"] for _, row in queued])
         return len(queued)

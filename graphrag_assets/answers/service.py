@@ -127,17 +127,16 @@ class AnswerService:
     # -- the store, briefly ------------------------------------------------------------------------------------
     @contextmanager
     def store(self, read_only: bool = True, wait: float | None = None) -> Iterator[duckdb.DuckDBPyConnection]:
-        """A short connection; while another process writes the file, tried again for `wait` seconds."""
+        """A short connection; while another process writes the file, tried again for `wait` seconds. Every
+        connection of this process goes through here, one at a time: DuckDB opens a file with one configuration per
+        process, so a read-only one opened while the flush held the file read-write would fail."""
         deadline = time.monotonic() + (self.store_wait_seconds if wait is None else wait)
         while True:
             with self._store_lock:
                 try:
                     conn = connect(self.database, data_path=self.data_path, read_only=read_only)
-                except (duckdb.IOException, duckdb.ConnectionException) as problem:
-                    # ConnectionException: this process's own flush holds the file read-write for a moment
-                    # (DuckDB opens one file with one configuration per process).
-                    transient = ("lock", "no such file", "different configuration")
-                    if not any(word in str(problem).lower() for word in transient):
+                except duckdb.IOException as problem:
+                    if "lock" not in str(problem).lower() and "no such file" not in str(problem).lower():
                         raise
                     if time.monotonic() >= deadline:
                         raise StoreBusy(
@@ -312,20 +311,9 @@ class AnswerService:
     def flush(self, wait: float = 0.0) -> int:
         """Write queued answers to the store if it is free within `wait` seconds; how many were written."""
         try:
-            return self.journal.flush(lambda: self._writer(wait), self.observe)
+            return self.journal.flush(lambda: self.store(read_only=False, wait=wait), self.observe)
         except (StoreBusy, duckdb.IOException):
             return 0
-
-    def _writer(self, wait: float) -> duckdb.DuckDBPyConnection:
-        deadline = time.monotonic() + wait
-        while True:
-            with self._store_lock:
-                try:
-                    return connect(self.database, data_path=self.data_path)
-                except duckdb.IOException:
-                    if time.monotonic() >= deadline:
-                        raise
-            time.sleep(0.05)
 
     # -- in the background -------------------------------------------------------------------------------------
     def start(self, poll_seconds: float = 1.0) -> None:

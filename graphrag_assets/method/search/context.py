@@ -50,6 +50,7 @@ class Index:
         cited_as = [original(c) for c in self.reports["community"].to_list()]
         self.reports = self.reports.with_columns(cited_as=pl.Series(cited_as, dtype=pl.Int64))
         self._rows: dict[str, dict[str, tuple]] = {}
+        self._numbers: dict[str, dict[str, int]] = {}
 
     def rows(self, table: str) -> dict[str, tuple]:
         """A small table's rows by id (named tuples: row.title), made once: the methods look them up one at a
@@ -74,10 +75,14 @@ class Index:
         return {document: row.title for document, row in self.rows("documents").items()}
 
     def citation_numbers(self, kind: str) -> dict[str, int]:
-        """Record id -> the number answers cite it by: a report's original community, a text unit's position."""
-        if kind == "reports":
-            return {report: row.cited_as for report, row in self.rows("reports").items()}
-        return {unit: number for number, unit in enumerate(self.text_units["id"].to_list())}
+        """Record id -> the number answers cite it by: a report's original community, a text unit's position.
+        Made once per kind: an extractive answer cites each of its sentences."""
+        if kind not in self._numbers:
+            if kind == "reports":
+                self._numbers[kind] = {report: row.cited_as for report, row in self.rows("reports").items()}
+            else:
+                self._numbers[kind] = {unit: n for n, unit in enumerate(self.text_units["id"].to_list())}
+        return self._numbers[kind]
 
     def cite(self, kind: str, ids: list[str]) -> str:
         """Record ids as the context tables show them: report community numbers, text unit positions."""
