@@ -6,6 +6,7 @@ import shutil
 import dagster as dg
 import numpy as np
 import pandas as pd
+import polars as pl
 import pytest
 
 from graphrag_assets.automation.jobs import evaluation_assets, index_assets
@@ -44,9 +45,9 @@ def test_claim_clusters_are_the_ones_computed_by_hand():
     assert claim_clusters([], 0.5) == 0 and claim_clusters(["one claim"], 0.5) == 1
 
 
-def labels_table(wins_a: int, wins_b: int, ties: int) -> pd.DataFrame:
+def labels_table(wins_a: int, wins_b: int, ties: int) -> pl.DataFrame:
     winners = ["C0"] * wins_a + ["SS"] * wins_b + [None] * ties
-    return pd.DataFrame(
+    return pl.DataFrame(
         {
             "question_id": [f"q{i}" for i in range(len(winners))],
             "criterion": "comprehensiveness",
@@ -58,7 +59,7 @@ def labels_table(wins_a: int, wins_b: int, ties: int) -> pd.DataFrame:
 
 
 def test_win_rates_count_ties_half_and_the_sign_test_gives_the_known_p_value():
-    table = win_rate_table(labels_table(8, 2, 1)).set_index("row_condition")
+    table = win_rate_table(labels_table(8, 2, 1)).to_pandas().set_index("row_condition")
     assert table.loc["C0", "win_rate"] == pytest.approx(8.5 / 11) and table.loc["SS", "win_rate"] == pytest.approx(
         2.5 / 11
     )
@@ -70,7 +71,7 @@ def test_win_rates_count_ties_half_and_the_sign_test_gives_the_known_p_value():
 
 def test_the_majority_is_taken_over_both_orders_and_every_repeat():
     rows = [("C0", "SS", "C0"), ("SS", "C0", "C0"), ("C0", "SS", "SS"), ("SS", "C0", None)]
-    judgements = pd.DataFrame(
+    judgements = pl.DataFrame(
         [
             {
                 "question_id": "q",
@@ -82,8 +83,8 @@ def test_the_majority_is_taken_over_both_orders_and_every_repeat():
             for f, s, w in rows
         ]
     )
-    assert majority_labels(judgements)["winner"].tolist() == ["C0"]  # 2 wins to 1
-    assert majority_labels(judgements.iloc[1:])["winner"].tolist() == [None]  # 1 to 1: a tie
+    assert majority_labels(judgements)["winner"].to_list() == ["C0"]  # 2 wins to 1
+    assert majority_labels(judgements[1:])["winner"].to_list() == [None]  # 1 to 1: a tie
 
 
 def evaluate(workspace, chat, embeddings, config: dict, selection=None, raise_on_error=True):
@@ -183,7 +184,7 @@ def test_question_files_load_in_benchmarkqed_json_jsonl_and_csv_with_a_byte_orde
     table = tmp_path / "sheet.csv"
     table.write_text("question,notes\nWhat is Fezziwig's ball like?,from a spreadsheet\n", encoding="utf-8-sig")
 
-    questions = read_question_files([json_file, lines, table]).set_index("id")
+    questions = read_question_files([json_file, lines, table]).to_pandas().set_index("id")
     assert list(questions.index) == ["q-1", "q-2", "7", questions.index[3]] and len(questions.index[3]) == 24
     assert questions.loc["q-1", "question_class"] == "data_local"  # from the file's name, as BenchmarkQED names them
     assert questions.loc["7", "question_class"] == "activity_global"
@@ -220,8 +221,18 @@ def test_a_bad_question_file_is_one_error_naming_the_file_and_the_entry(tmp_path
     assert str(raised.value).startswith(f"{path}: ") and problem in str(raised.value)
 
 
+def test_a_csv_question_file_with_a_row_longer_than_its_header_is_refused_and_a_short_row_is_read(tmp_path):
+    path = tmp_path / "sheet.csv"
+    path.write_text('question,assertions\nWhy?\n"How, then?","[""It says how""]",extra\n')
+    with pytest.raises(QuestionFileError) as raised:
+        read_question_files([path])
+    assert str(raised.value) == f"{path}: row 2 has more fields than the header has columns"
+    path.write_text("question,assertions\nWhy?\n")
+    assert read_question_files([path]).select("question", "assertions").rows() == [("Why?", "[]")]
+
+
 def test_assertion_accuracy_is_weighted_by_score_and_its_interval_and_test_are_the_known_ones():
-    questions = pd.DataFrame(
+    questions = pl.DataFrame(
         {
             "id": [f"q{i}" for i in range(4)],
             "question": "?",
@@ -229,7 +240,7 @@ def test_assertion_accuracy_is_weighted_by_score_and_its_interval_and_test_are_t
             "assertions": json.dumps([{"statement": "a", "score": 3.0, "rank": 1}, {"statement": "b", "score": 1.0}]),
         }
     )
-    answers = pd.DataFrame(
+    answers = pl.DataFrame(
         [{"id": f"{c}{i}", "question_id": f"q{i}", "condition": c, "answer": "..."} for c in "AB" for i in range(4)]
     )
     # A supports both assertions of q0, q1 and q3 and only "a" of q2 (3 of 4 by weight); B supports only "b" of
@@ -243,13 +254,14 @@ def test_assertion_accuracy_is_weighted_by_score_and_its_interval_and_test_are_t
         if (check.answer_id, check.assertion, check.repeat) == ("A2", 1, 0):
             yes = True  # outvoted 2 to 1
         verdicts.append(None if (check.answer_id, check.repeat) == ("B1", 2) else {"supported": yes, "reasoning": ""})
-    scores = answer_scores(answers, questions, checks, verdicts).set_index("answer_id")
+    scored = answer_scores(answers, questions, checks, verdicts)
+    scores = scored.to_pandas().set_index("answer_id")
     assert scores["accuracy"].to_dict() == {
         "A0": 1.0, "A1": 1.0, "A2": 0.75, "A3": 1.0, "B0": 0.25, "B1": 0.0, "B2": 0.25, "B3": 0.0
     }  # fmt: skip
     assert json.loads(scores.loc["A2", "verdicts"])[1]["votes_supported"] == 1 and scores.loc["B1", "assertions"] == 2
 
-    table = accuracy_table(scores.reset_index()).set_index(["question_class", "condition"])
+    table = accuracy_table(scored).to_pandas().set_index(["question_class", "condition"])
     a = table.loc[("data_local", "A")]
     # 1, 1, 0.75, 1: mean 0.9375, sd 0.125, so 0.9375 -/+ t(0.975, 3) * 0.125 / 2 = 0.9375 -/+ 3.1824 * 0.0625
     assert a["accuracy"] == pytest.approx(0.9375) and a["ci_low"] == pytest.approx(0.9375 - 3.18245 * 0.0625, abs=1e-4)

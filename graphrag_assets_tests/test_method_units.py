@@ -7,7 +7,6 @@ from pathlib import Path
 
 import networkx as nx
 import numpy as np
-import pandas as pd
 import polars as pl
 import pytest
 
@@ -371,14 +370,14 @@ def test_a_tied_vote_on_an_assertion_counts_as_not_supported():
     from graphrag_assets.method.assertion_scoring import answer_scores, assertion_checks
 
     assertions = [{"statement": "Scrooge is mean", "score": 3}, {"statement": "Marley is dead", "score": 1}]
-    questions = pd.DataFrame(
+    questions = pl.DataFrame(
         [{"id": "q", "question": "Who?", "assertions": json.dumps(assertions), "question_class": "local"}]
     )
-    answers = pd.DataFrame([{"id": "a", "question_id": "q", "condition": "C0", "answer": "text"}])
+    answers = pl.DataFrame([{"id": "a", "question_id": "q", "condition": "C0", "answer": "text"}])
     checks = assertion_checks(answers, questions, repeats=2)
     votes = {(0, 0): True, (0, 1): False, (1, 0): True, (1, 1): True}  # (assertion, repeat): supported
     verdicts = [{"supported": votes[(c.assertion, c.repeat)], "reasoning": ""} for c in checks]
-    row = answer_scores(answers, questions, checks, verdicts).iloc[0]
+    row = answer_scores(answers, questions, checks, verdicts).row(0, named=True)
     tied, held = json.loads(row["verdicts"])
     assert (tied["supported"], tied["votes_supported"], tied["votes"]) == (False, 1, 2)
     assert held["supported"] is True

@@ -10,10 +10,10 @@ import asyncio
 import dataclasses
 import hashlib
 import json
+from collections import Counter
 from pathlib import Path
 
 import dagster as dg
-import pandas as pd
 import polars as pl
 from pydantic import Field
 
@@ -30,6 +30,7 @@ from ..method.question_files import (
     question_files,
     read_question_files,
 )
+from ..method.schema import seeded_sample
 from ..models import usage_scope
 from ..resources import (
     ChatModelResource,
@@ -40,7 +41,7 @@ from ..resources import (
 )
 from ..store.schema import TABLES
 from .common import MODEL_POOL, code_version, corpus_partitions
-from .metadata import markdown_table, png
+from .metadata import markdown, markdown_table, percent_table, png
 from .publishing import Step
 
 GROUP = "evaluation"
@@ -145,23 +146,17 @@ def judged(step: Step, model: ChatModelResource, planned: list, judge_all, what:
     return verdicts, usage, failed
 
 
-def answers_to_judge(step: Step, conditions: list[str]) -> tuple[pd.DataFrame, pd.DataFrame]:
+def answers_to_judge(step: Step, conditions: list[str]) -> tuple[pl.DataFrame, pl.DataFrame]:
     """The corpus's evaluation answers (of `conditions` only, when any are named) and its questions."""
-    answers, questions = _read(step, "evaluation_answers"), _read(step, "evaluation_questions")
+    answers, questions = step.read("evaluation_answers"), step.read("evaluation_questions")
     if conditions:
-        answers = answers[answers["condition"].isin(conditions)]
+        answers = answers.filter(pl.col("condition").is_in(conditions))
     return answers, questions
 
 
-def _read(step: Step, table: str) -> pd.DataFrame:
-    """The evaluation's statistics (win rates, accuracy, claim clusters: a few hundred rows) are written with pandas;
-    its tables are read and published as every step's are."""
-    return step.read(table).to_pandas()
-
-
-def _preview(df: pd.DataFrame, columns: list[str], rows: int = 10) -> dg.MetadataValue:
-    """markdown_table of a pandas table: only the rows shown are converted."""
-    return markdown_table(pl.from_pandas(df[columns].head(rows)), columns, rows)
+def per_class(questions: pl.DataFrame) -> dict[str, int]:
+    """How many questions of each class, classes in order of name."""
+    return dict(sorted(Counter(questions["question_class"]).items()))
 
 
 def row_id(*parts: object) -> str:
@@ -212,18 +207,18 @@ def loaded_questions(context: dg.AssetExecutionContext, duckdb: DuckDBStoreResou
     except QuestionFileError as error:
         raise step_failure(f"{error}; fix the file and launch again", retryable=False) from None
     context.log.info(f"{len(questions)} questions loaded from {', '.join(map(str, files))}: none generated")
-    questions = questions.assign(persona="", task="", corpus_description="")
-    with_assertions = questions["assertions"].map(lambda a: len(json.loads(a)))
+    questions = questions.with_columns(persona=pl.lit(""), task=pl.lit(""), corpus_description=pl.lit(""))
+    assertions = [len(json.loads(a)) for a in questions["assertions"]]
     return Step(context, duckdb).publish(
         "evaluation_questions",
-        pl.from_pandas(questions),
+        questions,
         engine="file",
         metadata={
             "loaded_from": [str(f) for f in files],
-            "questions_per_class": questions["question_class"].value_counts().sort_index().to_dict(),
-            "questions_with_assertions": int((with_assertions > 0).sum()),
-            "assertions": int(with_assertions.sum()),
-            "questions_table": _preview(questions, ["id", "question_class", "question"], rows=25),
+            "questions_per_class": per_class(questions),
+            "questions_with_assertions": sum(n > 0 for n in assertions),
+            "assertions": sum(assertions),
+            "questions_table": markdown_table(questions, ["id", "question_class", "question"], rows=25),
         },
     )
 
@@ -242,10 +237,12 @@ def generated_questions(
             f"unknown question classes {unknown}: use any of {', '.join(QUESTION_CLASSES)}", retryable=False
         )
     step = Step(context, duckdb)
-    reports = _read(step, "community_reports")
-    units = _read(step, "text_units")[["id", "text"]] if {"data_local", "data_global"} & set(classes) else None
-    root = reports[(reports["level"] == 0) & (reports["status"] == "ok")].sort_values("rank", ascending=False)
-    if any(c != "data_local" for c in classes) and root.empty and not config.corpus_description:
+    reports = step.read("community_reports")
+    units = step.read("text_units").select("id", "text") if {"data_local", "data_global"} & set(classes) else None
+    root = reports.filter((pl.col("level") == 0) & (pl.col("status") == "ok")).sort(
+        "rank", descending=True, nulls_last=True, maintain_order=True
+    )
+    if any(c != "data_local" for c in classes) and root.is_empty() and not config.corpus_description:
         raise step_failure(
             "the corpus has no community reports to describe it from (a lazy index writes none): set "
             "corpus_description in this asset's config, in a sentence or two",
@@ -253,7 +250,8 @@ def generated_questions(
         )
     sampled = []
     if units is not None:
-        sampled = list(units.sample(min(config.sampled_text_units, len(units)), random_state=config.seed).itertuples())
+        drawn = seeded_sample(units, min(config.sampled_text_units, len(units)), config.seed)
+        sampled = list(zip(drawn["id"], drawn["text"]))
     settings = ev.QuestionSettings(
         classes,
         **config.model_dump(
@@ -262,7 +260,7 @@ def generated_questions(
     )
     calls = settings.calls(len(sampled))
     plan(context, calls, config.max_model_calls, "evaluation_questions")
-    root_notes = list(root["summary"].head(30))
+    root_notes = root["summary"].head(30).to_list()
     (description, rows), usage = step.run_model(
         chat, lambda client: ev.generate_questions(client, settings, root_notes, sampled), batches=False
     )
@@ -275,28 +273,39 @@ def generated_questions(
     questions = question_table(rows, description)
     return step.publish(
         "evaluation_questions",
-        pl.from_pandas(questions),
+        questions,
         engine=chat.engine,
         paid=(chat, usage),
         metadata={
             "planned_model_calls": calls,
-            "questions_per_class": questions["question_class"].value_counts().sort_index().to_dict(),
+            "questions_per_class": per_class(questions),
             "corpus_description": dg.MetadataValue.md(description or "_(not needed)_"),
-            "questions_table": _preview(questions, ["question_class", "persona", "task", "question"], rows=25),
+            "questions_table": markdown_table(questions, ["question_class", "persona", "task", "question"], rows=25),
         },
     )
 
 
-def question_table(rows: list[dict], description: str | None) -> pd.DataFrame:
-    """The generated questions as evaluation_questions holds them, one row per distinct question."""
-    questions = (
-        pd.DataFrame(rows)
-        .reindex(columns=["persona", "task", "question", "question_class", "metadata"])
-        .fillna({"persona": "", "task": "", "metadata": "{}"})
-        .assign(corpus_description=description or "", assertions="[]", source="generated")
-    )
-    questions["id"] = [row_id(r.question_class, r.persona, r.task, r.question) for r in questions.itertuples()]
-    return questions.drop_duplicates("id")
+def question_table(rows: list[dict], description: str | None) -> pl.DataFrame:
+    """The generated questions as evaluation_questions holds them, one row per distinct question (the first)."""
+    questions = {}
+    for row in rows:
+        persona, task = row.get("persona") or "", row.get("task") or ""
+        question_id = row_id(row["question_class"], persona, task, row["question"])
+        questions.setdefault(
+            question_id,
+            {
+                "id": question_id,
+                "persona": persona,
+                "task": task,
+                "question": row["question"],
+                "question_class": row["question_class"],
+                "metadata": row.get("metadata") or "{}",
+                "corpus_description": description or "",
+                "assertions": "[]",
+                "source": "generated",
+            },
+        )
+    return pl.DataFrame(list(questions.values()))
 
 
 @dg.asset(
@@ -327,18 +336,20 @@ def evaluation_answers(
         on_failure=step.keep_spent,
     )
     index.close()
-    answers = pd.DataFrame(rows)
-    summary = answers.groupby("condition")[["context_tokens", "model_calls", "prompt_tokens"]].mean().round(0)
+    answers = pl.DataFrame(rows)
+    summary = answers.group_by("condition").agg(pl.col("context_tokens", "model_calls", "prompt_tokens").mean())
     return step.publish(
         "evaluation_answers",
-        pl.from_pandas(answers),
+        answers,
         engine=chat.engine,
         paid=(chat, chat_usage),
         metadata={
             "planned_model_calls": calls,  # at most: a map window with no relevant point skips the reduce
             "conditions": conditions,
             "skipped_conditions": skipped,
-            "mean_per_answer": dg.MetadataValue.md(summary.reset_index().to_markdown(index=False)),
+            "mean_per_answer": dg.MetadataValue.md(
+                markdown(summary.sort("condition").with_columns(pl.exclude("condition").round(0)))
+            ),
         },
     )
 
@@ -348,7 +359,7 @@ def evaluation_inputs(step: Step, conditions: list[str], embeddings_configured: 
     that cannot answer stops the step in one line."""
     try:
         parsed = [ev.Condition.parse(c) for c in dict.fromkeys(conditions)]
-        questions = _read(step, "evaluation_questions")
+        questions = step.read("evaluation_questions")
         with step.duckdb.get_connection() as conn:
             index = load_index(conn, step.corpus, step.duckdb.vector_index_dir)
         check_embeddings(index, embeddings_configured)
@@ -368,17 +379,23 @@ def answerable(context: dg.AssetExecutionContext, parsed: list[ev.Condition], in
     return [c.name for c in parsed if c.name not in skipped], skipped
 
 
-async def answer_rows(chat, embedder, index, questions: pd.DataFrame, conditions: list[str], config) -> list[dict]:
+async def answer_rows(chat, embedder, index, questions: pl.DataFrame, conditions: list[str], config) -> list[dict]:
     """Every question answered under every condition, concurrently, each with the chat usage it took."""
 
     async def one(question, condition):
         with usage_scope(chat) as used:  # chat calls only: embedding tokens are priced apart
             result = await ev.answer_under(
-                chat, embedder, index, condition, question.question, config.context_window_tokens, config.response_type
+                chat,
+                embedder,
+                index,
+                condition,
+                question["question"],
+                config.context_window_tokens,
+                config.response_type,
             )
         return {
-            "id": row_id(question.id, condition),
-            "question_id": question.id,
+            "id": row_id(question["id"], condition),
+            "question_id": question["id"],
             "condition": condition,
             "answer": result.answer,
             "context_tokens": result.context_tokens,
@@ -388,7 +405,7 @@ async def answer_rows(chat, embedder, index, questions: pd.DataFrame, conditions
             "completion_tokens": used.completion_tokens,
         }
 
-    return await asyncio.gather(*(one(q, c) for q in questions.itertuples() for c in conditions))
+    return await asyncio.gather(*(one(q, c) for q in questions.iter_rows(named=True) for c in conditions))
 
 
 @dg.asset(
@@ -420,20 +437,20 @@ def pairwise_judgements(
     shown = ["criterion", "first_condition", "second_condition", "winner_condition", "reasoning"]
     return step.publish(
         "pairwise_judgements",
-        pl.from_pandas(judgements),
+        judgements,
         engine=model.engine,
         paid=(model, usage),
         metadata={
             "planned_model_calls": len(planned),
             "failed_judgements": failed,
-            "sample": _preview(judgements, shown),
+            "sample": markdown_table(judgements, shown),
         },
     )
 
 
-def judgement_table(planned: list[ev.Comparison], verdicts: list[dict | None]) -> pd.DataFrame:
+def judgement_table(planned: list[ev.Comparison], verdicts: list[dict | None]) -> pl.DataFrame:
     """The pairwise_judgements rows: each comparison with its verdict (one that failed is left out)."""
-    return pd.DataFrame(
+    return pl.DataFrame(
         [
             {
                 "id": row_id(c.question_id, c.criterion, c.repeat, c.first[0], c.second[0]),
@@ -448,7 +465,9 @@ def judgement_table(planned: list[ev.Comparison], verdicts: list[dict | None]) -
             }
             for c, verdict in zip(planned, verdicts)
             if verdict is not None
-        ]
+        ],
+        schema=list(TABLES["pairwise_judgements"]),
+        infer_schema_length=None,
     )
 
 
@@ -463,37 +482,39 @@ def win_rates(context: dg.AssetExecutionContext, duckdb: DuckDBStoreResource) ->
     """Per criterion, how often the row condition beats the column condition (paper figure 4), with sign tests:
     over all questions (question_class "all") and per question class."""
     step = Step(context, duckdb)
-    judgements, questions = _read(step, "pairwise_judgements"), _read(step, "evaluation_questions")
-    labels = ev.majority_labels(judgements)
-    class_of = questions.set_index("id")["question_class"]
-    labels["question_class"] = labels["question_id"].map(class_of).fillna(UNCLASSIFIED)
-    classes = sorted(labels["question_class"].unique())
-    table = pd.concat(
-        [ev.win_rate_table(labels).assign(question_class=scoring.ALL_CLASSES)]
-        + [ev.win_rate_table(labels[labels["question_class"] == c]).assign(question_class=c) for c in classes],
-        ignore_index=True,
+    judgements, questions = step.read("pairwise_judgements"), step.read("evaluation_questions")
+    class_of = dict(zip(questions["id"], questions["question_class"]))
+    labels = ev.majority_labels(judgements).with_columns(
+        question_class=pl.col("question_id").replace_strict(class_of, default=UNCLASSIFIED, return_dtype=pl.String)
     )
-    overall = table[table["question_class"] == scoring.ALL_CLASSES]
+    classes = sorted(labels["question_class"].unique())
+    table = pl.concat(
+        [ev.win_rate_table(labels).with_columns(question_class=pl.lit(scoring.ALL_CLASSES))]
+        + [
+            ev.win_rate_table(labels.filter(pl.col("question_class") == c)).with_columns(question_class=pl.lit(c))
+            for c in classes
+        ]
+    )
+    overall = table.filter(pl.col("question_class") == scoring.ALL_CLASSES)
     metadata = {}
     for criterion in sorted(overall["criterion"].unique()):
-        rows = overall[overall["criterion"] == criterion]
-        matrix = rows.pivot(index="row_condition", columns="column_condition", values="win_rate") * 100
+        rows = overall.filter(pl.col("criterion") == criterion)
         metadata[f"{criterion}_heatmap"] = png(ev.heatmap(overall, criterion), criterion)
+        tests = rows.filter(pl.col("row_condition") < pl.col("column_condition")).select(
+            "row_condition", "column_condition", "wins", "losses", "ties", "p_value", "p_adjusted"
+        )
         metadata[f"{criterion}_win_rates"] = dg.MetadataValue.md(
-            matrix.round(0).to_markdown()
+            percent_table(rows, ["row_condition"], "column_condition", "win_rate")
             + "\n\nRow beats column, % of questions (ties half). Sign test p (adjusted):\n\n"
-            + rows[rows["row_condition"] < rows["column_condition"]][
-                ["row_condition", "column_condition", "wins", "losses", "ties", "p_value", "p_adjusted"]
-            ].to_markdown(index=False, floatfmt=".4f")
+            + markdown(tests, floatfmt=".4f")
         )
     if len(classes) > 1:
-        by_class = table[table["question_class"] != scoring.ALL_CLASSES].pivot_table(
-            index=["question_class", "row_condition"], columns=["criterion"], values="win_rate", aggfunc="mean"
-        )
+        by_class = table.filter(pl.col("question_class") != scoring.ALL_CLASSES)
         metadata["mean_win_rate_per_class"] = dg.MetadataValue.md(
-            (by_class * 100).round(0).to_markdown() + "\n\nMean % of questions the condition wins, per class."
+            percent_table(by_class, ["question_class", "row_condition"], "criterion", "win_rate")
+            + "\n\nMean % of questions the condition wins, per class."
         )
-    return step.publish("win_rates", pl.from_pandas(table), engine="scipy", metadata=metadata)
+    return step.publish("win_rates", table, engine="scipy", metadata=metadata)
 
 
 @dg.asset(
@@ -524,18 +545,17 @@ def assertion_scores(
         return step.publish_skipped("assertion_scores", list(TABLES["assertion_scores"]), "none", NO_ASSERTIONS)
     verdicts, usage, failed = judged(step, model, planned, scoring.check_all, "assertion checks", config)
     scores = scoring.answer_scores(answers, questions, planned, verdicts)
-    per_condition = scores.groupby(["question_class", "condition"])["accuracy"].mean().unstack("question_class")
     shown = ["condition", "question_class", "assertions_supported", "assertions", "accuracy"]
     return step.publish(
         "assertion_scores",
-        pl.from_pandas(scores),
+        scores,
         engine=model.engine,
         paid=(model, usage),
         metadata={
             "planned_model_calls": len(planned),
             "failed_checks": failed,
-            "mean_accuracy": dg.MetadataValue.md((per_condition * 100).round(1).to_markdown()),
-            "sample": _preview(scores, shown),
+            "mean_accuracy": dg.MetadataValue.md(percent_table(scores, ["condition"], "question_class", "accuracy", 1)),
+            "sample": markdown_table(scores, shown),
         },
     )
 
@@ -551,24 +571,23 @@ def assertion_accuracy(context: dg.AssetExecutionContext, duckdb: DuckDBStoreRes
     """Per question class and condition, the mean assertion accuracy with a 95% interval, and a paired test
     against the class's best condition; a chart per class."""
     step = Step(context, duckdb)
-    scores = _read(step, "assertion_scores")
-    if scores["accuracy"].notna().sum() == 0:
+    scores = step.read("assertion_scores")
+    if scores["accuracy"].drop_nulls().drop_nans().is_empty():
         why = "no answer was scored against assertions (see assertion_scores)"
         return step.publish_skipped("assertion_accuracy", list(TABLES["assertion_accuracy"]), "none", why)
     table = scoring.accuracy_table(scores)
     metadata = {}
-    for question_class in table["question_class"].unique():
-        rows = table[table["question_class"] == question_class]
+    for question_class in table["question_class"].unique(maintain_order=True):
+        rows = table.filter(pl.col("question_class") == question_class)
         metadata[f"{question_class}_chart"] = png(
             scoring.accuracy_chart(table, question_class, ev.condition_order), question_class
         )
+        shown = rows.select("condition", "questions", "accuracy", "ci_low", "ci_high", "p_vs_best", "p_adjusted")
         metadata[f"{question_class}_accuracy"] = dg.MetadataValue.md(
-            rows[["condition", "questions", "accuracy", "ci_low", "ci_high", "p_vs_best", "p_adjusted"]].to_markdown(
-                index=False, floatfmt=".3f"
-            )
-            + f"\n\nWilcoxon signed-rank test against the best condition, {rows['best_condition'].iloc[0]}."
+            markdown(shown, floatfmt=".3f")
+            + f"\n\nWilcoxon signed-rank test against the best condition, {rows['best_condition'][0]}."
         )
-    return step.publish("assertion_accuracy", pl.from_pandas(table), engine="scipy", metadata=metadata)
+    return step.publish("assertion_accuracy", table, engine="scipy", metadata=metadata)
 
 
 @dg.asset(
@@ -585,22 +604,25 @@ def claim_metrics(
     """The paper's claim-based metrics: claims per answer (comprehensiveness) and clusters of them (diversity)."""
     require_model(chat)
     step = Step(context, duckdb)
-    answers, judgements = _read(step, "evaluation_answers"), _read(step, "pairwise_judgements")
+    answers, judgements = step.read("evaluation_answers"), step.read("pairwise_judgements")
     plan(context, len(answers), config.max_model_calls, "claim_metrics")
-    found, usage = step.run_model(chat, lambda client: ev.claims_of_answers(client, answers["answer"]), batches=False)
+    found, usage = step.run_model(
+        chat, lambda client: ev.claims_of_answers(client, answers["answer"].to_list()), batches=False
+    )
     step.fail_if_too_many_failed("claim extractions", sum(f is None for f in found), len(found), (chat, usage), 0.05)
     table = ev.claim_table(answers, found, config.thresholds)
-    clusters = pd.DataFrame([json.loads(c) for c in table["clusters"]], index=table.index).add_prefix("clusters at ")
-    per_condition = pd.concat([table[["condition", "claim_count"]], clusters], axis=1).groupby("condition").mean()
+    clusters = pl.DataFrame([json.loads(c) for c in table["clusters"]]).select(pl.all().name.prefix("clusters at "))
+    counts = pl.concat([table.select("condition", "claim_count"), clusters], how="horizontal")
+    per_condition = counts.group_by("condition").mean().sort("condition").with_columns(pl.exclude("condition").round(2))
     agreed = ev.claim_agreement(table, judgements, config.thresholds)
     return step.publish(
         "claim_metrics",
-        pl.from_pandas(table),
+        table,
         engine=chat.engine,
         paid=(chat, usage),
         metadata={
             "planned_model_calls": len(answers),
-            "mean_per_answer": dg.MetadataValue.md(per_condition.round(2).to_markdown()),
-            "agreement_with_judges": dg.MetadataValue.md(agreed.to_markdown(index=False, floatfmt=".2f")),
+            "mean_per_answer": dg.MetadataValue.md(markdown(per_condition)),
+            "agreement_with_judges": dg.MetadataValue.md(markdown(agreed, floatfmt=".2f")),
         },
     )

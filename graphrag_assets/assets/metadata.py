@@ -19,9 +19,20 @@ from ..resources import (
 )
 
 
-def markdown(df: pl.DataFrame) -> str:
+def markdown(df: pl.DataFrame, floatfmt: str = "g") -> str:
     """A frame as a markdown table (what a person reads in the UI)."""
-    return tabulate(df.rows(), headers=df.columns, tablefmt="pipe")
+    return tabulate(df.rows(), headers=df.columns, tablefmt="pipe", floatfmt=floatfmt)
+
+
+def percent_table(df: pl.DataFrame, index: list[str], on: str, values: str, decimals: int = 0) -> str:
+    """The mean of `values` per `index` (rows) and `on` (columns), as a rounded percentage: a markdown table."""
+    table = (
+        df.group_by(*index, on)
+        .agg(pl.col(values).mean())
+        .pivot(on=on, index=index, values=values, sort_columns=True)
+        .sort(index)
+    )
+    return markdown(table.with_columns((pl.exclude(index) * 100).round(decimals)))
 
 
 def markdown_table(df: pl.DataFrame, columns: list[str], rows: int = 10) -> dg.MetadataValue:

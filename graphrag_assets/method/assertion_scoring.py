@@ -13,7 +13,7 @@ import json
 from dataclasses import dataclass
 
 import numpy as np
-import pandas as pd
+import polars as pl
 
 from .graph.records import parse_json_reply
 from .model_interface import ChatModel, InvalidReply
@@ -42,17 +42,17 @@ def parse_assertion_verdict(reply: str) -> dict:
     return {"supported": supported, "reasoning": str(data.get("reasoning") or "")}
 
 
-def assertion_checks(answers: pd.DataFrame, questions: pd.DataFrame, repeats: int) -> list[AssertionCheck]:
+def assertion_checks(answers: pl.DataFrame, questions: pl.DataFrame, repeats: int) -> list[AssertionCheck]:
     """Every assertion of every answered question, against each answer to it, `repeats` times."""
-    by_id = questions.set_index("id")
+    by_id = {question["id"]: question for question in questions.iter_rows(named=True)}
     planned = []
-    for answer in answers.sort_values("id").itertuples(index=False):
-        question = by_id.loc[answer.question_id]
+    for answer in answers.sort("id").iter_rows(named=True):
+        question = by_id[answer["question_id"]]
         for place, assertion in enumerate(json.loads(question["assertions"] or "[]")):
             for repeat in range(repeats):
                 planned.append(
                     AssertionCheck(
-                        answer.id, question["question"], answer.answer, place, assertion["statement"], repeat
+                        answer["id"], question["question"], answer["answer"], place, assertion["statement"], repeat
                     )
                 )
     return planned
@@ -74,24 +74,24 @@ async def check_assertion(chat: ChatModel, check: AssertionCheck) -> dict | None
 
 
 def answer_scores(
-    answers: pd.DataFrame, questions: pd.DataFrame, checks: list[AssertionCheck], verdicts: list[dict | None]
-) -> pd.DataFrame:
+    answers: pl.DataFrame, questions: pl.DataFrame, checks: list[AssertionCheck], verdicts: list[dict | None]
+) -> pl.DataFrame:
     """One row per answer with assertions: each assertion's majority verdict (ties and unanswered checks: not
     supported, counted as unscored when no repeat came back), and the answer's weighted accuracy."""
     votes: dict[tuple[str, int], list[dict]] = {}
     for check, verdict in zip(checks, verdicts):
         if verdict is not None:
             votes.setdefault((check.answer_id, check.assertion), []).append(verdict)
-    by_id = questions.set_index("id")
+    by_id = {question["id"]: question for question in questions.iter_rows(named=True)}
     rows = []
-    for answer in answers.sort_values("id").itertuples(index=False):
-        question = by_id.loc[answer.question_id]
+    for answer in answers.sort("id").iter_rows(named=True):
+        question = by_id[answer["question_id"]]
         assertions = json.loads(question["assertions"] or "[]")
         if not assertions:
             continue
         verdicts_of_answer, weight, supported_weight = [], 0.0, 0.0
         for place, assertion in enumerate(assertions):
-            cast = votes.get((answer.id, place), [])
+            cast = votes.get((answer["id"], place), [])
             yes = sum(v["supported"] for v in cast)
             supported = yes > len(cast) / 2
             majority = [v for v in cast if v["supported"] == supported]
@@ -110,46 +110,47 @@ def answer_scores(
         scored = [v for v in verdicts_of_answer if v["supported"] is not None]
         rows.append(
             {
-                "id": answer.id,  # one row per answer
-                "answer_id": answer.id,
-                "question_id": answer.question_id,
-                "condition": answer.condition,
+                "id": answer["id"],  # one row per answer
+                "answer_id": answer["id"],
+                "question_id": answer["question_id"],
+                "condition": answer["condition"],
                 "question_class": question["question_class"],
                 "verdicts": json.dumps(verdicts_of_answer),
                 "assertions": len(assertions),
                 "assertions_scored": len(scored),
                 "assertions_supported": sum(bool(v["supported"]) for v in scored),
                 # all weights zero: every assertion counts the same
-                "accuracy": (supported_weight / weight if weight else np.mean([v["supported"] for v in scored]))
+                "accuracy": (supported_weight / weight if weight else float(np.mean([v["supported"] for v in scored])))
                 if scored
                 else None,
             }
         )
-    return pd.DataFrame(rows)
+    return pl.DataFrame(rows, infer_schema_length=None)
 
 
-def accuracy_table(scores: pd.DataFrame, confidence: float = 0.95) -> pd.DataFrame:
+def accuracy_table(scores: pl.DataFrame, confidence: float = 0.95) -> pl.DataFrame:
     """Per question class (and all classes together) and condition: the mean accuracy over questions with a
     t-interval, and a paired Wilcoxon signed-rank test against the class's best condition, its p-values adjusted
     for the number of conditions (Benjamini-Hochberg)."""
     from scipy import stats
 
-    scored = scores.dropna(subset=["accuracy"])
+    scored = scores.filter(pl.col("accuracy").is_not_null() & pl.col("accuracy").is_not_nan())
     rows = []
     classes = sorted(scored["question_class"].unique())
     for question_class in [*classes, ALL_CLASSES]:
-        group = scored if question_class == ALL_CLASSES else scored[scored["question_class"] == question_class]
-        by_condition = group.pivot_table(index="question_id", columns="condition", values="accuracy")
-        means = by_condition.mean().sort_values(ascending=False)
-        best = means.index[0]
+        group = scored if question_class == ALL_CLASSES else scored.filter(pl.col("question_class") == question_class)
+        by_condition = _accuracy_by_question(group)
+        means = {condition: float(np.mean(list(values.values()))) for condition, values in by_condition.items()}
+        ranked = sorted(means, key=lambda condition: -means[condition])  # stable: a tie goes to the first by name
+        best = ranked[0]
         tests = {}
-        for condition in means.index[1:]:
-            paired = by_condition[[best, condition]].dropna()
-            differences = (paired[best] - paired[condition]).to_numpy()
+        for condition in ranked[1:]:
+            both = sorted(by_condition[best].keys() & by_condition[condition].keys())
+            differences = np.array([by_condition[best][q] - by_condition[condition][q] for q in both])
             tests[condition] = float(stats.wilcoxon(differences).pvalue) if np.count_nonzero(differences) else 1.0
         adjusted = dict(zip(tests, stats.false_discovery_control(list(tests.values())))) if tests else {}
-        for condition in sorted(means.index):
-            values = by_condition[condition].dropna().to_numpy()
+        for condition in sorted(means):
+            values = np.array(list(by_condition[condition].values()))
             mean, n = float(values.mean()), len(values)
             low, high = (
                 stats.t.interval(confidence, n - 1, loc=mean, scale=stats.sem(values))
@@ -169,10 +170,19 @@ def accuracy_table(scores: pd.DataFrame, confidence: float = 0.95) -> pd.DataFra
                     "p_adjusted": float(adjusted[condition]) if condition in adjusted else None,
                 }
             )
-    return pd.DataFrame(rows)
+    return pl.DataFrame(rows, infer_schema_length=None)
 
 
-def accuracy_chart(table: pd.DataFrame, question_class: str, order) -> bytes:
+def _accuracy_by_question(scores: pl.DataFrame) -> dict[str, dict[str, float]]:
+    """condition -> question id -> accuracy (the mean, should a question be scored twice), question ids sorted."""
+    by_condition: dict[str, dict[str, float]] = {}
+    means = scores.group_by("condition", "question_id").agg(pl.col("accuracy").mean()).sort("condition", "question_id")
+    for condition, question_id, accuracy in means.iter_rows():
+        by_condition.setdefault(condition, {})[question_id] = accuracy
+    return by_condition
+
+
+def accuracy_chart(table: pl.DataFrame, question_class: str, order) -> bytes:
     """A PNG of one question class's accuracy per condition, with its confidence intervals."""
     import io
 
@@ -181,12 +191,15 @@ def accuracy_chart(table: pd.DataFrame, question_class: str, order) -> bytes:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    rows = table[table["question_class"] == question_class].set_index("condition")
-    conditions = sorted(rows.index, key=order)
-    rows = rows.loc[conditions]
+    rows = sorted(
+        table.filter(pl.col("question_class") == question_class).iter_rows(named=True),
+        key=lambda row: order(row["condition"]),
+    )
+    conditions = [row["condition"] for row in rows]
+    accuracy = np.array([row["accuracy"] for row in rows])
+    errors = np.array([accuracy - [row["ci_low"] for row in rows], [row["ci_high"] for row in rows] - accuracy])
     figure, axes = plt.subplots(figsize=(0.9 * len(conditions) + 2.5, 3.2), dpi=90)
-    errors = np.array([rows["accuracy"] - rows["ci_low"], rows["ci_high"] - rows["accuracy"]])
-    axes.bar(conditions, rows["accuracy"], yerr=errors, capsize=4, color="#4c78a8")
+    axes.bar(conditions, accuracy, yerr=errors, capsize=4, color="#4c78a8")
     axes.set_ylim(0, 1)
     axes.set_ylabel("assertions supported")
     axes.set_title(f"{question_class}: assertion accuracy (95% interval)")

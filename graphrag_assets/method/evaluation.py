@@ -15,7 +15,7 @@ import re
 from dataclasses import dataclass
 
 import numpy as np
-import pandas as pd
+import polars as pl
 
 from . import defaults
 from .graph.records import check_free_text, parse_json_reply
@@ -180,10 +180,10 @@ class QuestionSettings:
 
 
 async def generate_questions(
-    chat: ChatModel, settings: QuestionSettings, root_notes: list[str], sampled: list
+    chat: ChatModel, settings: QuestionSettings, root_notes: list[str], sampled: list[tuple[str, str]]
 ) -> tuple[str | None, list[dict] | None]:
     """The corpus description and the questions of every class asked for. `root_notes`: the summaries of the
-    top-level reports; `sampled`: text units (rows with id and text) for data_local, and for data_global when the
+    top-level reports; `sampled`: text units (id, text) for data_local, and for data_global when the
     index has no reports. (None, None) when no description could be had."""
     s, classes = settings, settings.classes
     description = ""
@@ -198,9 +198,9 @@ async def generate_questions(
             activity_questions(chat, description, s.personas, s.tasks_per_persona, s.questions_per_task, activity)
         )
     if "data_local" in classes and sampled:
-        parts.append(data_local_questions(chat, [(u.id, u.text) for u in sampled], s.questions_per_text_unit))
+        parts.append(data_local_questions(chat, sampled, s.questions_per_text_unit))
     if "data_global" in classes:
-        notes = root_notes or [u.text[:500] for u in sampled]
+        notes = root_notes or [text[:500] for _, text in sampled]
         parts.append(data_global_questions(chat, description, notes, s.data_global_questions))
     found = await asyncio.gather(*parts)
     return description, [row for rows in found for row in rows or []]
@@ -312,12 +312,14 @@ class Comparison:
     repeat: int
 
 
-def comparisons(answers: pd.DataFrame, questions: pd.DataFrame, criteria: list[str], repeats: int) -> list[Comparison]:
+def comparisons(answers: pl.DataFrame, questions: pl.DataFrame, criteria: list[str], repeats: int) -> list[Comparison]:
     """Every pair of conditions of every question, in both orders, `repeats` times, per criterion."""
-    text = questions.set_index("id")["question"]
+    text = dict(zip(questions["id"], questions["question"]))
     planned = []
-    for question_id, group in answers.groupby("question_id", sort=True):
-        rows = sorted(group.itertuples(index=False), key=lambda r: r.condition)
+    for (question_id,), group in answers.sort("question_id", maintain_order=True).group_by(
+        "question_id", maintain_order=True
+    ):
+        rows = group.sort("condition", maintain_order=True).iter_rows(named=True)
         for a, b in itertools.combinations(rows, 2):
             for first, second in ((a, b), (b, a)):
                 for criterion in criteria:
@@ -326,8 +328,8 @@ def comparisons(answers: pd.DataFrame, questions: pd.DataFrame, criteria: list[s
                             Comparison(
                                 question_id,
                                 text[question_id],
-                                (first.condition, first.id, first.answer),
-                                (second.condition, second.id, second.answer),
+                                (first["condition"], first["id"], first["answer"]),
+                                (second["condition"], second["id"], second["answer"]),
                                 criterion,
                                 repeat,
                             )
@@ -356,40 +358,76 @@ async def judge(chat: ChatModel, comparison: Comparison) -> dict | None:
     return {"winner_condition": winner, "reasoning": verdict["reasoning"]}
 
 
-def majority_labels(judgements: pd.DataFrame) -> pd.DataFrame:
+def majority_labels(judgements: pl.DataFrame) -> pl.DataFrame:
     """Per question, pair of conditions and criterion, the paper's majority label over orders and repeats:
     the condition that won more judgements, or None for a tie. Columns: question_id, criterion, condition_a,
     condition_b (a < b), winner."""
-    rows = []
-    judged = judgements.assign(
-        condition_a=judgements[["first_condition", "second_condition"]].min(axis=1),
-        condition_b=judgements[["first_condition", "second_condition"]].max(axis=1),
-    )
-    for (question_id, criterion, a, b), group in judged.groupby(
-        ["question_id", "criterion", "condition_a", "condition_b"], sort=True
-    ):
-        wins_a, wins_b = (group["winner_condition"] == a).sum(), (group["winner_condition"] == b).sum()
-        winner = a if wins_a > wins_b else b if wins_b > wins_a else None
-        rows.append(
-            {"question_id": question_id, "criterion": criterion, "condition_a": a, "condition_b": b, "winner": winner}
+    first, second = pl.col("first_condition"), pl.col("second_condition")
+    keys = ["question_id", "criterion", "condition_a", "condition_b"]
+    return (
+        judgements.with_columns(
+            condition_a=pl.when(first <= second).then(first).otherwise(second),
+            condition_b=pl.when(first <= second).then(second).otherwise(first),
         )
-    return pd.DataFrame(rows, columns=["question_id", "criterion", "condition_a", "condition_b", "winner"])
+        .group_by(keys)
+        .agg(
+            wins_a=(pl.col("winner_condition") == pl.col("condition_a")).sum(),
+            wins_b=(pl.col("winner_condition") == pl.col("condition_b")).sum(),
+        )
+        .sort(keys)
+        .select(
+            *keys,
+            winner=pl.when(pl.col("wins_a") > pl.col("wins_b"))
+            .then(pl.col("condition_a"))
+            .when(pl.col("wins_b") > pl.col("wins_a"))
+            .then(pl.col("condition_b")),
+        )
+    )
 
 
-def win_rate_table(labels: pd.DataFrame) -> pd.DataFrame:
+WIN_RATE_COLUMNS = [
+    "criterion",
+    "row_condition",
+    "column_condition",
+    "questions",
+    "wins",
+    "losses",
+    "ties",
+    "win_rate",
+    "p_value",
+    "p_adjusted",
+]
+
+
+def win_rate_table(labels: pl.DataFrame) -> pl.DataFrame:
     """Per criterion and ordered pair (row, column), the share of questions whose majority label is the row
     condition (a tie counts half), the wins, losses and ties, and a two-sided sign test of wins against losses
     (a paired test over questions), with the p-values of each criterion adjusted for the number of pairs
     (Benjamini-Hochberg)."""
     from scipy import stats
 
+    counted = (
+        labels.group_by("criterion", "condition_a", "condition_b")
+        .agg(
+            wins_a=(pl.col("winner") == pl.col("condition_a")).sum(),
+            wins_b=(pl.col("winner") == pl.col("condition_b")).sum(),
+            questions=pl.len(),
+        )
+        .sort("criterion", "condition_a", "condition_b")
+    )
     rows = []
-    for criterion, group in labels.groupby("criterion", sort=True):
-        pairs = []
-        for (a, b), pair in group.groupby(["condition_a", "condition_b"], sort=True):
-            wins_a, wins_b = int((pair["winner"] == a).sum()), int((pair["winner"] == b).sum())
-            p = stats.binomtest(wins_a, wins_a + wins_b, 0.5).pvalue if wins_a + wins_b else 1.0
-            pairs.append((a, b, wins_a, wins_b, len(pair), p))
+    for (criterion,), group in counted.group_by("criterion", maintain_order=True):
+        pairs = [
+            (
+                a,
+                b,
+                wins_a,
+                wins_b,
+                questions,
+                stats.binomtest(wins_a, wins_a + wins_b, 0.5).pvalue if wins_a + wins_b else 1.0,
+            )
+            for _, a, b, wins_a, wins_b, questions in group.iter_rows()
+        ]
         adjusted = stats.false_discovery_control([p for *_, p in pairs])
         for (a, b, wins_a, wins_b, questions, p), p_adjusted in zip(pairs, adjusted):
             for row, column, wins, losses in ((a, b, wins_a, wins_b), (b, a, wins_b, wins_a)):
@@ -408,7 +446,7 @@ def win_rate_table(labels: pd.DataFrame) -> pd.DataFrame:
                         "p_adjusted": float(p_adjusted),
                     }
                 )
-    return pd.DataFrame(rows)
+    return pl.DataFrame(rows, schema=WIN_RATE_COLUMNS, infer_schema_length=None)
 
 
 def rouge_l_distances(claims: list[str]) -> np.ndarray:
@@ -445,21 +483,24 @@ async def claims_of_answers(chat: ChatModel, answers) -> list[list[str] | None]:
     return await asyncio.gather(*(answer_claims(chat, a) for a in answers))
 
 
-def claim_table(answers: pd.DataFrame, found: list[list[str] | None], thresholds: list[float]) -> pd.DataFrame:
+CLAIM_COLUMNS = ["answer_id", "question_id", "condition", "claims", "claim_count", "clusters"]
+
+
+def claim_table(answers: pl.DataFrame, found: list[list[str] | None], thresholds: list[float]) -> pl.DataFrame:
     """The claim_metrics rows: each answer's claims, their count, and their clusters at each distance threshold."""
     rows = [
         {
-            "answer_id": answer.id,
-            "question_id": answer.question_id,
-            "condition": answer.condition,
+            "answer_id": answer["id"],
+            "question_id": answer["question_id"],
+            "condition": answer["condition"],
             "claims": json.dumps(claims),
             "claim_count": len(claims),
             "clusters": json.dumps({f"{t:g}": claim_clusters(claims, t) for t in thresholds}),
         }
-        for answer, claims in zip(answers.itertuples(), found)
+        for answer, claims in zip(answers.iter_rows(named=True), found)
         if claims is not None
     ]
-    return pd.DataFrame(rows)
+    return pl.DataFrame(rows, schema=CLAIM_COLUMNS, infer_schema_length=None)
 
 
 async def answer_claims(chat: ChatModel, answer: str) -> list[str] | None:
@@ -470,30 +511,30 @@ async def answer_claims(chat: ChatModel, answer: str) -> list[str] | None:
     )
 
 
-def claim_agreement(claims: pd.DataFrame, judgements: pd.DataFrame, thresholds: list[float]) -> pd.DataFrame:
+def claim_agreement(claims: pl.DataFrame, judgements: pl.DataFrame, thresholds: list[float]) -> pl.DataFrame:
     """Paper section 4.2: where the judges' majority is not a tie, how often the answer with more claims (or
     claim clusters, at each threshold) is the one they preferred. `claims` holds the claim_metrics rows."""
-    scores = {
-        r.answer_id: {"claims": r.claim_count} | {f"clusters_at_{t}": n for t, n in json.loads(r.clusters).items()}
-        for r in claims.itertuples()
-    }
-    answer_of = {(r.question_id, r.condition): r.answer_id for r in claims.itertuples()}
-    labels = majority_labels(judgements)
+    scores, answer_of = {}, {}
+    for r in claims.iter_rows(named=True):
+        clusters = {f"clusters_at_{t}": n for t, n in json.loads(r["clusters"]).items()}
+        scores[r["answer_id"]] = {"claims": r["claim_count"]} | clusters
+        answer_of[(r["question_id"], r["condition"])] = r["answer_id"]
+    decided_labels = majority_labels(judgements).filter(pl.col("winner").is_not_null())
     measures = [("comprehensiveness", "claims")] + [("diversity", f"clusters_at_{t:g}") for t in thresholds]
     rows = []
     for criterion, measure in measures:
         decided = [
             label
-            for label in labels[(labels["criterion"] == criterion) & labels["winner"].notna()].itertuples()
-            if (label.question_id, label.condition_a) in answer_of
-            and (label.question_id, label.condition_b) in answer_of
+            for label in decided_labels.filter(pl.col("criterion") == criterion).iter_rows(named=True)
+            if (label["question_id"], label["condition_a"]) in answer_of
+            and (label["question_id"], label["condition_b"]) in answer_of
         ]
         agree = ties = 0
         for label in decided:
-            a = scores[answer_of[(label.question_id, label.condition_a)]][measure]
-            b = scores[answer_of[(label.question_id, label.condition_b)]][measure]
+            a = scores[answer_of[(label["question_id"], label["condition_a"])]][measure]
+            b = scores[answer_of[(label["question_id"], label["condition_b"])]][measure]
             ties += a == b
-            agree += a != b and (label.condition_a if a > b else label.condition_b) == label.winner
+            agree += a != b and (label["condition_a"] if a > b else label["condition_b"]) == label["winner"]
         rows.append(
             {
                 "criterion": criterion,
@@ -504,10 +545,10 @@ def claim_agreement(claims: pd.DataFrame, judgements: pd.DataFrame, thresholds: 
                 "agreement": agree / len(decided) if decided else None,
             }
         )
-    return pd.DataFrame(rows)
+    return pl.DataFrame(rows, infer_schema_length=None)
 
 
-def heatmap(rates: pd.DataFrame, criterion: str) -> bytes:
+def heatmap(rates: pl.DataFrame, criterion: str) -> bytes:
     """A PNG of one criterion's win rates, row condition against column condition, as in the paper's figure."""
     import io
 
@@ -516,19 +557,21 @@ def heatmap(rates: pd.DataFrame, criterion: str) -> bytes:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    table = rates[rates["criterion"] == criterion].pivot(
-        index="row_condition", columns="column_condition", values="win_rate"
-    )
-    conditions = sorted(set(table.index) | set(table.columns), key=condition_order)
-    table = table.reindex(index=conditions, columns=conditions)
+    rate = {
+        (row, column): value
+        for row, column, value in rates.filter(pl.col("criterion") == criterion)
+        .select("row_condition", "column_condition", "win_rate")
+        .iter_rows()
+    }
+    conditions = sorted({condition for pair in rate for condition in pair}, key=condition_order)
     figure, axes = plt.subplots(figsize=(1.1 * len(conditions) + 2, 1.0 * len(conditions) + 1.5), dpi=90)
-    image = axes.imshow(table.to_numpy(dtype=float), cmap="RdYlGn", vmin=0, vmax=1)
+    matrix = np.array([[rate.get((row, column), np.nan) for column in conditions] for row in conditions], dtype=float)
+    image = axes.imshow(matrix, cmap="RdYlGn", vmin=0, vmax=1)
     axes.set_xticks(range(len(conditions)), conditions)
     axes.set_yticks(range(len(conditions)), conditions)
     for i, j in itertools.product(range(len(conditions)), repeat=2):
-        value = table.iat[i, j]
-        if not pd.isna(value):
-            axes.text(j, i, f"{100 * value:.0f}", ha="center", va="center", fontsize=9)
+        if not np.isnan(matrix[i, j]):
+            axes.text(j, i, f"{100 * matrix[i, j]:.0f}", ha="center", va="center", fontsize=9)
     axes.set_title(f"{criterion}: % of questions the row wins")
     figure.colorbar(image, ax=axes, fraction=0.046)
     buffer = io.BytesIO()

@@ -8,12 +8,13 @@ Fields this project does not use are kept, as JSON, in the `metadata` column.
 
 from __future__ import annotations
 
+import csv
 import hashlib
 import io
 import json
 from pathlib import Path
 
-import pandas as pd
+import polars as pl
 
 QUESTION_CLASSES = ("data_local", "data_global", "activity_local", "activity_global")
 QUESTION_SUFFIXES = (".json", ".jsonl", ".csv")
@@ -32,7 +33,7 @@ def question_files(folder: Path) -> list[Path]:
     return sorted(p for p in folder.iterdir() if p.suffix.lower() in QUESTION_SUFFIXES and not p.name.startswith("."))
 
 
-def read_question_files(paths: list[Path]) -> pd.DataFrame:
+def read_question_files(paths: list[Path]) -> pl.DataFrame:
     """Every question of every file, in file order: id, question, question_class, assertions (JSON: statement,
     score, rank), metadata (JSON) and source (the file's name). Raises QuestionFileError on the first problem."""
     rows, seen = [], {}
@@ -47,7 +48,7 @@ def read_question_files(paths: list[Path]) -> pd.DataFrame:
             rows.append(row)
     if not rows:
         raise QuestionFileError(f"{', '.join(map(str, paths))}: no questions found")
-    return pd.DataFrame(rows)
+    return pl.DataFrame(rows)
 
 
 def _entries(path: Path) -> list[tuple[int, object]]:
@@ -79,14 +80,19 @@ def _entries(path: Path) -> list[tuple[int, object]]:
             except json.JSONDecodeError as error:
                 raise QuestionFileError(f"{path}: line {number}: not valid JSON ({error.msg})") from None
         return entries
+    reader = csv.DictReader(io.StringIO(text))
     try:
-        table = pd.read_csv(io.StringIO(text), dtype=str, keep_default_na=False)
-    except (pd.errors.ParserError, pd.errors.EmptyDataError) as error:
-        raise QuestionFileError(f"{path}: not a readable CSV file ({str(error).strip()})") from None
-    if not {"question_text", "question"} & set(table.columns):
-        raise QuestionFileError(f"{path}: no question_text or question column (columns: {', '.join(table.columns)})")
+        records = list(reader)
+    except csv.Error as error:
+        raise QuestionFileError(f"{path}: not a readable CSV file ({error})") from None
+    columns = reader.fieldnames or []
+    if not {"question_text", "question"} & set(columns):
+        raise QuestionFileError(f"{path}: no question_text or question column (columns: {', '.join(columns)})")
     entries = []
-    for number, record in enumerate(table.to_dict("records"), start=1):
+    for number, record in enumerate(records, start=1):
+        if None in record:  # csv puts the fields past the header's under None
+            raise QuestionFileError(f"{path}: row {number} has more fields than the header has columns")
+        record = {column: value or "" for column, value in record.items()}  # a short row's missing fields: empty
         if record.get("assertions"):
             try:
                 record["assertions"] = json.loads(record["assertions"])

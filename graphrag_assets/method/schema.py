@@ -197,3 +197,9 @@ def vector_matrix(vectors: pl.Series) -> np.ndarray:
     """A column of vectors of one length (FLOAT[] or DOUBLE[]) as one 2-D float32 array, the reverse of
     vector_column; no Python float per number on the way."""
     return vectors.list.to_array(vectors.list.len().max()).to_numpy().astype(np.float32, copy=False)
+
+
+def seeded_sample(df: pl.DataFrame, count: int, seed: int) -> pl.DataFrame:
+    """`count` rows drawn without replacement by numpy's seeded generator: the draw pandas' `sample` makes for a
+    seed, so tuned prompts and generated evaluation questions stay those of versions that sampled with pandas."""
+    return df[np.random.RandomState(seed).choice(len(df), size=count, replace=False)]

@@ -27,6 +27,7 @@ from .graph.records import COMPLETION_DELIMITER, RECORD_DELIMITER, TUPLE_DELIMIT
 from .ingest.tokens import count_tokens, truncate_to_tokens
 from .model_interface import ChatModel, InvalidReply
 from .prompts import Prompt, load_prompt, user_message
+from .schema import seeded_sample
 from .words import STOPWORDS, split_sentences
 
 # What tuning rewrites; the other prompts of the index (gleaning, alias resolution) stay the files in prompts/.
@@ -102,10 +103,10 @@ async def sample_text_units(units: pl.DataFrame, count: int, sampling: str, seed
     if len(units) <= count:
         return units
     if sampling == "random":
-        return _sample(units, count, seed)
+        return seeded_sample(units, count, seed)
     from sklearn.cluster import KMeans
 
-    pool = _sample(units, min(len(units), CLUSTER_POOL * count), seed)
+    pool = seeded_sample(units, min(len(units), CLUSTER_POOL * count), seed)
     vectors = np.asarray(await embed(list(pool["text"])), dtype=np.float64)
     clusters = KMeans(n_clusters=count, random_state=seed, n_init=4).fit(vectors)
     distances = np.linalg.norm(vectors - clusters.cluster_centers_[clusters.labels_], axis=1)
@@ -114,12 +115,6 @@ async def sample_text_units(units: pl.DataFrame, count: int, sampling: str, seed
         members = np.flatnonzero(clusters.labels_ == cluster)
         picked.add(int(members[np.argmin(distances[members])]))
     return pool[sorted(picked)]
-
-
-def _sample(units: pl.DataFrame, count: int, seed: int) -> pl.DataFrame:
-    """`count` rows drawn without replacement by numpy's seeded generator, the draw pandas makes for a seed: tuned
-    prompts stay those of earlier versions."""
-    return units[np.random.RandomState(seed).choice(len(units), size=count, replace=False)]
 
 
 def _no_placeholder(name: str, value: str) -> str:
