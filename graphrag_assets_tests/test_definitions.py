@@ -121,6 +121,14 @@ def test_the_method_imports_no_dagster():
     assert offenders == []
 
 
+def test_the_package_holds_its_frames_in_polars_not_pandas():
+    """Tables travel as polars frames; a pandas frame (or a DuckDB fetchdf) in the package would convert them back."""
+    sources = (REPO / "graphrag_assets").rglob("*.py")
+    pattern = r"^\s*(from|import) pandas|\.(fetchdf|df|to_pandas)\(\)|from_pandas\("
+    offenders = [p.name for p in sources if re.search(pattern, p.read_text(), re.M)]
+    assert offenders == []
+
+
 def test_every_launchpad_setting_says_what_it_does():
     """Every field of every asset's config has a description, which the launchpad shows next to it."""
     from graphrag_assets.assets import communities, embeddings, evaluation, exports, index, index_configs, query

@@ -11,9 +11,9 @@ from __future__ import annotations
 
 import hashlib
 import json
+import math
 from pathlib import Path
 
-import pandas as pd
 import polars as pl
 
 from .communities.leiden import community_id
@@ -28,18 +28,24 @@ class GraphRAGOutputError(ValueError):
     """A GraphRAG output that cannot be imported; the message names the file and what is wrong."""
 
 
-def read(output: Path, name: str, columns: tuple[str, ...]) -> pd.DataFrame:
+def read(output: Path, name: str, columns: tuple[str, ...]) -> list[dict]:
+    """The rows of one of the output's tables. Its rows are read as Python values and converted one by one below:
+    GraphRAG's versions wrote the same column as an integer, a float or a string."""
     path = output / f"{name}.parquet"
     if not path.is_file():
         raise GraphRAGOutputError(f"{path} is missing: a GraphRAG output has {', '.join(REQUIRED)}")
     try:
-        df = pd.read_parquet(path)
+        df = pl.read_parquet(path)
     except Exception as problem:  # noqa: BLE001 - any unreadable file is the same user error
         raise GraphRAGOutputError(f"{path} is not a readable parquet file: {problem}") from None
     missing = [c for c in columns if c not in df.columns]
     if missing:
         raise GraphRAGOutputError(f"{path} lacks the columns {missing} of GraphRAG's output schema")
-    return df.reset_index(drop=True)
+    return df.to_dicts()
+
+
+def _missing(value) -> bool:
+    return value is None or (isinstance(value, float) and math.isnan(value))
 
 
 def check_output(output: Path) -> None:
@@ -56,35 +62,33 @@ def check_output(output: Path) -> None:
     }
     tables = {name: read(output, name, columns) for name, columns in keys.items()}
     for name, columns in keys.items():
-        table, path = tables[name], output / f"{name}.parquet"
+        rows, path = tables[name], output / f"{name}.parquet"
         for column in columns:
-            empty = table[column].isna()
-            if empty.any():
-                raise GraphRAGOutputError(f"{path}: column {column} is empty at row {int(empty.idxmax())}")
+            empty = next((number for number, row in enumerate(rows) if _missing(row[column])), None)
+            if empty is not None:
+                raise GraphRAGOutputError(f"{path}: column {column} is empty at row {empty}")
         unique = "community" if name in ("communities", "community_reports") else "id"
-        repeated = table[unique].duplicated(keep=False)
-        if repeated.any():
-            rows = list(table.index[repeated][:2])
-            raise GraphRAGOutputError(
-                f"{path}: column {unique} holds {table[unique][rows[0]]!r} twice (rows {rows[0]} and {rows[1]})"
-            )
+        first_row = {}
+        for number, row in enumerate(rows):
+            if row[unique] in first_row:
+                raise GraphRAGOutputError(
+                    f"{path}: column {unique} holds {row[unique]!r} twice (rows {first_row[row[unique]]} and {number})"
+                )
+            first_row[row[unique]] = number
     communities = tables["communities"]
-    levels = sorted(int(level) for level in communities["level"].unique())
+    levels = sorted({int(row["level"]) for row in communities})
     if levels != list(range(len(levels))):
         raise GraphRAGOutputError(
             f"{output / 'communities.parquet'}: column level holds {levels[:10]}{'...' if len(levels) > 10 else ''}; "
             "levels count from 0 with no gap"
         )
-    level_of = dict(zip(communities["community"].astype(int), communities["level"].astype(int)))
-    parents = communities["parent"].fillna(-1).astype(int) if "parent" in communities else None
-    for row, (community, level) in enumerate(
-        zip(communities["community"].astype(int), communities["level"].astype(int))
-    ):
-        parent = int(parents.iloc[row]) if parents is not None else -1
+    level_of = {int(row["community"]): int(row["level"]) for row in communities}
+    for number, row in enumerate(communities):
+        community, level, parent = int(row["community"]), int(row["level"]), _whole(row.get("parent"), -1)
         if level > 0 and level_of.get(parent) != level - 1:
             raise GraphRAGOutputError(
-                f"{output / 'communities.parquet'}: column parent of community {community} (level {level}, row {row}) "
-                f"is {parent}, which is not a community of level {level - 1}"
+                f"{output / 'communities.parquet'}: column parent of community {community} (level {level}, row "
+                f"{number}) is {parent}, which is not a community of level {level - 1}"
             )
 
 
@@ -92,99 +96,100 @@ def _ids(values) -> list[str]:
     return [str(v) for v in values] if values is not None and not isinstance(values, str) else []
 
 
-def documents_and_units(output: Path) -> tuple[pd.DataFrame, pd.DataFrame]:
+def _text(value) -> str:
+    return "" if _missing(value) else str(value)
+
+
+def _whole(value, default: int) -> int:
+    return default if _missing(value) else int(value)
+
+
+def documents_and_units(output: Path) -> tuple[pl.DataFrame, pl.DataFrame]:
     """(documents, base_text_units) in our schema; a unit's chunk_index is its place in its document."""
     check_output(output)  # the first step of an import: nothing is paid for an output that cannot be used
     docs = read(output, "documents", ("id", "title", "text"))
     units = read(output, "text_units", ("id", "text", "document_id"))
-    if "n_tokens" not in units or units["n_tokens"].isna().any():  # older outputs: counted here as chunking does
-        counted = units["text"].astype(str).map(count_tokens)
-        units["n_tokens"] = units["n_tokens"].fillna(counted) if "n_tokens" in units else counted
-    order = "human_readable_id" if "human_readable_id" in units else "id"
-    units = units.sort_values(order, kind="stable")
-    units["chunk_index"] = units.groupby("document_id").cumcount()
-    base = pd.DataFrame(
+    order = "human_readable_id" if units and "human_readable_id" in units[0] else "id"
+    units = sorted(units, key=lambda unit: (_missing(unit[order]), unit[order]))  # stable, as GraphRAG numbered them
+    base, by_document = [], {}
+    for unit in units:
+        ids = by_document.setdefault(str(unit["document_id"]), [])
+        tokens = unit.get("n_tokens")  # older outputs have none: counted here as chunking does
+        base.append(
+            {
+                "id": str(unit["id"]),
+                "text": _text(unit["text"]),
+                "n_tokens": count_tokens(_text(unit["text"])) if _missing(tokens) else int(tokens),
+                "document_id": str(unit["document_id"]),
+                "chunk_index": len(ids),
+            }
+        )
+        ids.append(str(unit["id"]))
+    documents = [
         {
-            "id": units["id"].astype(str),
-            "text": units["text"].astype(str),
-            "n_tokens": units["n_tokens"].astype(int),
-            "document_id": units["document_id"].astype(str),
-            "chunk_index": units["chunk_index"].astype(int),
+            "id": str(doc["id"]),
+            "title": _text(doc["title"]),
+            "text": _text(doc["text"]),
+            "source_path": f"{output.name}/documents.parquet#{number}",
+            "metadata": json.dumps(
+                {"imported_from": "graphrag", "creation_date": str(doc.get("creation_date") or "")}, sort_keys=True
+            ),
+            "text_unit_ids": by_document.get(str(doc["id"]), []),
         }
-    ).reset_index(drop=True)
-    by_document = base.groupby("document_id")["id"].apply(list).to_dict()
-    documents = pd.DataFrame(
-        {
-            "id": docs["id"].astype(str),
-            "title": docs["title"].astype(str),
-            "text": docs["text"].astype(str),
-            "source_path": [f"{output.name}/documents.parquet#{i}" for i in range(len(docs))],
-            "metadata": [
-                json.dumps({"imported_from": "graphrag", "creation_date": str(d or "")}, sort_keys=True)
-                for d in (docs["creation_date"] if "creation_date" in docs else [""] * len(docs))
-            ],
-            "text_unit_ids": [by_document.get(str(i), []) for i in docs["id"]],
-        }
-    )
-    return _ours("documents", documents), _ours("base_text_units", base)
+        for number, doc in enumerate(docs)
+    ]
+    return frame("documents", documents), frame("base_text_units", base)
 
 
-def _ours(table: str, df: pd.DataFrame) -> pl.DataFrame:
-    """A table read from a GraphRAG output, in our columns and types. The reading above is pandas, lenient with
-    the loose types of the outputs of several GraphRAG versions; the index gets polars frames, as from any step."""
-    return frame(table, df.to_dict("records"))
-
-
-def graph(output: Path) -> tuple[pd.DataFrame, pd.DataFrame]:
+def graph(output: Path) -> tuple[pl.DataFrame, pl.DataFrame]:
     entities = read(output, "entities", ("id", "title", "type", "description", "text_unit_ids"))
     relationships = read(output, "relationships", ("id", "source", "target", "description", "weight"))
-    entities = pd.DataFrame(
+    entity_rows = [
         {
-            "id": entities["id"].astype(str),
-            "human_readable_id": entities.get("human_readable_id", pd.Series(range(len(entities)))).astype(int),
-            "title": entities["title"].astype(str),
-            "type": entities["type"].fillna("").astype(str),
-            "description": entities["description"].fillna("").astype(str),
-            "text_unit_ids": entities["text_unit_ids"].map(_ids),
-            "frequency": entities.get("frequency", entities["text_unit_ids"].map(len)).fillna(0).astype(int),
-            "degree": entities.get("degree", pd.Series([0] * len(entities))).fillna(0).astype(int),
+            "id": str(entity["id"]),
+            "human_readable_id": _whole(entity.get("human_readable_id"), number),
+            "title": str(entity["title"]),
+            "type": _text(entity["type"]),
+            "description": _text(entity["description"]),
+            "text_unit_ids": _ids(entity["text_unit_ids"]),
+            "frequency": _whole(entity.get("frequency", len(_ids(entity["text_unit_ids"]))), 0),
+            "degree": _whole(entity.get("degree"), 0),
         }
-    )
-    relationships = pd.DataFrame(
+        for number, entity in enumerate(entities)
+    ]
+    relationship_rows = [
         {
-            "id": relationships["id"].astype(str),
-            "human_readable_id": relationships.get("human_readable_id", pd.Series(range(len(relationships)))).astype(
-                int
-            ),
-            "source": relationships["source"].astype(str),
-            "target": relationships["target"].astype(str),
-            "description": relationships["description"].fillna("").astype(str),
-            "weight": relationships["weight"].astype(float),
-            "combined_degree": relationships.get("combined_degree", pd.Series([0] * len(relationships)))
-            .fillna(0)
-            .astype(int),
-            "text_unit_ids": relationships.get("text_unit_ids", pd.Series([[]] * len(relationships))).map(_ids),
+            "id": str(relationship["id"]),
+            "human_readable_id": _whole(relationship.get("human_readable_id"), number),
+            "source": str(relationship["source"]),
+            "target": str(relationship["target"]),
+            "description": _text(relationship["description"]),
+            "weight": float(relationship["weight"]),
+            "combined_degree": _whole(relationship.get("combined_degree"), 0),
+            "text_unit_ids": _ids(relationship.get("text_unit_ids")),
         }
-    )
-    return _ours("entities", entities), _ours("relationships", relationships)
+        for number, relationship in enumerate(relationships)
+    ]
+    return frame("entities", entity_rows), frame("relationships", relationship_rows)
 
 
-def covariates(output: Path) -> pd.DataFrame:
+def covariates(output: Path) -> pl.DataFrame:
     """Claims, or none when GraphRAG ran without claim extraction (it then writes no covariates file)."""
     if not (output / "covariates.parquet").is_file():
         return frame("covariates")
     claims = read(output, "covariates", ("id", "subject_id", "description", "text_unit_id"))
-    table = pd.DataFrame({c: claims[c] if c in claims else None for c in COVARIATE_COLUMNS})
-    table["human_readable_id"] = claims.get("human_readable_id", pd.Series(range(len(claims)))).astype(int)
-    for column in COVARIATE_COLUMNS:
-        if column != "human_readable_id":
-            table[column] = table[column].map(lambda v: None if v is None or pd.isna(v) else str(v))
-    return _ours("covariates", table)
+    return frame(
+        "covariates",
+        (
+            {column: None if _missing(claim.get(column)) else str(claim[column]) for column in COVARIATE_COLUMNS}
+            | {"human_readable_id": _whole(claim.get("human_readable_id"), number)}
+            for number, claim in enumerate(claims)
+        ),
+    )
 
 
-def carry_down(communities: pd.DataFrame) -> pd.DataFrame:
+def carry_down(rows: list[dict]) -> list[dict]:
     """Add a copy of every community that is not split to each deeper level; `carried_from` names the original."""
-    rows = communities.to_dict("records")
     for row in rows:
         row["carried_from"] = -1
     deepest = max((r["level"] for r in rows), default=0)
@@ -205,36 +210,40 @@ def carry_down(communities: pd.DataFrame) -> pd.DataFrame:
             }
             row["children"] = [number]
             rows.append(copy)
-    return pd.DataFrame(rows)
+    return rows
 
 
-def communities(output: Path) -> pd.DataFrame:
+def communities(output: Path) -> pl.DataFrame:
     table = read(output, "communities", ("community", "level", "parent", "entity_ids"))
-    table = pd.DataFrame(
-        {
-            "id": table["id"].astype(str) if "id" in table else table["community"].map(lambda c: f"community-{c}"),
-            "human_readable_id": table["community"].astype(int),
-            "community": table["community"].astype(int),
-            "level": table["level"].astype(int),
-            "parent": table["parent"].fillna(-1).astype(int),
-            "children": table.get("children", pd.Series([[]] * len(table))).map(
-                lambda v: [int(c) for c in v] if v is not None and not isinstance(v, str) else []
-            ),
-            "title": table.get("title", table["community"].map(lambda c: f"Community {c}")).astype(str),
-            "entity_ids": table["entity_ids"].map(_ids),
-            "relationship_ids": table.get("relationship_ids", pd.Series([[]] * len(table))).map(_ids),
-            "text_unit_ids": table.get("text_unit_ids", pd.Series([[]] * len(table))).map(_ids),
-            "size": table.get("size", table["entity_ids"].map(len)).astype(int),
-        }
-    )
-    return _ours("communities", carry_down(table).sort_values(["level", "community"]))
+    rows = []
+    for community in table:
+        number, entity_ids = int(community["community"]), _ids(community["entity_ids"])
+        children = community.get("children")
+        rows.append(
+            {
+                "id": str(community["id"]) if "id" in community else f"community-{number}",
+                "human_readable_id": number,
+                "community": number,
+                "level": int(community["level"]),
+                "parent": _whole(community["parent"], -1),
+                "children": [int(c) for c in children]
+                if children is not None and not isinstance(children, str)
+                else [],
+                "title": str(community["title"]) if "title" in community else f"Community {number}",
+                "entity_ids": entity_ids,
+                "relationship_ids": _ids(community.get("relationship_ids")),
+                "text_unit_ids": _ids(community.get("text_unit_ids")),
+                "size": int(community["size"]) if "size" in community else len(entity_ids),
+            }
+        )
+    return frame("communities", sorted(carry_down(rows), key=lambda r: (r["level"], r["community"])))
 
 
 def community_reports(output: Path, ours: pl.DataFrame) -> pl.DataFrame:
     """GraphRAG's reports, plus one for each carried-down copy in `ours` (our communities table), repeating
     the report of the community it copies; parent and children follow our hierarchy."""
     reports = read(output, "community_reports", ("community", "title", "summary", "full_content", "rank"))
-    by_number = {int(r["community"]): r for r in reports.to_dict("records")}
+    by_number = {int(r["community"]): r for r in reports}
     rows = []
     copied_from = dict(zip(ours["community"], ours["carried_from"], strict=True))
     for community in records(ours):

@@ -7,7 +7,6 @@ of the run is a new stage, and must still find the batches.
 
 from __future__ import annotations
 
-import json
 from collections.abc import Callable
 from contextlib import AbstractContextManager
 from datetime import UTC, datetime
@@ -91,8 +90,8 @@ class DuckDBBatchLedger:
                 f"SELECT * FROM {table} WHERE endpoint = ? AND NOT consumed AND list_has_any(custom_ids, ?) "
                 "ORDER BY submitted_at",
                 [endpoint, custom_ids],
-            ).fetchdf()
-        return json.loads(found.to_json(orient="records")) if len(found) else []
+            )
+            return _dicts(found)
 
     def progress(self, message: str) -> None:
         self._progress(message)
@@ -104,8 +103,19 @@ def recorded_batches(conn: duckdb.DuckDBPyConnection, corpus: str | None = None)
     if table is None:
         return []
     where, params = ("WHERE corpus = ?", [corpus]) if corpus else ("", [])
-    rows = conn.execute(
-        f"SELECT * EXCLUDE (custom_ids), len(custom_ids) AS requests FROM {table} {where} ORDER BY submitted_at DESC",
-        params,
-    ).fetchdf()
-    return json.loads(rows.to_json(orient="records", date_format="iso"))
+    rows = _dicts(
+        conn.execute(
+            f"SELECT * EXCLUDE (custom_ids), len(custom_ids) AS requests FROM {table} {where} "
+            "ORDER BY submitted_at DESC",
+            params,
+        )
+    )
+    for row in rows:  # times as text, ready for JSON and a person
+        row.update((k, v.isoformat(timespec="milliseconds")) for k, v in row.items() if isinstance(v, datetime))
+    return rows
+
+
+def _dicts(result: duckdb.DuckDBPyConnection) -> list[dict]:
+    """A query's rows as dicts by column."""
+    columns = [column[0] for column in result.description]
+    return [dict(zip(columns, row)) for row in result.fetchall()]
