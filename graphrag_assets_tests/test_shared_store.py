@@ -214,9 +214,10 @@ def test_index_and_query_runs_share_a_ducklake_store(postgres, offline_index, tm
         assert "lock" not in "".join(outputs).lower()
         assert reader.returncode == 0 and int(reads) > 0
 
-        # The same runs, one after the other, on a DuckDB file.
+        # The same runs, one after the other, on a DuckDB file (both corpora indexed by one command).
         on_file = {"GRAPHRAG_DUCKDB": str(workspace.database)}
-        for extra, args in commands:
+        both = ({"GRAPHRAG_API_BASE": server.base_url}, ["index", "--corpus", "one", "--corpus", "two"])
+        for extra, args in [both, *commands[2:]]:
             done = subprocess.run(
                 [sys.executable, "-m", "graphrag_assets.cli", *args],
                 cwd=tmp_path,
