@@ -28,20 +28,23 @@ class GraphRAGOutputError(ValueError):
     """A GraphRAG output that cannot be imported; the message names the file and what is wrong."""
 
 
-def read(output: Path, name: str, columns: tuple[str, ...]) -> list[dict]:
-    """The rows of one of the output's tables. Its rows are read as Python values and converted one by one below:
-    GraphRAG's versions wrote the same column as an integer, a float or a string."""
+def read(output: Path, name: str, columns: tuple[str, ...], only: tuple[str, ...] | None = None) -> list[dict]:
+    """The rows of one of the output's tables, which must have `columns`; with `only`, just those of its columns
+    the file has. Rows are read as Python values and converted one by one below: GraphRAG's versions wrote the
+    same column as an integer, a float or a string."""
     path = output / f"{name}.parquet"
     if not path.is_file():
         raise GraphRAGOutputError(f"{path} is missing: a GraphRAG output has {', '.join(REQUIRED)}")
     try:
-        df = pl.read_parquet(path)
+        present = list(pl.read_parquet_schema(path))
+        missing = [c for c in columns if c not in present]
+        if missing:
+            raise GraphRAGOutputError(f"{path} lacks the columns {missing} of GraphRAG's output schema")
+        return pl.read_parquet(path, columns=[c for c in present if only is None or c in only]).to_dicts()
+    except GraphRAGOutputError:
+        raise
     except Exception as problem:  # noqa: BLE001 - any unreadable file is the same user error
         raise GraphRAGOutputError(f"{path} is not a readable parquet file: {problem}") from None
-    missing = [c for c in columns if c not in df.columns]
-    if missing:
-        raise GraphRAGOutputError(f"{path} lacks the columns {missing} of GraphRAG's output schema")
-    return df.to_dicts()
 
 
 def _missing(value) -> bool:
@@ -60,7 +63,8 @@ def check_output(output: Path) -> None:
         "communities": ("community", "level"),
         "community_reports": ("community",),
     }
-    tables = {name: read(output, name, columns) for name, columns in keys.items()}
+    # the checked columns only: a document's text is read once, by the step that imports it
+    tables = {name: read(output, name, columns, only=(*columns, "parent")) for name, columns in keys.items()}
     for name, columns in keys.items():
         rows, path = tables[name], output / f"{name}.parquet"
         for column in columns:
@@ -114,12 +118,12 @@ def documents_and_units(output: Path) -> tuple[pl.DataFrame, pl.DataFrame]:
     base, by_document = [], {}
     for unit in units:
         ids = by_document.setdefault(str(unit["document_id"]), [])
-        tokens = unit.get("n_tokens")  # older outputs have none: counted here as chunking does
+        text, tokens = _text(unit["text"]), unit.get("n_tokens")  # older outputs have no n_tokens: counted here
         base.append(
             {
                 "id": str(unit["id"]),
-                "text": _text(unit["text"]),
-                "n_tokens": count_tokens(_text(unit["text"])) if _missing(tokens) else int(tokens),
+                "text": text,
+                "n_tokens": count_tokens(text) if _missing(tokens) else int(tokens),
                 "document_id": str(unit["document_id"]),
                 "chunk_index": len(ids),
             }

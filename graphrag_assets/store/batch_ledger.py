@@ -12,6 +12,7 @@ from contextlib import AbstractContextManager
 from datetime import UTC, datetime
 
 import duckdb
+import polars as pl
 
 _COLUMNS = {
     "batch_id": "VARCHAR",
@@ -91,7 +92,7 @@ class DuckDBBatchLedger:
                 "ORDER BY submitted_at",
                 [endpoint, custom_ids],
             )
-            return _dicts(found)
+            return found.pl().to_dicts()
 
     def progress(self, message: str) -> None:
         self._progress(message)
@@ -103,19 +104,9 @@ def recorded_batches(conn: duckdb.DuckDBPyConnection, corpus: str | None = None)
     if table is None:
         return []
     where, params = ("WHERE corpus = ?", [corpus]) if corpus else ("", [])
-    rows = _dicts(
-        conn.execute(
-            f"SELECT * EXCLUDE (custom_ids), len(custom_ids) AS requests FROM {table} {where} "
-            "ORDER BY submitted_at DESC",
-            params,
-        )
-    )
-    for row in rows:  # times as text, ready for JSON and a person
-        row.update((k, v.isoformat(timespec="milliseconds")) for k, v in row.items() if isinstance(v, datetime))
-    return rows
-
-
-def _dicts(result: duckdb.DuckDBPyConnection) -> list[dict]:
-    """A query's rows as dicts by column."""
-    columns = [column[0] for column in result.description]
-    return [dict(zip(columns, row)) for row in result.fetchall()]
+    rows = conn.execute(
+        f"SELECT * EXCLUDE (custom_ids), len(custom_ids) AS requests FROM {table} {where} ORDER BY submitted_at DESC",
+        params,
+    ).pl()
+    # times as text, ready for JSON and a person
+    return rows.with_columns(pl.col(pl.Datetime).dt.to_string("%Y-%m-%dT%H:%M:%S%.3f")).to_dicts()
