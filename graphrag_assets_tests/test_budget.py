@@ -115,3 +115,81 @@ def test_an_index_stops_at_its_budget_in_one_line_and_a_rerun_pays_only_the_rest
         assert fresh.run("index", "--corpus", "tiny").returncode == 0
         whole = server.count()
     assert again < whole and requests > 1
+
+
+def test_a_request_whose_prompt_fits_but_whose_longest_reply_would_not_is_not_sent(tmp_path):
+    """The worst case of a request is its prompt and `max_tokens` of reply: at a tenth of a cent a token, a prompt of
+    some 150 tokens fits in $0.50, but with 1,000 tokens of reply it could cost $1.15, so it is not sent."""
+    with FakeOpenAIServer() as server:
+        capped = settings(server, tmp_path, max_cost_usd=0.5, budget_key="run-4", **{**PRICES, "max_tokens": 1000})
+        _, error = answer_all(capped)
+        assert isinstance(error, BudgetReached)
+        assert server.count() == server.count("probe")  # the endpoint's tiny probe alone, not one prompt
+        roomy = settings(server, tmp_path, max_cost_usd=2.0, budget_key="run-5", **{**PRICES, "max_tokens": 1000})
+        _, error = answer_all(roomy)
+        assert server.count() > server.count("probe")  # with room for the longest reply, it is sent
+
+
+def _reserve_and_settle(path: str, seed: int, threads: int, rounds: int) -> int:
+    """Random reservations and settlements against one budget file from `threads` threads of this process;
+    returns the micro-dollars it settled as spent."""
+    import random
+    import threading
+
+    from graphrag_assets.models.spending import SpendingBudget, micro_dollars
+
+    totals = []
+
+    def work(thread: int) -> None:
+        pick, budget, spent = random.Random(seed * 1000 + thread), SpendingBudget("shared", 1e9, path), 0
+
+        async def rounds_of_work() -> None:
+            nonlocal spent
+            for _ in range(rounds):
+                held = [pick.uniform(0, 0.03) * pick.choice((1, 1e-3, 1 / 3, 0.1)) for _ in range(pick.randint(1, 4))]
+                for amount in held:
+                    await budget.reserve(amount)
+                for amount in held:
+                    actual = amount * pick.random()
+                    budget.settle(amount, actual)
+                    spent += micro_dollars(actual)
+
+        asyncio.run(rounds_of_work())
+        budget.close()
+        totals.append(spent)
+
+    workers = [threading.Thread(target=work, args=(n,)) for n in range(threads)]
+    for worker in workers:
+        worker.start()
+    for worker in workers:
+        worker.join()
+    return sum(totals)
+
+
+def test_thousands_of_reservations_from_processes_and_threads_leave_exactly_nothing_reserved(tmp_path):
+    """Amounts are whole micro-dollars: however requests interleave, settling takes away exactly what reserving
+    held. A float ledger kept 2.8e-18 in reserve after a run, and a stop at the limit then waited for it for ever."""
+    import concurrent.futures
+    import multiprocessing
+
+    from graphrag_assets.models.spending import SpendingBudget
+
+    path = str(tmp_path / "spending.sqlite")
+    context = multiprocessing.get_context("spawn")
+    with concurrent.futures.ProcessPoolExecutor(3, mp_context=context) as pool:
+        spent = sum(pool.map(_reserve_and_settle, [path] * 3, range(3), [3] * 3, [150] * 3))
+    budget = SpendingBudget("shared", 1e9, path)
+    assert budget.ledger() == (spent, 0)
+
+    # At its limit, with nothing in flight, a budget refuses the next request at once: it does not wait.
+    limited = SpendingBudget("limited", 0.3, path)
+
+    async def spend_to_the_limit():
+        for amount in (0.1, 0.2, 0.3 - 0.1 - 0.2 + 1e-12):  # amounts whose float sum is not what it seems
+            await limited.reserve(amount)
+            limited.settle(amount, amount)
+        await asyncio.wait_for(limited.reserve(0.05), timeout=5)
+
+    with pytest.raises(BudgetReached, match=r"budget of \$0.3000 reached after \$0.3000"):
+        asyncio.run(spend_to_the_limit())
+    assert limited.ledger()[1] == 0

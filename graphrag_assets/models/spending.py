@@ -10,6 +10,7 @@ file, one row per run, changed in one transaction each, as the rate-limit ledger
 from __future__ import annotations
 
 import asyncio
+import math
 import sqlite3
 import threading
 from pathlib import Path
@@ -33,6 +34,13 @@ class BudgetReached(EndpointError):
         )
 
 
+def micro_dollars(dollars: float) -> int:
+    """Dollars as whole millionths, rounded up: amounts are added and taken away as integers, so a ledger whose
+    requests all settled holds exactly nothing in reserve (floats left 2.8e-18, and a stop waited on it for ever).
+    The same float always gives the same integer, so settling takes away exactly what reserving held."""
+    return math.ceil(round(dollars * 1_000_000, 3))
+
+
 class SpendingBudget:
     """The budget `key` (a run's id, a question's) of `limit` dollars; `path` None keeps it in this process."""
 
@@ -40,6 +48,7 @@ class SpendingBudget:
         if path:
             Path(path).parent.mkdir(parents=True, exist_ok=True)
         self.key, self.limit = key, limit
+        self._limit = micro_dollars(limit)
         # Without a file, one database in memory that every client of this process shares (the chat and embedding
         # clients of one question), for as long as one of them is open.
         target, uri = (path, False) if path else ("file:graphrag-spending?mode=memory&cache=shared", True)
@@ -47,24 +56,25 @@ class SpendingBudget:
         self._lock = threading.Lock()
         if path:
             self._db.execute("PRAGMA journal_mode=WAL")
+        # Micro-dollars, as integers (a file of an older version keeps its float table, unused).
         self._db.execute(
-            "CREATE TABLE IF NOT EXISTS budgets (key TEXT PRIMARY KEY, spent REAL NOT NULL, reserved REAL NOT NULL)"
+            "CREATE TABLE IF NOT EXISTS spending (key TEXT PRIMARY KEY, spent INTEGER NOT NULL, "
+            "reserved INTEGER NOT NULL)"
         )
 
-    def _change(self, reserve: float, spend: float, check: bool) -> tuple[float, float] | None:
-        """Reserve and spend, unless `check` finds the reservation does not fit: then (spent, reserved) as they
-        are, and nothing is changed."""
+    def _change(self, reserve: int, spend: int, check: bool) -> tuple[int, int] | None:
+        """Reserve and spend (micro-dollars), unless `check` finds the reservation does not fit: then (spent,
+        reserved) as they are, and nothing is changed."""
         with self._lock:
             self._db.execute("BEGIN IMMEDIATE")  # the check and the change are one step for every process
             try:
-                row = self._db.execute("SELECT spent, reserved FROM budgets WHERE key = ?", (self.key,)).fetchone()
-                spent, reserved = row or (0.0, 0.0)
-                if check and spent + reserved + reserve > self.limit:
+                row = self._db.execute("SELECT spent, reserved FROM spending WHERE key = ?", (self.key,)).fetchone()
+                spent, reserved = row or (0, 0)
+                if check and spent + reserved + reserve > self._limit:
                     self._db.execute("ROLLBACK")
                     return spent, reserved
                 self._db.execute(
-                    "INSERT OR REPLACE INTO budgets VALUES (?, ?, ?)",
-                    (self.key, spent + spend, max(reserved + reserve, 0.0)),
+                    "INSERT OR REPLACE INTO spending VALUES (?, ?, ?)", (self.key, spent + spend, reserved + reserve)
                 )
             except BaseException:
                 self._db.execute("ROLLBACK")
@@ -75,21 +85,26 @@ class SpendingBudget:
     async def reserve(self, worst: float) -> None:
         """Hold `worst` dollars for a request about to be sent. When they do not fit while other requests hold
         some, wait for those to settle (they cost less than they held, mostly); when they do not fit with none
-        held, raise BudgetReached."""
-        while (refused := self._change(worst, 0.0, check=True)) is not None:
+        held, or could not fit even if every one held were settled for nothing, raise BudgetReached."""
+        held = micro_dollars(worst)
+        while (refused := self._change(held, 0, check=True)) is not None:
             spent, reserved = refused
-            if reserved <= 0:
-                raise BudgetReached(self.limit, spent)
+            if reserved == 0 or spent + held > self._limit:
+                raise BudgetReached(self.limit, spent / 1_000_000)
             await asyncio.sleep(0.05)
 
     def settle(self, reserved: float, actual: float) -> None:
         """The request that held `reserved` cost `actual`."""
-        self._change(-reserved, actual, check=False)
+        self._change(-micro_dollars(reserved), micro_dollars(actual), check=False)
 
     def spent(self) -> float:
+        return self.ledger()[0] / 1_000_000
+
+    def ledger(self) -> tuple[int, int]:
+        """(spent, reserved) in micro-dollars."""
         with self._lock:
-            row = self._db.execute("SELECT spent FROM budgets WHERE key = ?", (self.key,)).fetchone()
-        return row[0] if row else 0.0
+            row = self._db.execute("SELECT spent, reserved FROM spending WHERE key = ?", (self.key,)).fetchone()
+        return row or (0, 0)
 
     def close(self) -> None:
         self._db.close()
