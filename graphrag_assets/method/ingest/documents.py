@@ -123,7 +123,9 @@ def _rows_from_csv(text: str, relative: str) -> tuple[list[dict], list[Problem]]
 
 def _rows_from_jsonl(text: str, relative: str) -> tuple[list[dict], list[Problem]]:
     rows, problems = [], []
-    for line_number, line in enumerate(text.splitlines(), start=1):
+    # Lines end at "\n" alone: str.splitlines() also cuts at U+2028, U+0085 and other separators that JSON strings
+    # may hold raw, which would split one valid object in two.
+    for line_number, line in enumerate(text.split("\n"), start=1):
         if not line.strip():
             continue
         try:
@@ -262,6 +264,8 @@ def read_corpus(
             continue
         counts["read"] += 1
         for document in documents:
+            where = relative if document["title"] == path.name else f"{relative} ({document['title']})"
+            result.problems.extend(_encodable(document, where))
             doc_id = document_id(document["text"])
             if doc_id in seen:
                 result.problems.append(Problem(relative, f"duplicate of {seen[doc_id]} (same content), skipped"))
@@ -280,6 +284,23 @@ def read_corpus(
             )
     result.documents = frame("documents", records, without=_CHUNKED)
     return result
+
+
+_SURROGATE = re.compile("[\ud800-\udfff]")
+
+
+def _encodable(document: dict, where: str) -> list[Problem]:
+    """Lone surrogates (which JSON escapes such as `\\ud800` can produce) replaced by U+FFFD in the document's text
+    and title: UTF-8 cannot hold them, so neither can the store, a hash, a model request or an export."""
+    problems = []
+    for field in ("text", "title"):
+        value = document[field]
+        if isinstance(value, str) and _SURROGATE.search(value):
+            document[field], count = _SURROGATE.subn("\ufffd", value)
+            problems.append(
+                Problem(where, f"{count} lone surrogate(s) in its {field} replaced by U+FFFD", skipped=False)
+            )
+    return problems
 
 
 def _document_files(root: Path) -> Iterator[Path]:
