@@ -37,7 +37,11 @@ def graphml_export(context: dg.AssetExecutionContext, config: ExportConfig, duck
     step, corpus = Step(context, duckdb), context.partition_key
     tables = step.inputs("graphml_export")
     path = exports.export_folder(config.folder, corpus, duckdb.stage) / "graph.graphml"
-    graph = exports.graphml(tables["entities"], tables["relationships"], tables["communities"], tables["layouts"], path)
+    graph, replaced = exports.graphml(
+        tables["entities"], tables["relationships"], tables["communities"], tables["layouts"], path
+    )
+    if replaced:
+        context.log.warning(f"{replaced} characters that XML cannot hold were written as U+FFFD in {path.name}")
     step.record_files("graphml_export", "networkx", config, graph.number_of_nodes())
     return dg.MaterializeResult(
         metadata={
@@ -45,6 +49,7 @@ def graphml_export(context: dg.AssetExecutionContext, config: ExportConfig, duck
             "staged_until_published": duckdb.stage is not None,
             "nodes": graph.number_of_nodes(),
             "edges": graph.number_of_edges(),
+            "characters_replaced": replaced,  # control characters XML 1.0 cannot hold, as U+FFFD (the store keeps them)
         }
     )
 

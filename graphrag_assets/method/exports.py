@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 from datetime import date
 from pathlib import Path
 
@@ -121,11 +122,30 @@ GRAPHRAG_SCHEMAS: dict[str, pa.Schema] = {
 }
 
 
+# What XML 1.0 cannot hold: C0 controls but tab, newline and carriage return; surrogates; U+FFFE and U+FFFF.
+_NOT_XML = re.compile("[\x00-\x08\x0b\x0c\x0e-\x1f\ud800-\udfff\ufffe\uffff]")
+
+
+class XmlText:
+    """Text made fit for XML, each character it cannot hold replaced by U+FFFD; counts what it replaced."""
+
+    def __init__(self):
+        self.replaced = 0
+
+    def __call__(self, text: str | None) -> str:
+        if not text:
+            return ""
+        clean, count = _NOT_XML.subn("\ufffd", text)
+        self.replaced += count
+        return clean
+
+
 def graphml(
     entities: pl.DataFrame, relationships: pl.DataFrame, communities: pl.DataFrame, nodes: pl.DataFrame, path: Path
-) -> nx.Graph:
-    """Write the entity graph with type, description, degree, community per level and x, y."""
-    graph = nx.Graph()
+) -> tuple[nx.Graph, int]:
+    """Write the entity graph with type, description, degree, community per level and x, y; returns it and how many
+    characters XML cannot hold were replaced by U+FFFD in the file (the store keeps the text as it was)."""
+    graph, xml = nx.Graph(), XmlText()
     placed = nodes.filter(pl.col("kind") == "entity")
     position = {entity: (float(x), float(y)) for entity, x, y in placed.select("id", "x", "y").iter_rows()}
     levels: dict[str, dict[str, int]] = {}
@@ -135,8 +155,8 @@ def graphml(
     for row in records(entities):
         attributes = {
             "id": row.id,
-            "type": row.type or "",
-            "description": row.description or "",
+            "type": xml(row.type),
+            "description": xml(row.description),
             "degree": int(row.degree),
             "frequency": int(row.frequency),
             "community": levels.get(row.id, {}).get("community_level_0", -1),
@@ -144,12 +164,14 @@ def graphml(
         }
         if row.id in position:
             attributes["x"], attributes["y"] = position[row.id]
-        graph.add_node(row.title, **attributes)
+        graph.add_node(xml(row.title), **attributes)
     for row in records(relationships):
-        graph.add_edge(row.source, row.target, id=row.id, weight=float(row.weight), description=row.description or "")
+        graph.add_edge(
+            xml(row.source), xml(row.target), id=row.id, weight=float(row.weight), description=xml(row.description)
+        )
     path.parent.mkdir(parents=True, exist_ok=True)
     nx.write_graphml(graph, path)
-    return graph
+    return graph, xml.replaced
 
 
 def graphrag_tables(tables: dict[str, pl.DataFrame], period: str | None = None) -> dict[str, pl.DataFrame]:
