@@ -127,11 +127,12 @@ class DuckDBStoreResource(DuckDBResource):
         description="Where HNSW indexes of large corpora are kept (derived files, rebuilt when missing or stale).",
     )
 
-    memory_limit: str = Field(
-        "256MiB",
-        description="DuckDB's memory for an index run's work on the store; beyond it, DuckDB writes buffers to a "
-        "temporary folder beside the store rather than growing the step's process (publishing an index copies "
-        "every table in one transaction). A `memory_limit` in connection_config wins.",
+    memory_limit: str | None = Field(
+        None,
+        description="A bound on DuckDB's memory, such as '2GiB'. Unset (the default): DuckDB's own, 80% of the "
+        "machine's memory. Work past the bound is written to DuckDB's temp_directory (beside the store), but one "
+        "allocation larger than the bound fails the step, so set it only with room to spare. A `memory_limit` in "
+        "connection_config wins.",
     )
 
     _stage: str | None = PrivateAttr(default=None)
@@ -160,7 +161,10 @@ class DuckDBStoreResource(DuckDBResource):
             args=(self.database,),
             kwargs={
                 "data_path": self.ducklake_data_path,
-                "config": {"memory_limit": self.memory_limit, **self.connection_config},
+                "config": {
+                    **({"memory_limit": self.memory_limit} if self.memory_limit else {}),
+                    **self.connection_config,
+                },
             },
             max_retries=10,
         )

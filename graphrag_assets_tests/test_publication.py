@@ -4,12 +4,14 @@ import uuid
 
 import dagster as dg
 import duckdb
+import numpy as np
 import pandas as pd
 import pytest
 
 from graphrag_assets.automation.runs import failed_stages_sensor
+from graphrag_assets.method.embeddings.text import EMBEDDING_MODEL_TABLES, LocalEmbedder
 from graphrag_assets.resources import DuckDBStoreResource
-from graphrag_assets.store.tables import StageDropped, stage_name, use_stage
+from graphrag_assets.store.tables import Lineage, StageDropped, read_table, stage_name, use_stage, write_table
 from graphrag_assets_tests.model_server import FakeOpenAIServer, Faults
 
 from .conftest import Workspace, chat_resource, embedding_resource
@@ -173,14 +175,32 @@ def test_a_failed_run_with_no_retry_to_follow_loses_its_stage_and_cannot_be_reex
         use_stage(conn, stage)
 
 
-def test_an_index_runs_store_bounds_duckdbs_memory_unless_the_connection_config_says_otherwise(tmp_path):
-    """Past the resource's memory_limit DuckDB writes its buffers to a temporary folder rather than growing the
-    step's process (publishing copies every table in one transaction); a memory_limit in connection_config wins."""
+def test_the_store_caps_duckdbs_memory_only_when_told_and_a_large_offline_model_is_written_in_bounded_pieces(
+    tmp_path,
+):
+    """A memory bound must never fail a step: unset, DuckDB keeps its own default (80% of the machine). Told a bound,
+    the store still takes the offline model of a real corpus's vocabulary, whose pieces are each far below it (as one
+    value, 100,000 terms of 128 dimensions made one allocation larger than the bound, and the step failed)."""
     database = str(tmp_path / "graphrag.duckdb")
+    with duckdb.connect() as plain:
+        default = plain.execute("SELECT current_setting('memory_limit')").fetchone()[0]
     for store, limit in (
-        (DuckDBStoreResource(database=database), "256.0 MiB"),
+        (DuckDBStoreResource(database=database), default),
         (DuckDBStoreResource(database=database, memory_limit="64MiB"), "64.0 MiB"),
         (DuckDBStoreResource(database=database, connection_config={"memory_limit": "1GiB"}), "1.0 GiB"),
     ):
         with store.get_connection() as conn:
             assert conn.execute("SELECT current_setting('memory_limit')").fetchone()[0] == limit
+    terms = 100_000
+    model = LocalEmbedder(
+        tuple(f"term{n}" for n in range(terms)),
+        np.linspace(1.0, 9.0, terms),
+        np.random.default_rng(0).random((128, terms), dtype=np.float32),
+        stop_words=True,
+    )
+    with DuckDBStoreResource(database=database, memory_limit="32MiB").get_connection() as conn:
+        for table, rows in zip(EMBEDDING_MODEL_TABLES, model.to_tables()):
+            write_table(conn, table, "big", rows, Lineage(table, "big", "run", "1", "offline"))
+    with DuckDBStoreResource(database=database).get_connection() as conn:  # a whole table read takes its size
+        again = LocalEmbedder.from_tables(*(read_table(conn, table, "big") for table in EMBEDDING_MODEL_TABLES))
+    assert again.vocabulary == model.vocabulary and np.array_equal(again.components, model.components)

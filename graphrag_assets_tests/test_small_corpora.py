@@ -7,6 +7,7 @@ import polars as pl
 import pytest
 
 from graphrag_assets.method.embeddings.text import LocalEmbedder
+from graphrag_assets.method.schema import frame
 
 from .conftest import REPO, SAMPLE_CORPUS, materialization_metadata, stored
 
@@ -42,18 +43,20 @@ def test_the_offline_engine_indexes_a_small_corpus(workspace, kind):
         assert metadata["offline_dimensions_note"] == "reduced from 128: the corpus is small"
 
 
-def test_the_offline_embedding_model_is_stored_as_arrays_and_embeds_questions_the_same(offline_index):
+def test_the_offline_embedding_model_is_stored_as_numbers_a_row_per_term_and_embeds_questions_the_same(
+    offline_index,
+):
     workspace, _, _ = offline_index
     columns = dict(
         workspace.sql(
-            "SELECT column_name, data_type FROM information_schema.columns WHERE table_name = 'embedding_models'"
+            "SELECT column_name, data_type FROM information_schema.columns WHERE table_name = 'embedding_model_terms'"
         ).values
     )
-    assert columns["vocabulary"] == "VARCHAR[]" and columns["components"] == "FLOAT[][]"
+    assert columns["id"] == "VARCHAR" and columns["components"] == "FLOAT[]"
     assert "BLOB" not in columns.values()
-    model = LocalEmbedder.from_table(stored(workspace, "embedding_models"))
-    assert model.dimensions == 128
-    again = LocalEmbedder.from_table(model.to_table())
+    model = LocalEmbedder.from_tables(stored(workspace, "embedding_models"), stored(workspace, "embedding_model_terms"))
+    assert model.dimensions == 128 and len(model.vocabulary) == len(stored(workspace, "embedding_model_terms"))
+    again = LocalEmbedder.from_tables(*model.to_tables())
     assert again.vocabulary == model.vocabulary and np.array_equal(again.components, model.components)
     units = workspace.sql(
         f"SELECT u.text, e.embedding FROM text_units u JOIN text_embeddings e USING (id, corpus) "
@@ -63,7 +66,16 @@ def test_the_offline_embedding_model_is_stored_as_arrays_and_embeds_questions_th
     assert np.allclose(model.embed(units["text"].tolist()), vectors, atol=1e-5)
 
 
-def test_an_old_pickled_model_is_refused_not_loaded():
-    old = pl.DataFrame({"id": ["offline"], "vocabulary": [None], "model": [b"a pickle"]})
-    with pytest.raises(ValueError, match="older version: materialize text_embeddings again"):
-        LocalEmbedder.from_table(old)
+def test_an_old_pickled_or_single_value_model_is_refused_not_loaded():
+    pickled = pl.DataFrame({"id": ["offline"], "vocabulary": [None], "model": [b"a pickle"]})
+    whole = pl.DataFrame({"id": ["offline"], "vocabulary": [["a", "b"]], "idf": [[1.0, 2.0]], "terms": [None]})
+    for old in (pickled, whole):
+        with pytest.raises(ValueError, match="older version: materialize text_embeddings again"):
+            LocalEmbedder.from_tables(old, frame("embedding_model_terms"))
+
+
+def test_the_offline_embedding_keeps_the_most_frequent_terms_up_to_its_bound():
+    texts = [f"common words here and rare{n} word{n % 7}" for n in range(400)]
+    model = LocalEmbedder.fit(texts, dimensions=4, max_terms=10)
+    assert len(model.vocabulary) == 10 and "common" in model.vocabulary and "rare3" not in model.vocabulary
+    assert model.embed(["common rare3"]).shape == (1, 4)

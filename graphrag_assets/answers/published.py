@@ -8,8 +8,9 @@ from datetime import datetime
 
 import duckdb
 
-from ..method.embeddings.text import LocalEmbedder
+from ..method.embeddings.text import EMBEDDING_MODEL_TABLES, LocalEmbedder
 from ..method.graph.aliases import canonical_of, resolve
+from ..method.schema import frame
 from ..method.search.context import Index
 from ..store import vector_index
 from ..store.tables import latest_versions, read_table, row_count, table_exists
@@ -46,7 +47,12 @@ def load_index(conn: duckdb.DuckDBPyConnection, corpus: str, vector_index_dir: s
     entities, relationships = read_table(conn, "entities", corpus), read_table(conn, "relationships", corpus)
     if links is not None:
         entities, relationships = resolve(entities, relationships, links)
-    models = read_table(conn, "embedding_models", corpus) if row_count(conn, "embedding_models", corpus) else None
+    local_embedder = None
+    if row_count(conn, "embedding_models", corpus):
+        model, terms = EMBEDDING_MODEL_TABLES
+        # An older store's model row has no terms table beside it; from_tables says to rebuild it.
+        stored_terms = read_table(conn, terms, corpus) if table_exists(conn, terms) else frame(terms)
+        local_embedder = LocalEmbedder.from_tables(read_table(conn, model, corpus), stored_terms)
     return Index(
         entities=entities,
         relationships=relationships,
@@ -58,7 +64,7 @@ def load_index(conn: duckdb.DuckDBPyConnection, corpus: str, vector_index_dir: s
         embeddings=read_table(
             conn, "text_embeddings", corpus, where="NOT list_contains(?, kind)", params=[list(approximate)]
         ),
-        local_embedder=LocalEmbedder.from_table(models) if models is not None else None,
+        local_embedder=local_embedder,
         aliases=canonical_of(links) if links is not None else {},
         approximate=approximate,
     )

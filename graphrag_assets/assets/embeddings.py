@@ -10,7 +10,13 @@ from pydantic import Field
 from ..method.communities.leiden import networkx_graph
 from ..method.embeddings.layouts import layout_nodes, plot_layout
 from ..method.embeddings.node2vec import node2vec
-from ..method.embeddings.text import LocalEmbedder, embed_with_model, embedding_inputs
+from ..method.embeddings.text import (
+    EMBEDDING_MODEL_TABLES,
+    MAX_TERMS,
+    LocalEmbedder,
+    embed_with_model,
+    embedding_inputs,
+)
 from ..method.embeddings.text import document_embeddings as mean_document_embeddings
 from ..method.schema import frame, vector_column
 from ..resources import DuckDBStoreResource, EmbeddingModelResource
@@ -26,6 +32,12 @@ class TextEmbeddingConfig(dg.Config):
         128, ge=2, description="Offline engine only: dimensions of its TF-IDF + SVD vectors (fewer on a tiny corpus)."
     )
     seed: int = Field(42, description="Offline engine only: the SVD's random seed.")
+    offline_max_terms: int = Field(
+        MAX_TERMS,
+        ge=2,
+        description="Offline engine only: the most frequent terms its TF-IDF keeps (a real corpus's vocabulary grows "
+        "with its size; the model's memory and storage grow with this).",
+    )
     max_failed_fraction: float = Field(
         0.05, ge=0, le=1, description="Share of texts whose embedding may fail before the step fails."
     )
@@ -157,7 +169,7 @@ def text_embeddings(
 
 def offline_embedder(context: dg.AssetExecutionContext, texts: list[str], config: TextEmbeddingConfig) -> LocalEmbedder:
     """The offline engine's TF-IDF + SVD model fitted to the corpus (fewer dimensions than asked when it is small)."""
-    model = LocalEmbedder.fit(texts, config.offline_dimensions, config.seed)
+    model = LocalEmbedder.fit(texts, config.offline_dimensions, config.seed, config.offline_max_terms)
     if model.dimensions != config.offline_dimensions:
         context.log.info(
             f"offline embedding has {model.dimensions} dimensions, not {config.offline_dimensions}: "
@@ -169,10 +181,10 @@ def offline_embedder(context: dg.AssetExecutionContext, texts: list[str], config
 def keep_embedding_model(step: Step, local_model: LocalEmbedder | None, engine: str) -> None:
     """The fitted offline model is kept so that questions can be embedded in the same space; with an embedding model
     there is none, and an older offline one must not outlive its vectors."""
-    models = local_model.to_table() if local_model is not None else frame("embedding_models")
+    tables = local_model.to_tables() if local_model is not None else (frame(name) for name in EMBEDDING_MODEL_TABLES)
     with step.duckdb.get_connection() as conn:
-        lineage = lineage_for(step.context, conn, "embedding_models", engine, upstream=[])
-        write_table(conn, "embedding_models", step.corpus, models, lineage)
+        for name, rows in zip(EMBEDDING_MODEL_TABLES, tables):
+            write_table(conn, name, step.corpus, rows, lineage_for(step.context, conn, name, engine, upstream=[]))
 
 
 def embedding_metadata(table: pl.DataFrame, failed: int, dimensions: int | None, asked: int | None) -> dict:

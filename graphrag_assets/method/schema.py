@@ -120,15 +120,11 @@ OUTPUT_TABLES: dict[str, dict[str, str]] = {
         "substituted_communities": "INTEGER[]",
     },
     "text_embeddings": {"id": "VARCHAR", "kind": "VARCHAR", "embedding": "FLOAT[]"},
-    # The offline embedding as plain arrays; never a pickle, so loading it cannot run code.
-    "embedding_models": {
-        "id": "VARCHAR",
-        "dimensions": "INTEGER",
-        "vocabulary": "VARCHAR[]",
-        "idf": "DOUBLE[]",
-        "components": "FLOAT[][]",
-        "stop_words": "BOOLEAN",
-    },
+    # The offline embedding as plain numbers, never a pickle, so loading it cannot run code: one row for the model,
+    # one per term of its vocabulary (a term's idf and its weight in each SVD dimension), so no value grows with the
+    # vocabulary (one value of the whole model passed 256 MiB on a real corpus's half a million terms).
+    "embedding_models": {"id": "VARCHAR", "dimensions": "INTEGER", "stop_words": "BOOLEAN", "terms": "INTEGER"},
+    "embedding_model_terms": {"id": "VARCHAR", "position": "INTEGER", "idf": "DOUBLE", "components": "FLOAT[]"},
     "document_embeddings": {"id": "VARCHAR", "n_tokens": "INTEGER", "embedding": "FLOAT[]"},
     "graph_embeddings": {"id": "VARCHAR", "title": "VARCHAR", "embedding": "FLOAT[]"},
     "layouts": {

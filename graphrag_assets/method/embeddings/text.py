@@ -50,6 +50,9 @@ def _unit_rows(matrix: np.ndarray) -> np.ndarray:
 
 
 MIN_SVD_DIMENSIONS = 2
+MAX_TERMS = 200_000
+# Where the fitted model is stored (method/schema.py): the model's row, and a row per term.
+EMBEDDING_MODEL_TABLES = ("embedding_models", "embedding_model_terms")
 
 
 @dataclass(frozen=True)
@@ -70,15 +73,24 @@ class LocalEmbedder:
         return len(self.vocabulary) if self.components is None else int(self.components.shape[0])
 
     @classmethod
-    def fit(cls, texts: list[str], dimensions: int = 128, seed: int = EMBEDDING_SEED) -> LocalEmbedder:
-        """Fit on the corpus. Fewer dimensions than asked when the corpus has too few texts or terms for them."""
+    def fit(
+        cls, texts: list[str], dimensions: int = 128, seed: int = EMBEDDING_SEED, max_terms: int | None = MAX_TERMS
+    ) -> LocalEmbedder:
+        """Fit on the corpus. Fewer dimensions than asked when the corpus has too few texts or terms for them.
+
+        The vocabulary keeps the `max_terms` most frequent terms: a real corpus's vocabulary grows without end
+        (half a million distinct words in 50 MB of text), and the SVD's memory and the stored model grow with it,
+        while a term seen a handful of times moves no vector of 128 dimensions."""
         from sklearn.decomposition import TruncatedSVD  # scikit-learn and SciPy cost ~75 MB: only steps that embed
         from sklearn.feature_extraction.text import TfidfVectorizer
 
         features = None
         for stop_words in (True, False):  # a corpus of nothing but stop words keeps them
             vectorizer = TfidfVectorizer(
-                sublinear_tf=True, stop_words="english" if stop_words else None, token_pattern=_TOKEN_PATTERN
+                sublinear_tf=True,
+                stop_words="english" if stop_words else None,
+                token_pattern=_TOKEN_PATTERN,
+                max_features=max_terms,
             )
             try:
                 features = vectorizer.fit_transform(texts)
@@ -119,33 +131,48 @@ class LocalEmbedder:
         vectors = tfidf @ self.components.T if self.components is not None else tfidf.toarray()
         return _unit_rows(np.asarray(vectors)).astype(np.float32)
 
-    def to_table(self) -> pl.DataFrame:
-        """The model as the one row of the embedding_models table; its arrays go over whole, not a float at a time."""
-        components = None if self.components is None else pl.Series(self.components).cast(pl.List(pl.Float32))
-        row = {"id": "offline", "dimensions": self.dimensions, "vocabulary": list(self.vocabulary)}
-        table = frame("embedding_models", [row | {"stop_words": self.stop_words}])
-        return table.with_columns(
-            idf=pl.Series([self.idf], dtype=pl.List(pl.Float64)),
-            components=components.implode() if components is not None else pl.lit(None, pl.List(pl.List(pl.Float32))),
+    def to_tables(self) -> tuple[pl.DataFrame, pl.DataFrame]:
+        """The model as rows of embedding_models (one) and embedding_model_terms (one per term); the arrays go
+        over whole, not a float at a time."""
+        model = frame(
+            "embedding_models",
+            [{"id": "offline", "dimensions": self.dimensions, "stop_words": self.stop_words, "terms": len(self.idf)}],
         )
+        terms = pl.DataFrame(
+            {
+                "id": pl.Series(self.vocabulary, dtype=pl.String),
+                "position": pl.Series(np.arange(len(self.vocabulary)), dtype=pl.Int32),
+                "idf": pl.Series(self.idf, dtype=pl.Float64),
+                "components": (
+                    pl.Series(np.ascontiguousarray(self.components.T)).cast(pl.List(pl.Float32))
+                    if self.components is not None
+                    else pl.Series([None] * len(self.vocabulary), dtype=pl.List(pl.Float32))
+                ),
+            }
+        )
+        return model, terms
 
     @classmethod
-    def from_table(cls, models: pl.DataFrame) -> LocalEmbedder:
-        """The model from its stored row (from_table(to_table()) is the same model)."""
-        vocabulary = models["vocabulary"][0] if len(models) else None
-        if vocabulary is None or len(vocabulary) == 0:
+    def from_tables(cls, model: pl.DataFrame, terms: pl.DataFrame) -> LocalEmbedder:
+        """The model from its stored rows (from_tables(*to_tables()) is the same model)."""
+        if "terms" not in model.columns or not len(model) or model["terms"][0] is None:
             raise ValueError(
                 "the stored offline embedding model is from an older version: materialize text_embeddings again"
             )
-        stored = models["components"]
+        if len(terms) != model["terms"][0]:
+            raise ValueError(
+                f"the stored offline embedding model has {len(terms)} of its {model['terms'][0]} terms: "
+                "materialize text_embeddings again"
+            )
+        terms = terms.sort("position")
         components = None
-        if stored[0] is not None and len(stored[0]):
-            components = vector_matrix(stored.explode())
+        if len(terms) and terms["components"][0] is not None:
+            components = np.ascontiguousarray(vector_matrix(terms["components"]).T)
         return cls(
-            tuple(vocabulary.to_list()),
-            models["idf"][0].to_numpy().astype(np.float64),
+            tuple(terms["id"].to_list()),
+            terms["idf"].to_numpy().astype(np.float64),
             components,
-            bool(models["stop_words"][0]),
+            bool(model["stop_words"][0]),
         )
 
 
