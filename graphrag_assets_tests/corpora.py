@@ -140,3 +140,129 @@ def short_notes(folder: Path, count: int, seed: int = 0) -> list[str]:
         (folder / name).write_text(text + "\n", encoding="utf-8")
         names.append(name)
     return names
+
+
+# Every C0 control character (NUL included), DEL, the C1 next-line, the Unicode line and paragraph separators, a
+# byte-order mark mid-text, zero-width and bidirectional marks, combining accents, a noncharacter, emoji with joiners,
+# and scripts other than Latin: what real documents carry and no test of the sample book sees.
+C0_CONTROLS = "".join(map(chr, range(32)))
+ODD_UNICODE = (
+    "\x7f\x85\u2028\u2029\ufeff\u200b\u200d\u200e\u200f\u202e\u2066\u2069e\u0301\u0308\ufffe\ufffd"
+    "\U0001f469\u200d\U0001f52c\U0001f3f3\ufe0f\u200d\U0001f308 \u00e6\u00f8\u00e5 \u03b1\u03b2\u03b3 "
+    "\u0434\u0436\u0438 \u05e9\u05dc\u05d5\u05dd \u0645\u0631\u062d\u0628\u0627 \u4e2d\u6587 \u65e5\u672c\u8a9e "
+    "\U0001d54f\U0001d550 \u0928\u092e\u0938\u094d\u0924\u0947"
+)
+_SYLLABLES = ("ka", "ren", "tho", "vel", "mi", "dar", "os", "lun", "pe", "quar", "sil", "te", "bro", "an", "gu", "zi")
+_COMMON = (
+    "the of and to a in that is was he for it with as his on be at by had not are but from or have an they which "
+    "one you were her all she there would their we him been has when who will more no if out so said what up its "
+    "about into than them can only other new some could time these two may then do first any my now such like our "
+    "over man me even most made after also did many before must through back years where much your way well down "
+    "should because each just those people how too little state good very make world still own see men work long"
+).split()
+
+
+def _coined(rank: int) -> str:
+    """The rank-th word of an open vocabulary: distinct ranks give distinct words."""
+    letters = []
+    while True:
+        rank, digit = divmod(rank, len(_SYLLABLES))
+        letters.append(_SYLLABLES[digit])
+        if not rank:
+            return "".join(letters)
+        rank -= 1
+
+
+class GrowingVocabulary:
+    """Words drawn as real text draws them: common words most often, then a Zipf tail with no end, so that
+    distinct words keep growing with the text (Heaps' law: about n^0.7 here, several hundred thousand distinct
+    words in 50 MB), capitalised names among them, and odd Unicode in some."""
+
+    def __init__(self, seed: int, zipf: float = 1.25):
+        import numpy as np
+
+        self._rng = np.random.default_rng(seed)
+        self.zipf = zipf
+
+    def words(self, count: int) -> list[str]:
+        ranks = self._rng.zipf(self.zipf, count)
+        shapes = self._rng.random(count)
+        out = []
+        for rank, shape in zip(ranks.tolist(), shapes.tolist()):
+            if rank <= len(_COMMON):
+                out.append(_COMMON[rank - 1])
+                continue
+            word = _coined(rank)
+            if shape < 0.12:
+                word = word.title()  # a name: the noun-phrase graph's concepts
+            elif shape < 0.125:
+                word += ODD_UNICODE[int(shape * 1e5) % len(ODD_UNICODE)]
+            out.append(word)
+        return out
+
+    def prose(self, approx_bytes: int) -> str:
+        """Sentences of 8-30 words in paragraphs, about `approx_bytes` long."""
+        paragraphs, size = [], 0
+        while size < approx_bytes:
+            sentences = []
+            for _ in range(int(self._rng.integers(2, 7))):
+                words = self.words(int(self._rng.integers(8, 31)))
+                sentences.append(" ".join(words).capitalize() + ".")
+            paragraph = " ".join(sentences)
+            paragraphs.append(paragraph)
+            size += len(paragraph) + 2
+        return "\n\n".join(paragraphs)
+
+
+def dirty_corpus(
+    folder: Path, megabytes: float, seed: int = 0, long_line_mb: float = 2.0, huge_document_mb: float = 20.0
+) -> dict[str, int]:
+    """A corpus of generated prose with a growing vocabulary and the dirt of real documents, as files of several
+    formats; returns the bytes written per file name.
+
+    - `documents.jsonl`: one object per line, some texts with every C0 control character and lone surrogates as
+      JSON escapes (`\\u0000`, `\\ud800`), and raw U+2028 / U+0085 inside strings (JSON allows both);
+    - `controls.txt`: prose with every C0 control character and DEL written raw (NUL past the first 8 KB);
+    - `long-line.md`: one line of `long_line_mb` megabytes, no newline in it;
+    - `huge.txt`: a document of `huge_document_mb` megabytes (when the corpus is that large);
+    - `page.html`: a web page whose text carries control characters as character references;
+    - the rest as `part-NNNN.txt` files of about 200 KB, with odd Unicode in their words.
+    """
+    import json
+
+    vocabulary = GrowingVocabulary(seed)
+    folder.mkdir(parents=True, exist_ok=True)
+    budget = int(megabytes * 2**20)
+    written: dict[str, int] = {}
+
+    def write(name: str, text: str) -> None:
+        data = text.encode("utf-8", "surrogatepass")
+        (folder / name).write_bytes(data)
+        written[name] = len(data)
+
+    dirt = C0_CONTROLS + ODD_UNICODE
+    lines = []
+    for n in range(12):
+        text = vocabulary.prose(6_000)
+        if n % 3 == 0:
+            cut = len(text) // 2
+            text = text[:cut] + f" {dirt} \ud800 lone \udfff surrogates " + text[cut:]
+        lines.append(json.dumps({"id": f"row-{n}", "title": f"Row {n}\x02{ODD_UNICODE[:3]}", "text": text}))
+    # A raw U+2028 and U+0085 inside a JSON string: valid JSON that str.splitlines() would cut in two.
+    lines.append(json.dumps({"title": "separators", "text": vocabulary.prose(3_000)}, ensure_ascii=False))
+    lines[-1] = lines[-1].replace(". ", ".\u2028 ", 1).replace(". ", ".\x85 ", 1)
+    write("documents.jsonl", "\n".join(lines) + "\n")
+    body = vocabulary.prose(20_000)
+    write("controls.txt", body[:9_000] + f" {dirt} " + body[9_000:] + f"\n{dirt}\n")
+    line = vocabulary.prose(int(long_line_mb * 2**20)).replace("\n\n", " ")
+    write("long-line.md", f"# One long line {ODD_UNICODE[:20]}\n\n{line}\n")
+    entities = "".join(f"&#x{ord(c):x};" if c not in "\x00" else "" for c in C0_CONTROLS[1:] if c not in "\t\n\r")
+    page = vocabulary.prose(30_000).replace("\n\n", "</p><p>")
+    write("page.html", f"<html><head><title>Odd {entities}</title></head><body><p>{page}{entities}</p></body></html>")
+    if budget >= huge_document_mb * 2**20 * 2:
+        write("huge.txt", vocabulary.prose(int(huge_document_mb * 2**20)))
+    part = 0
+    while sum(written.values()) < budget:
+        write(f"part-{part:04d}.txt", vocabulary.prose(200_000))
+        part += 1
+    return written

@@ -293,12 +293,12 @@ def _encodable(document: dict, where: str) -> list[Problem]:
     """Lone surrogates (which JSON escapes such as `\\ud800` can produce) replaced by U+FFFD in the document's text
     and title: UTF-8 cannot hold them, so neither can the store, a hash, a model request or an export."""
     problems = []
-    for field in ("text", "title"):
-        value = document[field]
+    for name in ("text", "title"):
+        value = document[name]
         if isinstance(value, str) and _SURROGATE.search(value):
-            document[field], count = _SURROGATE.subn("\ufffd", value)
+            document[name], count = _SURROGATE.subn("\ufffd", value)
             problems.append(
-                Problem(where, f"{count} lone surrogate(s) in its {field} replaced by U+FFFD", skipped=False)
+                Problem(where, f"{count} lone surrogate(s) in its {name} replaced by U+FFFD", skipped=False)
             )
     return problems
 
