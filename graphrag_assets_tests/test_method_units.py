@@ -428,3 +428,21 @@ def test_the_index_plan_says_what_each_step_does_for_each_source_method_and_engi
     assert imported.writes_reports and imported.claims_skipped_because is None and not imported.looks_for_aliases
     assert set(imported.steps().values()) == {"imported from data/c/output", "none: an imported graph is kept as it is"}
     assert list(imported.steps()) == list(standard.steps())  # the same steps, in the order they run
+
+
+def test_central_sentences_count_each_title_once_per_sentence_wherever_its_words_stand():
+    from graphrag_assets.method.offline.extractive import central_sentences
+
+    texts = [
+        "Bob Cratchit met Scrooge. 'Tis old Fezziwig's ball, said Bob. Nobody came. "
+        "Scrooge's nephew, Bob Cratchit and Old Fezziwig dined. Bobby is not Bob."
+    ]
+    titles = {"Bob Cratchit", "Bob", "Scrooge", "'Tis", "Old Fezziwig", "...", "İstanbul"}
+    # Four titles in the fourth sentence (Scrooge, Bob Cratchit, Bob, Old Fezziwig); three in the first and the second;
+    # "Bobby" is not "Bob", and a sentence with none is left out.
+    assert central_sentences(texts, titles, limit=10) == [
+        "Scrooge's nephew, Bob Cratchit and Old Fezziwig dined.",
+        "Bob Cratchit met Scrooge.",
+        "'Tis old Fezziwig's ball, said Bob.",
+        "Bobby is not Bob.",
+    ]
