@@ -282,20 +282,6 @@ def interrupted(result) -> bool:
     return False
 
 
-def failure_message(result) -> str:
-    failures = result.get_step_failure_events()
-    if not failures:
-        return "the run failed before any step ran"
-    data = failures[0].step_failure_data
-    if data.user_failure_data and data.user_failure_data.description:
-        return f"{failures[0].step_key}: {data.user_failure_data.description}"
-    error = data.error
-    while error is not None and error.cause is not None:  # the user code's exception, not Dagster's wrapper
-        error = error.cause
-    message = error.message.strip() if error else "failed"
-    return f"{failures[0].step_key}: {message} (run again with --verbose for the traceback)"
-
-
 def execute(job_name: str, corpus: str, run_config: dict, verbose: bool, tags: dict[str, str] | None = None):
     import dagster as dg
 
@@ -403,6 +389,8 @@ def index(
         print(f"{'indexed' if result.success else 'FAILED '} {name} (run {result.run_id})")
         print(f"  spent       {spent}")
         if not result.success:
+            from .failures import failure_message
+
             failed[name] = failure_message(result)
             print(f"failed: {failed[name]}", file=sys.stderr)
     names = [name for name in names if name not in failed]
@@ -637,6 +625,8 @@ def tune(corpus: str, run_config: dict, verbose: bool) -> int:
         instance.add_dynamic_partitions("corpus", [corpus])
     result = execute("tune_prompts", corpus, run_config, verbose)
     if not result.success:
+        from .failures import failure_message
+
         print(f"failed: {failure_message(result)}", file=sys.stderr)
         return 1
     with open_store() as conn:
@@ -678,6 +668,8 @@ def evaluate(corpus: str, run_config: dict, verbose: bool) -> int:
         )
     result = execute("evaluate_corpus", corpus, run_config, verbose)
     if not result.success:
+        from .failures import failure_message
+
         print(f"failed: {failure_message(result)}", file=sys.stderr)
         return 1
     for event in result.get_asset_materialization_events():

@@ -6,14 +6,14 @@ measured in the same run.
     .venv/bin/python scripts/benchmark.py queries [--latency 0.2]
     .venv/bin/python scripts/benchmark.py incremental [--parts 20]
     .venv/bin/python scripts/benchmark.py ingest [--megabytes 50] [--pages 200] [--docx-megabytes 20]
-    .venv/bin/python scripts/benchmark.py growth [--sizes 5 50]
+    .venv/bin/python scripts/benchmark.py growth [--sizes 5 50 200] [--text generated|python-doc|book]
     .venv/bin/python scripts/benchmark.py faults
     .venv/bin/python scripts/benchmark.py compare [--latency 0.05] [--token-latency 0.001] [--rpm N --tpm N]
     .venv/bin/python scripts/benchmark.py edits
     .venv/bin/python scripts/benchmark.py prompts [--against REVISION]
     .venv/bin/python scripts/benchmark.py methods [--documents 40] [--concept-phrases noun_phrases] [--full-reports]
     .venv/bin/python scripts/benchmark.py batch [--delay 10] [--poll 1] [--latency 0.05]
-    .venv/bin/python scripts/benchmark.py limits [--documents 30] [--rpm 10000] [--tpm 2000000]
+    .venv/bin/python scripts/benchmark.py limits [--documents 30] [--rpm 10000] [--tpm 2000000] [--runs 5]
     .venv/bin/python scripts/benchmark.py tuning [--documents 30]
     .venv/bin/python scripts/benchmark.py serve [--questions 40] [--clients 16] [--latency 0.2]
     .venv/bin/python scripts/benchmark.py estimate
@@ -347,6 +347,7 @@ def main() -> None:
     limits.add_argument("--tpm", type=int, default=2_000_000)
     limits.add_argument("--latency", type=float, default=0.4, help="seconds per request")
     limits.add_argument("--token-latency", type=float, default=0.03, help="and per completion token")
+    limits.add_argument("--runs", type=int, default=1, help="runs with the default settings (each run's cause if red)")
     serve = commands.add_parser("serve", help="latency of the server per method and under concurrent clients")
     serve.add_argument("--questions", type=int, default=40)
     serve.add_argument("--clients", type=int, default=16)
@@ -354,8 +355,9 @@ def main() -> None:
     commands.add_parser("estimate", help="the estimate of an index against the run, on corpora of four shapes")
     tuning = commands.add_parser("tuning", help="a contracts corpus indexed with default and with tuned prompts")
     tuning.add_argument("--documents", type=int, default=30, help="fictional supply agreements")
-    growth = commands.add_parser("growth", help="every offline step's wall time at 5 and 50 MB, against n log n")
-    growth.add_argument("--sizes", type=int, nargs=2, default=[5, 50], help="megabytes of the two text files")
+    growth = commands.add_parser("growth", help="every offline step's time and the peak memory as the text grows")
+    growth.add_argument("--sizes", type=float, nargs="+", default=[5, 50, 200], help="megabytes of text, ascending")
+    growth.add_argument("--text", choices=("generated", "python-doc", "book"), default="generated")
     compare = commands.add_parser("compare", help="this project next to nano-graphrag 0.0.8.2 on one endpoint")
     compare.add_argument("--latency", type=float, default=0.05, help="seconds the server takes per request")
     compare.add_argument("--token-latency", type=float, default=0.001, help="and per completion token")
