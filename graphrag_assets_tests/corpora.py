@@ -193,21 +193,34 @@ class GrowingVocabulary:
                 out.append(_COMMON[rank - 1])
                 continue
             word = _coined(rank)
-            if shape < 0.12:
-                word = word.title()  # a name: the noun-phrase graph's concepts
-            elif shape < 0.125:
+            if shape < 0.02:
+                word = word.title()  # a name said once or twice
+            elif shape < 0.025:
                 word += ODD_UNICODE[int(shape * 1e5) % len(ODD_UNICODE)]
             out.append(word)
         return out
 
+    def names(self, count: int) -> list[str]:
+        """People and places of one document: drawn from a Zipf population too, so the famous recur across
+        documents and the rest are new (each a name of one or two coined words)."""
+        ranks = self._rng.zipf(1.1, (count, 2)) + 5_000
+        return [" ".join(_coined(r).title() for r in pair[: 1 + (pair[0] + pair[1]) % 2]) for pair in ranks.tolist()]
+
     def prose(self, approx_bytes: int) -> str:
-        """Sentences of 8-30 words in paragraphs, about `approx_bytes` long."""
+        """Sentences of 8-30 words in paragraphs, about `approx_bytes` long, each naming one to three of the
+        passage's cast (names co-occur, as real text's people and places do)."""
         paragraphs, size = [], 0
+        cast = self.names(20)
         while size < approx_bytes:
             sentences = []
+            if self._rng.random() < 0.1:  # the scene moves on: some of the cast change
+                cast[int(self._rng.integers(0, len(cast)))] = self.names(1)[0]
             for _ in range(int(self._rng.integers(2, 7))):
                 words = self.words(int(self._rng.integers(8, 31)))
-                sentences.append(" ".join(words).capitalize() + ".")
+                for name in self._rng.choice(cast, size=int(self._rng.integers(1, 4)), replace=False).tolist():
+                    words.insert(int(self._rng.integers(1, len(words))), name)
+                sentence = " ".join(words)
+                sentences.append(sentence[0].upper() + sentence[1:] + ".")
             paragraph = " ".join(sentences)
             paragraphs.append(paragraph)
             size += len(paragraph) + 2

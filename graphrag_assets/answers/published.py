@@ -26,7 +26,9 @@ INDEX_TABLES = (
     "documents",
     "text_embeddings",
 )
-_OPTIONAL = ("covariates", "community_reports")  # claims are optional, and a lazy index writes no reports
+# Claims are optional, a lazy index writes no reports, and a corpus whose names never meet twice in a passage has
+# entities but no relationships: each such index still answers.
+_OPTIONAL = ("covariates", "community_reports", "relationships")
 
 
 class NotIndexed(LookupError):
