@@ -2,8 +2,10 @@
 
 ingest: peak RSS of reading and chunking one large text file (documents + base_text_units, offline),
   each corpus in a fresh process; baseline: the sample corpus in the same way.
-growth: wall time of every offline index step on one text file of 5 and 50 MB (the sample book's body repeated),
-  each size in a fresh process; the ratio of each step against n log n of the input.
+growth: wall time of every offline index step, and peak memory, at several sizes of text (5, 50 and 200 MB by
+  default) of a kind: generated (a growing vocabulary with real dirt, graphrag_assets_tests/corpora.py),
+  python-doc (Debian's python3.11-doc HTML pages) or book (the sample book repeated); each size in a fresh process;
+  the growth exponent of each step between sizes against n log n's.
 faults: the index of the sample corpus against a misbehaving endpoint next to a healthy one (the
   baseline): rows of every table, whether the tables are equal, and the requests each run sent.
 """
@@ -84,42 +86,88 @@ print(json.dumps({"seconds": seconds, "peak_rss_mib": resource.getrusage(resourc
 )
 
 
-def growth_benchmark(args) -> None:
-    """Per-step wall time of the offline index at two sizes of one text file, against n log n of the input."""
+PYTHON_DOC = Path("/usr/share/doc/python3.11/html")  # Debian's python3.11-doc: about 70 MB of real HTML pages
+
+
+def _growth_corpus(text: str, folder: Path, megabytes: float) -> int:
+    """A corpus of about `megabytes` of the kind asked, in `folder`; returns the bytes written."""
+    folder.mkdir(parents=True)
+    if text == "generated":
+        from graphrag_assets_tests.corpora import dirty_corpus
+
+        return sum(dirty_corpus(folder, megabytes, long_line_mb=2, huge_document_mb=20).values())
+    if text == "python-doc":
+        pages = sorted(PYTHON_DOC.rglob("*.html")) if PYTHON_DOC.is_dir() else []
+        if not pages:
+            raise SystemExit(f"{PYTHON_DOC} is missing: apt-get install python3.11-doc")
+        written = 0
+        for page in pages:
+            if written >= megabytes * 2**20:
+                break
+            target = folder / page.relative_to(PYTHON_DOC)
+            target.parent.mkdir(parents=True, exist_ok=True)
+            shutil.copyfile(page, target)
+            written += page.stat().st_size
+        return written
     from graphrag_assets.method.ingest.documents import strip_boilerplate
 
     book = strip_boilerplate(next(SAMPLE.glob("*.txt")).read_text(encoding="utf-8"))[0]
+    written, copy = 0, 0
+    with open(folder / "big.txt", "w", encoding="utf-8") as out:
+        while written < megabytes * 2**20:
+            copy += 1
+            written += out.write(f"\n\nPart {copy}\n\n{book}")
+    return written
+
+
+def growth_benchmark(args) -> None:
+    """Per-step wall time and the peak memory of the offline index at several sizes, and how they grow: the growth
+    exponent k of time ~ n^k between sizes, against n log n's."""
+    sys.path.insert(0, str(REPO))
     figures = {}
     for megabytes in args.sizes:
         work = Path(tempfile.mkdtemp(prefix="graphrag-growth-"))
         try:
-            (work / "data" / "big").mkdir(parents=True)
-            with open(work / "data" / "big" / "big.txt", "w", encoding="utf-8") as out:
-                written, copy = 0, 0
-                while written < megabytes * 2**20:
-                    copy += 1
-                    written += out.write(f"\n\nPart {copy}\n\n{book}")
+            written = _growth_corpus(args.text, work / "data" / "big", megabytes)
+            print(f"{args.text} text, {written / 2**20:,.1f} MiB: indexing offline ...", flush=True)
             done = subprocess.run(
-                [sys.executable, "-c", _GROWTH_CHILD, str(work)], cwd=REPO, check=True, capture_output=True, text=True
+                [sys.executable, "-c", _GROWTH_CHILD, str(work)], cwd=REPO, capture_output=True, text=True
             )
+            if done.returncode:
+                raise SystemExit(f"the index of {megabytes} MB failed:\n{done.stderr[-4000:]}")
             figures[megabytes] = (written, json.loads(done.stdout.strip().splitlines()[-1]))
         finally:
             shutil.rmtree(work, ignore_errors=True)
-    (small, (small_bytes, first)), (large, (large_bytes, last)) = list(figures.items())[0], list(figures.items())[-1]
-    n_log_n = (large_bytes * math.log(large_bytes)) / (small_bytes * math.log(small_bytes))
-    header = f"{'step':<22}{f'{small} MB s':>10}{f'{large} MB s':>10}{'ratio':>8}{'/ n log n':>11}"
-    print(header)
-    print("-" * len(header))
-    for step in sorted(first["seconds"], key=lambda s: -last["seconds"].get(s, 0)):
-        a, b = first["seconds"][step], last["seconds"].get(step, float("nan"))
-        print(f"{step:<22}{a:>10.1f}{b:>10.1f}{b / a:>8.1f}{b / a / n_log_n:>11.2f}")
-    a, b = sum(first["seconds"].values()), sum(last["seconds"].values())
-    print(f"{'all steps':<22}{a:>10.1f}{b:>10.1f}{b / a:>8.1f}{b / a / n_log_n:>11.2f}")
+    sizes = list(figures)
+    steps = sorted(figures[sizes[-1]][1]["seconds"], key=lambda s: -figures[sizes[-1]][1]["seconds"][s])
+    header = f"{'step':<22}" + "".join(f"{f'{size} MB s':>11}" for size in sizes) + "   growth exponent"
+    print(f"\n{header}\n{'-' * (len(header) + 20)}")
+    for step in [*steps, "all steps"]:
+        times = [
+            sum(f["seconds"].values()) if step == "all steps" else f["seconds"].get(step, float("nan"))
+            for _, f in figures.values()
+        ]
+        print(f"{step:<22}" + "".join(f"{t:>11.1f}" for t in times) + "   " + _exponents(sizes, figures, times))
+    peaks = [f["peak_rss_mib"] for _, f in figures.values()]
+    print(f"{'peak RSS MiB':<22}" + "".join(f"{p:>11,.0f}" for p in peaks) + "   " + _exponents(sizes, figures, peaks))
+    n_log_n = [
+        math.log((b * math.log(b)) / (a * math.log(a))) / math.log(b / a)
+        for (a, _), (b, _) in zip(list(figures.values()), list(figures.values())[1:])
+    ]
     print(
-        f"\ninput grew {large_bytes / small_bytes:.1f}x; n log n grew {n_log_n:.1f}x. Peak RSS "
-        f"{first['peak_rss_mib']:.0f} MiB and {last['peak_rss_mib']:.0f} MiB. A step whose last column exceeds 1 "
-        "grew faster than n log n (steps under a second are noise)."
+        f"\nn log n's exponent over the same steps: {', '.join(f'{k:.2f}' for k in n_log_n)}. Time growing with an "
+        "exponent above that grew faster than n log n (steps under a second are noise). Target: peak RSS at most "
+        "1,536 MiB at 200 MB of text."
     )
+
+
+def _exponents(sizes: list, figures: dict, values: list[float]) -> str:
+    """k such that value ~ n^k, between each pair of consecutive sizes (n in bytes written)."""
+    out = []
+    for (a, b), (small, large) in zip(zip(values, values[1:]), zip(sizes, sizes[1:])):
+        ratio = figures[large][0] / figures[small][0]
+        out.append(f"{math.log(b / a) / math.log(ratio):.2f}" if a > 0 and b > 0 else "-")
+    return ", ".join(out)
 
 
 def ingest_benchmark(args) -> None:
