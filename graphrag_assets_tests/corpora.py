@@ -152,7 +152,44 @@ ODD_UNICODE = (
     "\u0434\u0436\u0438 \u05e9\u05dc\u05d5\u05dd \u0645\u0631\u062d\u0628\u0627 \u4e2d\u6587 \u65e5\u672c\u8a9e "
     "\U0001d54f\U0001d550 \u0928\u092e\u0938\u094d\u0924\u0947"
 )
-_SYLLABLES = ("ka", "ren", "tho", "vel", "mi", "dar", "os", "lun", "pe", "quar", "sil", "te", "bro", "an", "gu", "zi")
+# Syllables of coined words: onsets, vowels and codas enough that words differ as a language's do (a few syllables
+# alone made every coined name look like every other to a spelling comparison).
+_SYLLABLES = tuple(
+    onset + vowel + coda
+    for onset in (
+        "",
+        "b",
+        "br",
+        "c",
+        "ch",
+        "d",
+        "dr",
+        "f",
+        "g",
+        "gl",
+        "h",
+        "j",
+        "k",
+        "l",
+        "m",
+        "n",
+        "p",
+        "pl",
+        "qu",
+        "r",
+        "s",
+        "sh",
+        "st",
+        "t",
+        "th",
+        "tr",
+        "v",
+        "w",
+        "z",
+    )
+    for vowel in ("a", "e", "i", "o", "u", "ai", "ou", "ea")
+    for coda in ("", "n", "r", "l", "s", "m", "x", "nd", "rk")
+)
 _COMMON = (
     "the of and to a in that is was he for it with as his on be at by had not are but from or have an they which "
     "one you were her all she there would their we him been has when who will more no if out so said what up its "
