@@ -39,7 +39,7 @@ def node2vec(
     lengths = walk_lengths(degrees, walk_length)[walks[:, 0]]
     # One worker: gensim is only reproducible single-threaded.
     model = Word2Vec(
-        [[str(step) for step in walk[:length]] for walk, length in zip(walks, lengths)],
+        _Walks(walks, lengths),
         vector_size=dimensions,
         window=window_size,
         min_count=0,
@@ -60,6 +60,20 @@ def node2vec(
     )
 
 
+class _Walks:
+    """The walks as gensim reads its sentences, one list of node tokens at a time and again for each epoch: as one
+    list of lists they were a Python string per step (3 million walks on a real corpus's graph, gigabytes)."""
+
+    def __init__(self, walks: np.ndarray, lengths: np.ndarray):
+        self.walks, self.lengths = walks, lengths
+        self.tokens = [str(node) for node in range(int(walks.max()) + 1)]
+
+    def __iter__(self):
+        tokens = self.tokens
+        for walk, length in zip(self.walks, self.lengths.tolist()):
+            yield [tokens[step] for step in walk[:length].tolist()]
+
+
 def random_walks(graph: nx.Graph, nodes: list, num_walks: int, walk_length: int, seed: int) -> np.ndarray:
     """`num_walks` walks of `walk_length` nodes from every node (as positions in `nodes`), steps weighted.
 
@@ -70,7 +84,7 @@ def random_walks(graph: nx.Graph, nodes: list, num_walks: int, walk_length: int,
     cumulative = np.cumsum(adjacency.data, dtype=np.float64)
     before = np.concatenate([[0.0], cumulative])  # before[k]: the weight of the entries ahead of entry k
     rng = np.random.default_rng(seed)
-    walks = np.empty((num_walks * len(nodes), walk_length), dtype=np.int64)
+    walks = np.empty((num_walks * len(nodes), walk_length), dtype=np.int32)  # node positions: half of int64's memory
     walks[:, 0] = np.concatenate([rng.permutation(len(nodes)) for _ in range(num_walks)])
     for step in range(1, walk_length):
         current = walks[:, step - 1]
