@@ -127,12 +127,12 @@ class DuckDBStoreResource(DuckDBResource):
         description="Where HNSW indexes of large corpora are kept (derived files, rebuilt when missing or stale).",
     )
 
-    memory_limit: str | None = Field(
-        None,
-        description="A bound on DuckDB's memory, such as '2GiB'. Unset (the default): DuckDB's own, 80% of the "
-        "machine's memory. Work past the bound is written to DuckDB's temp_directory (beside the store), but one "
-        "allocation larger than the bound fails the step, so set it only with room to spare. A `memory_limit` in "
-        "connection_config wins.",
+    memory_limit: str = Field(
+        "256MiB",
+        description="What DuckDB may keep in memory in an index run: past it, it evicts and writes to a temporary "
+        "folder beside the store rather than growing the step's process (without a bound, DuckDB kept 3 GB of a "
+        "50 MB corpus's graph in memory). A target, never a reason to fail: one allocation larger than it raises "
+        "it for that connection. A `memory_limit` in connection_config wins.",
     )
 
     _stage: str | None = PrivateAttr(default=None)

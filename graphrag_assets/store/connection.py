@@ -10,15 +10,20 @@ or an object-store prefix in production). DuckDB's extensions are loaded from th
 from __future__ import annotations
 
 import importlib
+import logging
 import os
 import re
 import tempfile
+from collections.abc import Callable
 from pathlib import Path
+from typing import TypeVar
 from urllib.parse import urlparse
 
 import duckdb
 import tenacity
 
+log = logging.getLogger(__name__)
+T = TypeVar("T")
 DUCKLAKE_PREFIX = "ducklake:"
 LAKE_ALIAS = "graphrag"
 # The file name DuckDB derives an extension's entry point from; the postgres package ships it as postgres.*.
@@ -61,6 +66,39 @@ def extension_path(package: str) -> str:
 def _literal(text: str) -> str:
     """A SQL string literal (ATTACH takes no parameters)."""
     return "'" + text.replace("'", "''") + "'"
+
+
+_UNITS = {"bytes": 1, "kib": 2**10, "kb": 10**3, "mib": 2**20, "mb": 10**6, "gib": 2**30, "gb": 10**9}
+_UNITS |= {"tib": 2**40, "tb": 10**12}
+
+
+def _bytes(setting: str) -> int:
+    """DuckDB's way of writing a size ('256.0 MiB', '19.2 GiB') in bytes."""
+    number, unit = re.fullmatch(r"\s*([\d.]+)\s*([A-Za-z]+)\s*", setting).groups()
+    return int(float(number) * _UNITS[unit.lower()])
+
+
+def _most_memory() -> int:
+    """DuckDB's own default bound: 80% of the machine's memory."""
+    return int(0.8 * os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES"))
+
+
+def with_room(conn: duckdb.DuckDBPyConnection, work: Callable[[], T]) -> T:
+    """`work()`, run again with twice the connection's memory bound when DuckDB could not fit one allocation in it.
+
+    The bound keeps what DuckDB holds in memory in check (past it DuckDB evicts and spills to its temp_directory),
+    but one allocation larger than it would fail the step: a bound is a target, never a reason to fail. It grows
+    for this connection alone, up to DuckDB's own default (80% of the machine's memory)."""
+    while True:
+        try:
+            return work()
+        except duckdb.OutOfMemoryException:
+            limit = _bytes(conn.execute("SELECT current_setting('memory_limit')").fetchone()[0])
+            if limit >= _most_memory():
+                raise
+            raised = min(2 * limit, _most_memory())
+            log.info("DuckDB needed more than its memory bound of %d MiB: raised to %d MiB", limit >> 20, raised >> 20)
+            conn.execute(f"SET memory_limit = '{raised >> 20}MiB'")
 
 
 def load_extension(conn: duckdb.DuckDBPyConnection, package: str) -> None:
