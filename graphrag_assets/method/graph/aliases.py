@@ -20,6 +20,7 @@ import re
 from collections import Counter, defaultdict
 from pathlib import Path
 
+import numpy as np
 import polars as pl
 
 from ..corpus_folder import ALIASES_FILE
@@ -42,23 +43,32 @@ def _similar_spellings(titles: list[str], threshold: float) -> list[tuple[int, i
 
     Only names that share a trigram can be close, so the similarities are a sparse product, a block of rows at a
     time: comparing every name with every other (a brute-force neighbour search) took minutes, quadratic in the
-    names, on a real corpus's hundreds of thousands of them."""
+    names, on a real corpus's hundreds of thousands of them. A name keeps its MAX_SIMILAR_SPELLINGS closest: one in
+    a crowd of lookalikes would otherwise pair with all of them (as MAX_NAMES_PER_WORD bounds shared words)."""
     if len(titles) < 2:
         return []
     from sklearn.feature_extraction.text import TfidfVectorizer
 
     vectors = TfidfVectorizer(analyzer="char_wb", ngram_range=(3, 3), use_idf=False).fit_transform(titles).tocsr()
     transposed = vectors.T.tocsc()
-    pairs = []
+    pairs: dict[tuple[int, int], float] = {}
     for start in range(0, len(titles), _SPELLING_BLOCK):
-        block = (vectors[start : start + _SPELLING_BLOCK] @ transposed).tocoo()
-        rows, columns, values = block.row + start, block.col, block.data
-        keep = (columns > rows) & (1 - values <= 1 - threshold)  # as a cosine distance within the radius
-        pairs.extend(zip(rows[keep].tolist(), columns[keep].tolist(), (1 - (1 - values[keep])).tolist()))
-    return sorted(pairs)
+        block = (vectors[start : start + _SPELLING_BLOCK] @ transposed).tocsr()
+        for offset in range(block.shape[0]):
+            i, row = start + offset, slice(block.indptr[offset], block.indptr[offset + 1])
+            columns, values = block.indices[row], block.data[row]
+            near = (columns != i) & (1 - values <= 1 - threshold)  # as a cosine distance within the radius
+            columns, values = columns[near], values[near]
+            if len(columns) > MAX_SIMILAR_SPELLINGS:  # the closest, ties to the earlier name
+                order = np.lexsort((columns, -values))[:MAX_SIMILAR_SPELLINGS]
+                columns, values = columns[order], values[order]
+            for j, value in zip(columns.tolist(), values.tolist()):
+                pairs[(min(i, j), max(i, j))] = value
+    return [(i, j, value) for (i, j), value in sorted(pairs.items())]
 
 
-_SPELLING_BLOCK = 2_000
+MAX_SIMILAR_SPELLINGS = 20
+_SPELLING_BLOCK = 500
 
 
 def _pair(a, b, method: str, likeness: float) -> dict | None:
