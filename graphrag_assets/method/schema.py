@@ -7,6 +7,7 @@ from collections.abc import Iterable, Iterator
 
 import numpy as np
 import polars as pl
+import pyarrow as pa
 
 OUTPUT_TABLES: dict[str, dict[str, str]] = {
     "documents": {
@@ -171,8 +172,21 @@ def frame(table: str, rows: Iterable[dict] = (), without: tuple[str, ...] = ()) 
 
 
 def typed_frame(columns: dict[str, str], rows: Iterable[dict] = ()) -> pl.DataFrame:
-    """Rows as a frame of these columns and DuckDB types (see frame)."""
-    return pl.DataFrame(list(rows), schema={name: polars_type(kind) for name, kind in columns.items()})
+    """Rows as a frame of these columns and DuckDB types (see frame).
+
+    Through pyarrow, which converts Python lists of strings in a fraction of the memory polars' own constructor
+    takes (1.2 GB against 0.2 GB for 200,000 rows of two short lists of strings)."""
+    empty = pl.DataFrame(schema={name: polars_type(kind) for name, kind in columns.items()})
+    rows = rows if isinstance(rows, list) else list(rows)
+    if not rows:
+        return empty
+    return pl.from_arrow(pa.Table.from_pylist(rows, schema=empty.to_arrow().schema))
+
+
+def column_frame(columns: dict[str, list], schema: dict[str, pl.DataType]) -> pl.DataFrame:
+    """Python lists by column as a frame of these polars types, through pyarrow (see typed_frame)."""
+    arrow = pl.DataFrame(schema=schema).to_arrow().schema
+    return pl.from_arrow(pa.table(columns, schema=arrow))
 
 
 def records(df: pl.DataFrame) -> Iterator[tuple]:

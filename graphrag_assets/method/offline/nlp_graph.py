@@ -17,6 +17,7 @@ from itertools import combinations
 import polars as pl
 
 from ..graph.extraction import MERGED_ENTITY_SCHEMA, MERGED_RELATIONSHIP_SCHEMA
+from ..schema import column_frame
 from ..words import STOPWORDS, split_sentences
 
 _WORD = r"[A-Z][a-zA-Z'’\-]*[a-zA-Z]"
@@ -122,7 +123,7 @@ def _cooccurrence_graph(
             row.described += row.described < MAX_DESCRIPTIONS
         for pair in combinations(present, 2):
             (pairs.get(pair) or pairs.setdefault(pair, _Merged())).mentioned(unit_id, sentence)
-    entity_frame = pl.DataFrame(
+    entity_frame = column_frame(
         {
             "title": list(entities),
             "type": ["NOUN PHRASE"] * len(entities),
@@ -130,9 +131,9 @@ def _cooccurrence_graph(
             "text_unit_ids": [row.units for row in entities.values()],
             "frequency": [len(row.units) for row in entities.values()],
         },
-        schema=MERGED_ENTITY_SCHEMA,
+        MERGED_ENTITY_SCHEMA,
     )
-    relationship_frame = pl.DataFrame(
+    relationship_frame = column_frame(
         {
             "source": [source for source, _ in pairs],
             "target": [target for _, target in pairs],
@@ -140,7 +141,7 @@ def _cooccurrence_graph(
             "weight": [float(row.weight) for row in pairs.values()],
             "text_unit_ids": [row.units for row in pairs.values()],
         },
-        schema=MERGED_RELATIONSHIP_SCHEMA,
+        MERGED_RELATIONSHIP_SCHEMA,
     )
     return entity_frame, relationship_frame
 
