@@ -82,27 +82,14 @@ print(json.dumps({"seconds": time.perf_counter() - started,
                   "peak_rss_mib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024}))
 """
 )
-# The offline index's steps in pipeline order, by the assets each writes (exports and publishing copy tables).
-GROWTH_STEPS = {
-    "documents": ["documents", "base_text_units"],
-    "index_prompts": ["index_prompts"],
-    "entity_graph": ["entities", "relationships"],
-    "entity_aliases": ["entity_aliases"],
-    "covariates": ["covariates"],
-    "text_units": ["text_units"],
-    "communities": ["communities"],
-    "community_reports": ["community_reports"],
-    "text_embeddings": ["text_embeddings"],
-    "document_embeddings": ["document_embeddings"],
-    "graph_embeddings": ["graph_embeddings"],
-    "layouts": ["layouts"],
-}
 
 
 def _growth_index(work: Path) -> dict:
     """Every step's seconds and peak RSS, each in a fresh process."""
+    from scale_benchmark import STEPS  # the index's steps in pipeline order, by the assets each writes
+
     figures = {}
-    for step, assets in GROWTH_STEPS.items():
+    for step, assets in STEPS.items():
         done = subprocess.run(
             [sys.executable, "-c", _GROWTH_STEP_CHILD, str(work), *assets], cwd=REPO, capture_output=True, text=True
         )
@@ -163,7 +150,7 @@ def growth_benchmark(args) -> None:
     last = figures[sizes[-1]][1]
     header = f"{'step':<20}" + "".join(f"{f'{size:g} MB s':>11}{'MiB':>7}" for size in sizes) + "   time's exponent"
     print(f"\n{header}\n{'-' * (len(header) + 12)}")
-    for step in sorted(GROWTH_STEPS, key=lambda step: -last[step]["seconds"]):
+    for step in sorted(last, key=lambda step: -last[step]["seconds"]):
         times = [steps[step]["seconds"] for _, steps in figures.values()]
         cells = "".join(
             f"{steps[step]['seconds']:>11.1f}{steps[step]['peak_rss_mib']:>7,.0f}" for _, steps in figures.values()

@@ -20,6 +20,7 @@ REPO = Path(__file__).resolve().parents[1]
 # The index's steps in pipeline order, each with the assets it writes; exports are left out (they copy tables).
 STEPS = {
     "documents": ["documents", "base_text_units"],
+    "index_prompts": ["index_prompts"],  # the graph and report steps read the prompts it records
     "entity_graph": ["entities", "relationships"],
     "entity_aliases": ["entity_aliases"],
     "covariates": ["covariates"],
