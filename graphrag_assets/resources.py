@@ -130,9 +130,9 @@ class DuckDBStoreResource(DuckDBResource):
     memory_limit: str = Field(
         "256MiB",
         description="What DuckDB may keep in memory in an index run: past it, it evicts and writes to a temporary "
-        "folder beside the store rather than growing the step's process (without a bound, DuckDB kept 3 GB of a "
-        "50 MB corpus's graph in memory). A target, never a reason to fail: one allocation larger than it raises "
-        "it for that connection. A `memory_limit` in connection_config wins.",
+        "folder beside the store rather than growing the step's process (publishing an index copies every table in "
+        "one transaction). A target, never a reason to fail: one allocation larger than it raises it for that "
+        "connection. A `memory_limit` in connection_config wins.",
     )
 
     _stage: str | None = PrivateAttr(default=None)
