@@ -262,6 +262,7 @@ def materialization_metadata(result: dg.ExecuteInProcessResult, asset: str) -> d
 # longest go first: by number of tests the shared-store and webserver files (5 and 4 minutes) came last, and one
 # worker ran them alone.
 LONGEST_FILES_FIRST = (
+    "test_front_ends.py",  # installs Open WebUI on a new machine
     "test_shared_store.py",
     "test_webserver.py",
     "test_msgraphrag.py",

@@ -461,7 +461,7 @@ def test_the_openai_client_and_mcp_clients_ask_a_running_server(store, tmp_path)
         )
         content = reply.choices[0].message.content
         assert reply.choices[0].finish_reason == "stop" and "**Sources**" in content and "[Sources (" in content
-        assert reply.model_extra["sources"] and reply.model_extra["answer_id"]
+        assert reply.model_extra["sources"] and reply.model_extra["graphrag"]["answer_id"]
         streamed = list(
             client.chat.completions.create(
                 model=f"{SAMPLE_CORPUS}:basic:0",

@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import time
 import uuid
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING
@@ -273,3 +274,25 @@ def _failed(method: str, usage: Usage) -> str:
         f"{usage.failures} model call(s) of the {method.replace('_', ' ')} answer failed after retries, so there is "
         f"no answer (none was recorded): {cause}"
     )
+
+
+def model_reply(
+    chat: ModelSettings, messages: list[dict], parse: Callable[[str], str]
+) -> tuple[str | None, dict[str, int]]:
+    """One checked chat completion outside any question, and its tokens; None when no valid reply came after the
+    client's re-asks, or the endpoint failed (the caller has an answer of its own to fall back on)."""
+
+    async def run() -> tuple[str | None, Usage]:
+        from ..models import ModelClient
+
+        client = ModelClient(chat)
+        try:
+            return await client.complete(messages, parse=parse), client.usage
+        finally:
+            await client.close()
+
+    try:
+        reply, usage = run_interruptibly(run())
+    except EndpointError:
+        return None, {"prompt_tokens": 0, "completion_tokens": 0}
+    return reply, {"prompt_tokens": usage.prompt_tokens, "completion_tokens": usage.completion_tokens}

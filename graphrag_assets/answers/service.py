@@ -220,6 +220,16 @@ class AnswerService:
         self.journal.add(corpus, found.row(asked_by))
         return found
 
+    def suggestions(self, corpus: str, questions: list[str], count: int = 3) -> tuple[list[str], dict[str, int]]:
+        """Questions to ask next after these, from the question-generation method, and the tokens it spent; not
+        recorded: a front-end's suggestions are not answers. Raises as `ask` does."""
+        loaded = self.loaded(corpus)
+        options = METHODS["question_generation"].options(previous_questions=questions, question_count=count)
+        check("question_generation", options, loaded.index, self.embeddings is not None, self.chat is not None)
+        found = answer(corpus, loaded.index, "question_generation", options, self.chat, self.embeddings)
+        spent = {unit: found.usage[unit] for unit in ("prompt_tokens", "completion_tokens")}
+        return found.result.details.get("questions", []), spent
+
     def conversation_of(self, answer_id: str, allowed: Callable[[str], bool] = lambda corpus: True) -> dict:
         """The corpus, method, level and turns (its own question and answer last) of a recorded answer."""
         corpus, row = self.stored(answer_id, allowed)

@@ -175,7 +175,7 @@ def build_app(service: AnswerService, settings: ServerSettings, keys: KeyRing | 
     add_error_responses(app)
     asking, ask_now = gates(service, limits)
     app.include_router(answer_routes(service, settings, asking, ask_now))
-    app.include_router(routes(service, asking, ask_now, SERVED_METHODS))
+    app.include_router(routes(service, asking, ask_now, SERVED_METHODS, settings.question_budget))
     if mcp_app is not None:
         app.mount("/", mcp_app)  # its one route is /mcp; mounted last, after every route of ours
     if settings.cors_origins:

@@ -3,7 +3,9 @@
 A model is a corpus and a method, `<corpus>:<method>` (`a-christmas-carol:local`), optionally with a community level
 (`a-christmas-carol:global:1`); a bare corpus name asks with global search (local where the index has no reports).
 The last user message is the question and the earlier user and assistant messages are its conversation. The
-answer's sources are listed at the end of its text, and given whole in an extra `sources` field.
+answer's sources are listed at the end of its text, and travel in two fields beyond OpenAI's: `sources`, in the
+shape Open WebUI renders as citation chips (its own field of that name), and `graphrag`, ours in full with the
+answer's id, for programs. The official client ignores both.
 """
 
 from __future__ import annotations
@@ -11,7 +13,9 @@ from __future__ import annotations
 import json
 import re
 import time
+import uuid
 from collections.abc import Callable, Iterator
+from dataclasses import dataclass
 
 from fastapi import APIRouter, Request
 from fastapi.responses import StreamingResponse
@@ -19,9 +23,10 @@ from pydantic import BaseModel, ConfigDict, Field
 from starlette.concurrency import run_in_threadpool
 
 from ..answers.asking import Answer, Question
-from ..answers.service import AnswerService
+from ..answers.service import AnswerService, StoreBusy, UnknownCorpus
 from ..answers.sources import where
 from .errors import ApiError
+from .front_end_tasks import FrontEndTask, front_end_task, reply_to
 
 
 class Message(BaseModel):
@@ -58,6 +63,30 @@ def sources_text(found: Answer) -> str:
     return "\n\n**Sources**\n\n" + "\n".join(lines) if lines else ""
 
 
+def citations(found: Answer) -> list[dict]:
+    """The passages and reports the answer cites, as Open WebUI reads a reply's `sources`: each a `source`, its
+    `document` texts and one `metadata` per text. The page groups the passages of one document under one chip
+    (`metadata.source`) and shows `metadata.page` counted from 0."""
+    shown = []
+    for source in found.sources:
+        if source["kind"] == "report":
+            name = f"Report {source['number']}: {source['title']}"
+            metadata = {"source": f"report {source['id']}", "name": name}
+        elif source["kind"] == "text_unit":
+            name = source["document"] or source["document_id"]
+            metadata = {"source": source["document_id"], "name": name, "passage": source["number"]}
+            if source.get("pages"):
+                metadata["page"] = source["pages"][0] - 1
+            if source.get("location") and not source.get("pages"):
+                metadata["location"] = source["location"]
+        else:
+            continue  # entities and relationships are not passages to open; the graphrag field has them
+        shown.append(
+            {"source": {"id": metadata["source"], "name": name}, "document": [source["text"]], "metadata": [metadata]}
+        )
+    return shown
+
+
 def _pieces(text: str) -> Iterator[str]:
     """The reply in pieces of a few words, as a model's stream would arrive."""
     words = re.findall(r"\S+\s*|\s+", text)
@@ -70,6 +99,7 @@ def routes(
     asking: Callable[[Request], object],
     ask_now: Callable[..., Answer],
     methods: tuple[str, ...],
+    question_budget: float | None = None,
 ) -> APIRouter:
     router = APIRouter(prefix="/v1", tags=["openai-compatible"])
 
@@ -91,58 +121,89 @@ def routes(
 
     @router.post("/chat/completions")
     async def chat_completions(body: ChatRequest, request: Request):
-        """Answer the last user message, the earlier messages being its conversation."""
-        caller = asking(request)
+        """Answer the last user message, the earlier messages being its conversation; a front-end's housekeeping
+        (a title, tags, follow-up suggestions) is done without retrieval, and neither recorded nor counted as a
+        question."""
         corpus, method, level = _model(body.model, service, methods)
         turns = [m for m in body.messages if m.role in ("user", "assistant")]
         if not turns or turns[-1].role != "user" or not turns[-1].text.strip():
             raise ApiError(422, "messages: the last message must be the user's question", "invalid_request_error")
-        conversation = [{"role": m.role, "content": m.text} for m in turns[:-1]]
-        found = await run_in_threadpool(
-            ask_now,
-            caller,
-            Question(corpus, turns[-1].text, method, level, conversation=conversation),
-        )
+        task = front_end_task(turns[-1].text)
+        if task is not None:
+            reply = await run_in_threadpool(housekeeping, request, task, corpus)
+        else:
+            caller = asking(request)
+            conversation = [{"role": m.role, "content": m.text} for m in turns[:-1]]
+            question = Question(
+                corpus, turns[-1].text, method, level, conversation=conversation, max_cost_usd=question_budget
+            )
+            reply = answer_reply(await run_in_threadpool(ask_now, caller, question))
         if not body.stream:
-            return completion(body, found)
+            return completion(body, reply)
         headers = {"Cache-Control": "no-cache"}
-        return StreamingResponse(completion_chunks(body, found), media_type="text/event-stream", headers=headers)
+        return StreamingResponse(completion_chunks(body, reply), media_type="text/event-stream", headers=headers)
+
+    def housekeeping(request: Request, task: FrontEndTask, corpus: str) -> Reply:
+        caller = request.scope.get("state", {}).get("caller")
+        if caller is not None and not caller.may_read(corpus) or corpus not in {p.corpus for p in service.corpora()}:
+            raise ApiError(404, str(UnknownCorpus(corpus)), "not_found_error")
+        try:
+            content, spent = reply_to(task, corpus, service)
+        except StoreBusy as problem:
+            raise ApiError(503, str(problem), "store_busy", {"Retry-After": "2"}) from None
+        return Reply(content, f"chatcmpl-{uuid.uuid4().hex}", _usage(spent), {"graphrag": {"front_end_task": task.key}})
 
     return router
 
 
-def _reply_parts(body: ChatRequest, found: Answer) -> tuple[str, str, int, dict, dict]:
-    """The reply's content (the answer, its sources last), id, time, usage, and the fields beyond OpenAI's."""
-    usage = {
-        "prompt_tokens": found.usage["prompt_tokens"],
-        "completion_tokens": found.usage["completion_tokens"],
-        "total_tokens": found.usage["prompt_tokens"] + found.usage["completion_tokens"],
-    }
-    extra = {"answer_id": found.id, "sources": found.sources}
-    return found.text + sources_text(found), f"chatcmpl-{found.id}", int(time.time()), usage, extra
+@dataclass(frozen=True)
+class Reply:
+    content: str
+    id: str
+    usage: dict[str, int]
+    extra: dict  # the fields beyond OpenAI's, on the completion (the last chunk of a stream)
+    events: tuple[dict, ...] = ()  # Open WebUI's events, one on each chunk of a stream from the first
 
 
-def completion(body: ChatRequest, found: Answer) -> dict:
-    """The answer as a chat completion."""
-    content, reply_id, created, usage, extra = _reply_parts(body, found)
+def _usage(spent: dict[str, int]) -> dict[str, int]:
+    prompt, completion_tokens = spent["prompt_tokens"], spent["completion_tokens"]
+    return {"prompt_tokens": prompt, "completion_tokens": completion_tokens, "total_tokens": prompt + completion_tokens}
+
+
+def answer_reply(found: Answer) -> Reply:
+    """The answer with its sources last, its citations for front-ends and ours in full. Open WebUI keeps a stream's
+    `source` events with the message (they survive a reload); it reads the `sources` field of a whole reply."""
+    shown = citations(found)
+    return Reply(
+        found.text + sources_text(found),
+        f"chatcmpl-{found.id}",
+        _usage(found.usage),
+        {"sources": shown, "graphrag": {"answer_id": found.id, "sources": found.sources}},
+        tuple({"type": "source", "data": citation} for citation in shown),
+    )
+
+
+def completion(body: ChatRequest, reply: Reply) -> dict:
+    """The reply as a chat completion."""
     return {
-        "id": reply_id,
+        "id": reply.id,
         "object": "chat.completion",
-        "created": created,
+        "created": int(time.time()),
         "model": body.model,
-        "choices": [{"index": 0, "message": {"role": "assistant", "content": content}, "finish_reason": "stop"}],
-        "usage": usage,
-        **extra,
+        "choices": [{"index": 0, "message": {"role": "assistant", "content": reply.content}, "finish_reason": "stop"}],
+        "usage": reply.usage,
+        **reply.extra,
     }
 
 
-def completion_chunks(body: ChatRequest, found: Answer) -> Iterator[str]:
-    """The answer as the server-sent events of a streamed chat completion."""
-    content, reply_id, created, usage, extra = _reply_parts(body, found)
+def completion_chunks(body: ChatRequest, reply: Reply) -> Iterator[str]:
+    """The reply as the server-sent events of a streamed chat completion. Each event rides on a chunk of its own
+    that has content too, so that no client meets a chunk without a choice before the end."""
+    created = int(time.time())
 
     def chunk(choices: list, **more) -> str:
         payload = {
-            "id": reply_id,
+            "id": reply.id,
             "object": "chat.completion.chunk",
             "created": created,
             "model": body.model,
@@ -155,11 +216,13 @@ def completion_chunks(body: ChatRequest, found: Answer) -> Iterator[str]:
         return chunk([{"index": 0, "delta": part, "finish_reason": finish}], **more)
 
     yield delta({"role": "assistant", "content": ""})
-    for piece in _pieces(content):
-        yield delta({"content": piece})
-    yield delta({}, "stop", **extra)
+    pieces = list(_pieces(reply.content))
+    pieces += [""] * (len(reply.events) - len(pieces))
+    for number, piece in enumerate(pieces):
+        yield delta({"content": piece}, **({"event": reply.events[number]} if number < len(reply.events) else {}))
+    yield delta({}, "stop", **reply.extra)
     if (body.stream_options or {}).get("include_usage"):
-        yield chunk([], usage=usage)
+        yield chunk([], usage=reply.usage)
     yield "data: [DONE]\n\n"
 
 

@@ -4,6 +4,7 @@ fault puts in its place."""
 from __future__ import annotations
 
 import json
+import re
 
 from .index_replies import (
     _between,
@@ -41,6 +42,16 @@ def wrong_kind_reply(kind: str, text: str) -> str | None:
     return None
 
 
+def front_end_task_reply(prompt: str) -> str:
+    """What a model answers to Open WebUI's task prompts: the JSON object named under `### Output:`, a title made of
+    the quoted chat's first words."""
+    key = re.search(r'\{\s*"(\w+)"\s*:', prompt.split("### Output:", 1)[-1]).group(1)
+    question = re.search(r"USER:\s*(.*)", prompt)
+    words = re.findall(r"\w+", question.group(1) if question else "")
+    value = {"title": " ".join(words[:3]).title(), "tags": ["Literature", "Victorian London"]}.get(key, [])
+    return json.dumps({key: value})
+
+
 def chat_reply(messages: list[dict], more_gleaning: bool = False, full_reports: bool = False) -> tuple[str, str]:
     """(kind, reply) for a conversation. `more_gleaning`: answer Y when asked whether entities were missed.
     `full_reports`: community reports as long as the prompt asks (see community_report)."""
@@ -54,6 +65,8 @@ def chat_reply(messages: list[dict], more_gleaning: bool = False, full_reports: 
         return "probe", "pong"
     if len(messages) > 1 and "Y or N" in last:
         return "loop", "Y" if more_gleaning else "N"
+    if first.lstrip().startswith("### Task:"):  # a chat front-end's housekeeping (server/front_end_tasks.py)
+        return "front_end_task", front_end_task_reply(first)
     text = tagged(first, "text") if "<text>" in first else _between(first, "Text:", "Output:")
     if "Claims to look for:" in first:
         return ("claims_gleaning", "<|COMPLETE|>") if len(messages) > 1 else ("claims", claims_reply(text))
