@@ -98,7 +98,12 @@ def _index(root: Path, args, ceiling: int | None) -> dict:
             "ran_s": stats[step].end_time - stats[step].start_time,
             "waited_s": max(0.0, stats[step].start_time - inputs_ready),
         }
+    start = min(s.at for s in served)
+    per_minute = [0] * (int((max(s.at for s in served) - start) // 60) + 1)
+    for s in served:
+        per_minute[int((s.at - start) // 60)] += s.prompt_tokens + s.completion_tokens
     return {
+        "per_minute": per_minute,
         "corpus_tokens": tokens,
         "requests": requests,
         "tokens": used,
@@ -176,6 +181,9 @@ def limits_benchmark(args) -> None:
             if step in row["steps"]:
                 times = row["steps"][step]
                 print(f"{name or step:<22}{times['started_s']:>10.1f}{times['ran_s']:>8.1f}{times['waited_s']:>24.1f}")
+    for name, row in (*named, *baseline):
+        minutes = " ".join(f"{tokens / 1e6:.2f}" for tokens in row["per_minute"])
+        print(f"\n{name}: tokens served per minute (millions; the last minute is partial): {minutes}")
     if baseline:
         print(f"\nderived vs fixed 64: model steps {fixed['model_s'] / derived['model_s']:.2f}x faster")
     print(f"benchmark wall time {total:.0f} s")

@@ -165,6 +165,8 @@ def community_report(data: str, full: bool = False, most: int = 10) -> str:
             for r in sources[: most if full else 5]
             if "," in r
         ]
+    if not findings:  # a community of entities with no relationship between them: a model writes of the entities
+        findings = [{"summary": name, "explanation": described[name]} for name in names[:3] if described.get(name)]
     title = "Community of " + " and ".join(n.title() for n in names[:2]) if names else "Community of sub-communities"
     return json.dumps(
         {
