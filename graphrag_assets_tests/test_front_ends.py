@@ -162,31 +162,42 @@ def test_sources_travel_as_open_webui_citations_and_in_full_under_our_own_field(
 
 
 OPEN_WEBUI = "0.12.4"
+CHAINLIT = "2.12.0"
 
 
-def open_webui() -> Path:
-    """Open WebUI's program, installed once into a virtual environment of its own outside the checkout (several
-    hundred packages the project does not need, torch among them); the test is skipped, with pip's reason, where it
-    cannot be installed."""
-    default = Path.home() / ".cache" / "graphrag-assets" / f"open-webui-{OPEN_WEBUI}"
-    venv = Path(os.environ.get("GRAPHRAG_OPEN_WEBUI_VENV", default))
-    program = venv / "bin" / "open-webui"
-    if program.exists():
-        return program
+def installed(program: str, version: str, *packages: str) -> Path:
+    """A front-end's program, installed once into a virtual environment of its own outside the checkout (Open WebUI
+    brings several hundred packages the project does not need, torch among them); the test is skipped, with pip's
+    reason, where it cannot be installed."""
+    default = Path.home() / ".cache" / "graphrag-assets" / f"{program}-{version}"
+    venv = Path(os.environ.get(f"GRAPHRAG_{program.upper().replace('-', '_')}_VENV", default))
+    path = venv / "bin" / program
+    if path.exists():
+        return path
     shutil.rmtree(venv, ignore_errors=True)  # a half-made one from an interrupted install
     subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True)
-    # torch 2.13.0 is the CPU build this kind of machine keeps on disk; any other torch is a download of gigabytes
-    installed = subprocess.run(
-        [str(venv / "bin" / "pip"), "install", "-q", "torch==2.13.0", f"open-webui=={OPEN_WEBUI}"],
-        capture_output=True,
-        text=True,
-        timeout=1200,
+    done = subprocess.run(
+        [str(venv / "bin" / "pip"), "install", "-q", *packages], capture_output=True, text=True, timeout=1200
     )
-    if installed.returncode != 0 or not program.exists():
+    if done.returncode != 0 or not path.exists():
         shutil.rmtree(venv, ignore_errors=True)
-        reason = [line for line in installed.stderr.splitlines() if not line.startswith("WARNING")][-3:]
-        pytest.skip(f"Open WebUI {OPEN_WEBUI} could not be installed here: {' '.join(reason)}")
-    return program
+        reason = [line for line in done.stderr.splitlines() if not line.startswith("WARNING")][-3:]
+        pytest.skip(f"{program} {version} could not be installed here: {' '.join(reason)}")
+    return path
+
+
+def served(process: subprocess.Popen, url: str, log: Path, what: str) -> None:
+    """Wait until a front-end answers at `url` (5 minutes: the first start of Open WebUI sets up its database)."""
+    deadline = time.monotonic() + 300
+    while True:
+        try:
+            if httpx.get(url, timeout=2).status_code == 200:
+                return
+        except httpx.TransportError:
+            pass
+        assert process.poll() is None, log.read_text()[-3000:]
+        assert time.monotonic() < deadline, f"{what} did not start in 5 minutes"
+        time.sleep(0.5)
 
 
 @contextmanager
@@ -208,27 +219,21 @@ def running_open_webui(program: Path, base_url: str, root: Path) -> Iterator[str
         "RAG_EMBEDDING_MODEL_AUTO_UPDATE": "false",
         "DEFAULT_MODELS": f"{SAMPLE_CORPUS}:local",
     }
-    log = (root / "open-webui.log").open("w")
-    process = subprocess.Popen(
-        [str(program), "serve", "--host", "127.0.0.1", "--port", str(port)], env=env, cwd=root, stdout=log, stderr=log
-    )
-    url = f"http://127.0.0.1:{port}"
-    deadline = time.monotonic() + 300
+    log = root / "open-webui.log"
+    with log.open("w") as output:
+        process = subprocess.Popen(
+            [str(program), "serve", "--host", "127.0.0.1", "--port", str(port)],
+            env=env,
+            cwd=root,
+            stdout=output,
+            stderr=output,
+        )
     try:
-        while True:
-            try:
-                if httpx.get(f"{url}/health", timeout=2).status_code == 200:
-                    break
-            except httpx.TransportError:
-                pass
-            assert process.poll() is None, (root / "open-webui.log").read_text()[-3000:]
-            assert time.monotonic() < deadline, "Open WebUI did not start in 5 minutes"
-            time.sleep(0.5)
-        yield url
+        served(process, f"http://127.0.0.1:{port}/health", log, "Open WebUI")
+        yield f"http://127.0.0.1:{port}"
     finally:
         process.terminate()
         process.wait(timeout=60)
-        log.close()
 
 
 def answered(page, count: int) -> None:
@@ -241,7 +246,8 @@ def answered(page, count: int) -> None:
 @pytest.mark.timeout(1800)  # the first run installs Open WebUI
 def test_open_webui_unchanged_shows_answers_citations_titles_and_follow_ups(store, tmp_path):
     require_chromium()
-    program = open_webui()
+    # torch 2.13.0 is the CPU build this kind of machine keeps on disk; any other torch is a download of gigabytes
+    program = installed("open-webui", OPEN_WEBUI, "torch==2.13.0", f"open-webui=={OPEN_WEBUI}")
     from playwright.sync_api import sync_playwright
 
     shots = Path(os.environ.get("GRAPHRAG_SCREENSHOTS", tmp_path))
@@ -296,3 +302,58 @@ def test_open_webui_unchanged_shows_answers_citations_titles_and_follow_ups(stor
     )
     assert [r[0] for r in recorded] == ["Who is Bob Cratchit?", "And his son?"]  # no title, tag or follow-up
     assert json.loads(recorded[1][1])[0]["content"] == "Who is Bob Cratchit?"  # the follow-up continued it
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(900)
+def test_a_chainlit_front_end_streams_answers_opens_sources_and_follows_up(store, tmp_path):
+    """deploy/chainlit/app.py, a Chainlit app over the openai client, as its README section runs it."""
+    require_chromium()
+    program = installed("chainlit", CHAINLIT, f"chainlit=={CHAINLIT}", "openai")
+    from playwright.sync_api import expect, sync_playwright
+
+    app = Path(__file__).resolve().parents[1] / "deploy" / "chainlit" / "app.py"
+    (tmp_path / "chainlit").mkdir()
+    errors: list[str] = []
+    with running_server(store, tmp_path) as (url, _), sync_playwright() as playwright:
+        port = free_port()
+        log = tmp_path / "chainlit" / "chainlit.log"
+        with log.open("w") as output:
+            process = subprocess.Popen(
+                [str(program), "run", str(app), "--headless", "--host", "127.0.0.1", "--port", str(port)],
+                env={**os.environ, "GRAPHRAG_SERVER": url},
+                cwd=tmp_path / "chainlit",
+                stdout=output,
+                stderr=output,
+            )
+        try:
+            served(process, f"http://127.0.0.1:{port}/", log, "Chainlit")
+            browser = playwright.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_FLAGS)
+            page = browser.new_page(viewport={"width": 1400, "height": 900})
+            page.on("pageerror", lambda error: errors.append(str(error)))
+            page.goto(f"http://127.0.0.1:{port}/")
+            page.locator("#chat-profiles").click()
+            listed = {text.strip() for text in page.get_by_role("option").all_inner_texts()}
+            assert {f"{SAMPLE_CORPUS}:{method}" for method in METHODS} <= listed
+            page.get_by_role("option", name=f"{SAMPLE_CORPUS}:local").click()
+            expect(page.locator("#chat-profiles")).to_have_text(f"{SAMPLE_CORPUS}:local")
+            for number, question in enumerate(("Who is Bob Cratchit?", "And his son?"), start=1):
+                expect(page.locator("#chat-input")).to_be_editable()
+                page.locator("#chat-input").fill(question)
+                page.locator("#chat-submit").click()
+                page.get_by_text(question, exact=True).wait_for(timeout=20_000)  # sent
+                page.get_by_text("Sources", exact=True).nth(number - 1).wait_for(timeout=60_000)  # answered
+            cited = page.get_by_text(re.compile(r"^Sources \(\d+\)$")).first  # a citation, linked to its passage
+            cited.click()
+            page.get_by_text("Bob Cratchit", exact=False).last.wait_for()
+            page.screenshot(path=tmp_path / "chainlit.png")
+            browser.close()
+        finally:
+            process.terminate()
+            process.wait(timeout=60)
+    assert not errors, errors
+    recorded = rows(
+        store, "SELECT question, conversation FROM query_answers WHERE asked_by = 'local' ORDER BY created_at"
+    )
+    assert [r[0] for r in recorded] == ["Who is Bob Cratchit?", "And his son?"]
+    assert json.loads(recorded[1][1])[0]["content"] == "Who is Bob Cratchit?"
