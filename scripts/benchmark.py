@@ -15,6 +15,7 @@ measured in the same run.
     .venv/bin/python scripts/benchmark.py batch [--delay 10] [--poll 1] [--latency 0.05]
     .venv/bin/python scripts/benchmark.py limits [--documents 30] [--rpm 10000] [--tpm 2000000] [--runs 5]
     .venv/bin/python scripts/benchmark.py tuning [--documents 30]
+    .venv/bin/python scripts/benchmark.py retrieval
     .venv/bin/python scripts/benchmark.py serve [--questions 40] [--clients 16] [--latency 0.2]
     .venv/bin/python scripts/benchmark.py estimate
     .venv/bin/python scripts/benchmark.py frames --against REVISION [--megabytes 50] [--repeats 2]
@@ -39,6 +40,8 @@ batch: the index through the Batch API next to one request at a time: see batch_
 limits: a high rate limit used by the derived ceiling on requests in flight, next to a fixed 64: see
   limits_benchmark.py.
 tuning: a corpus of another domain indexed with default and with tuned prompts: see tuning_benchmark.py.
+retrieval: how often each method's context holds the passage that answers, with answer keys, against BM25 and
+  vectors alone: see retrieval_benchmark.py.
 serve: `graphrag-assets serve` answering one and many clients, against the same answers in-process: see
   serve_benchmark.py.
 estimate: `index --estimate` against the index it estimates, on four corpora of different shapes and with each
@@ -353,6 +356,7 @@ def main() -> None:
     serve.add_argument("--clients", type=int, default=16)
     serve.add_argument("--latency", type=float, default=0.2, help="seconds the test model server takes to answer")
     commands.add_parser("estimate", help="the estimate of an index against the run, on corpora of four shapes")
+    commands.add_parser("retrieval", help="whether each method's context holds the passage that answers")
     tuning = commands.add_parser("tuning", help="a contracts corpus indexed with default and with tuned prompts")
     tuning.add_argument("--documents", type=int, default=30, help="fictional supply agreements")
     growth = commands.add_parser("growth", help="every offline step's time and the peak memory as the text grows")
@@ -437,6 +441,10 @@ def main() -> None:
         from serve_benchmark import main as serve_main
 
         serve_main(args.questions, args.clients, args.latency)
+    elif args.command == "retrieval":
+        from retrieval_benchmark import retrieval_benchmark
+
+        retrieval_benchmark(args)
     elif args.command == "tuning":
         from tuning_benchmark import tuning_benchmark
 

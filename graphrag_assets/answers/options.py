@@ -71,6 +71,18 @@ class LocalContextOptions(dg.Config):
         description="Share of the context budget for source text units; the rest is entities, "
         "relationships and claims.",
     )
+    keyword_weight: float = Field(
+        defaults.KEYWORD_WEIGHT,
+        ge=0,
+        description="Weight of keyword (BM25) ranks against vector ranks when choosing entities and text units "
+        "(reciprocal rank fusion; 0: vectors alone).",
+    )
+    question_units: int = Field(
+        defaults.QUESTION_UNITS,
+        ge=0,
+        description="Text units that best match the question itself (vectors and keywords), packed before the "
+        "units the chosen entities come from.",
+    )
 
 
 class GlobalSearchConfig(LeveledQueryConfig, MapReduceOptions):
@@ -95,6 +107,11 @@ class DriftSearchConfig(LeveledQueryConfig, LocalContextOptions):
 class BasicSearchConfig(QueryConfig):
     top_k: int = Field(10, ge=1, description="Text units nearest the question, packed into the context.")
     max_context_tokens: int = Field(8000, ge=500, description="Tokens of source text the answer is written from.")
+    keyword_weight: float = Field(
+        defaults.KEYWORD_WEIGHT,
+        ge=0,
+        description="Weight of keyword (BM25) ranks against vector ranks (reciprocal rank fusion; 0: vectors alone).",
+    )
 
 
 class TextSummaryConfig(QueryConfig, MapReduceOptions):
@@ -130,6 +147,12 @@ class LazySearchConfig(QueryConfig):
         description="Tokens of each relevant unit the claims are drawn from: its sentences nearest the question.",
     )
     max_context_tokens: int = Field(8000, ge=500, description="Tokens of claims the answer is written from.")
+    keyword_weight: float = Field(
+        defaults.KEYWORD_WEIGHT,
+        ge=0,
+        description="Weight of keyword (BM25) ranks against similarity ranks when ordering the text units the walk "
+        "tests (reciprocal rank fusion; 0: similarity alone).",
+    )
 
 
 class QuestionGenerationConfig(LocalContextOptions):

@@ -13,6 +13,7 @@ from ..method.graph.aliases import canonical_of, resolve
 from ..method.schema import frame
 from ..method.search.context import Index
 from ..store import vector_index
+from ..store.keyword_index import KeywordIndex, keyword_texts
 from ..store.tables import latest_versions, read_table, row_count, table_exists
 from .options import METHODS
 
@@ -55,7 +56,7 @@ def load_index(conn: duckdb.DuckDBPyConnection, corpus: str, vector_index_dir: s
         # An older store's model row has no terms table beside it; from_tables says to rebuild it.
         stored_terms = read_table(conn, terms, corpus) if table_exists(conn, terms) else frame(terms)
         local_embedder = LocalEmbedder.from_tables(read_table(conn, model, corpus), stored_terms)
-    return Index(
+    index = Index(
         entities=entities,
         relationships=relationships,
         covariates=read_table(conn, "covariates", corpus),
@@ -70,6 +71,8 @@ def load_index(conn: duckdb.DuckDBPyConnection, corpus: str, vector_index_dir: s
         aliases=canonical_of(links) if links is not None else {},
         approximate=approximate,
     )
+    index.keywords = KeywordIndex(keyword_texts(index.entities, index.reports, index.text_units))
+    return index
 
 
 @dataclass(frozen=True)

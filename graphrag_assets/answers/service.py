@@ -28,6 +28,7 @@ import polars as pl
 from tabulate import tabulate
 
 from .. import settings
+from ..method import defaults
 from ..method.schema import records
 from ..method.search.context import Index, embed_query
 from ..store.connection import connect
@@ -265,10 +266,11 @@ class AnswerService:
         return corpus, row
 
     def entities(self, corpus: str, text: str, limit: int = 10) -> list[dict]:
-        """The entities nearest `text`, each with its description and its strongest relationships."""
+        """The entities that best match `text` (vectors and keywords fused, as local search chooses them), each with
+        its description, its strongest relationships and the retrievers that found it."""
         index = self.loaded(corpus).index
 
-        async def nearest() -> list[tuple[str, float]]:
+        async def nearest() -> list[tuple[str, list[str]]]:
             from ..models import ModelClient
 
             embedder = ModelClient(self.embeddings) if self.embeddings else None
@@ -277,11 +279,11 @@ class AnswerService:
             finally:
                 if embedder is not None:
                     await embedder.close()
-            return index.nearest("entity", np.asarray(vector), limit)
+            return index.hybrid("entity", np.asarray(vector), text, limit, defaults.KEYWORD_WEIGHT)
 
         entities = index.rows("entities")
         found = []
-        for entity_id, score in asyncio.run(nearest()):
+        for entity_id, retrieved_by in asyncio.run(nearest()):
             entity_id = index.aliases.get(entity_id, entity_id)
             if entity_id not in entities or any(f["id"] == entity_id for f in found):
                 continue
@@ -295,7 +297,7 @@ class AnswerService:
                     "title": entity.title.title(),
                     "type": entity.type,
                     "description": entity.description,
-                    "similarity": round(float(score), 4),
+                    "retrieved_by": retrieved_by,
                     "relationships": [
                         {"source": r.source.title(), "target": r.target.title(), "description": r.description}
                         for r in records(links.head(10))

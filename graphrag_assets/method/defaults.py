@@ -41,3 +41,9 @@ LAZY_UNITS_PER_VISIT = 5
 LAZY_PATIENCE = 3
 LAZY_SNIPPET_TOKENS = 80
 LAZY_CLAIM_PASSAGE_TOKENS = 240
+
+# Hybrid retrieval: a keyword (BM25) rank's weight against a vector rank's in reciprocal rank fusion, and the text
+# units that best match the question itself that local search packs before its entities' own. Measured with
+# answer keys (scripts/benchmark.py retrieval).
+KEYWORD_WEIGHT = 1.0
+QUESTION_UNITS = 3

@@ -274,10 +274,12 @@ async def answer_under(
             snippet_tokens=defaults.LAZY_SNIPPET_TOKENS,
             claim_passage_tokens=defaults.LAZY_CLAIM_PASSAGE_TOKENS,
             max_context_tokens=window,
+            keyword_weight=defaults.KEYWORD_WEIGHT,
         )
         return await lazy_search(chat, embedder, index, question, lazy)
     if parsed.name == "SS":
-        basic = BasicSearchSettings(response_type, top_k=len(index.text_units), max_context_tokens=window)
+        # the paper's SS condition: vector search alone
+        basic = BasicSearchSettings(response_type, len(index.text_units), window, keyword_weight=0.0)
         return await basic_search(chat, embedder, index, question, basic)
     if parsed.name == "TS":
         return await text_summary_search(

@@ -36,6 +36,9 @@ class Index:
     # Kinds of vectors searched through an HNSW index instead of `embeddings` (large corpora): kind -> index,
     # any object with nearest(query, k) and all() (store/vector_index.py's NearestIndex).
     approximate: dict = field(default_factory=dict)
+    # BM25 over the corpus's text units, entities and reports: any object with search(kind, text, k) -> [(id,
+    # score)] (store/keyword_index.py's KeywordIndex); None searches by vectors alone.
+    keywords: object | None = None
 
     def __post_init__(self) -> None:
         # A community carried down to a deeper level unsplit is a copy of the community Leiden made (or an imported
@@ -109,9 +112,11 @@ class Index:
         return rows["id"].to_list(), vector_matrix(rows["embedding"])
 
     def close(self) -> None:
-        """Release the HNSW indexes' files."""
+        """Release the HNSW indexes' files and the keyword index."""
         for searcher in self.approximate.values():
             searcher.close()
+        if self.keywords is not None:
+            self.keywords.close()
 
     def nearest(self, kind: str, query: np.ndarray, k: int) -> list[tuple[str, float]]:
         """The k vectors of a kind most similar to the query, best first: by the HNSW index where the kind has
@@ -119,6 +124,35 @@ class Index:
         if kind in self.approximate:
             return self.approximate[kind].nearest(query, k)
         return nearest(query, *self.vectors(kind), k)
+
+    def keyword_search(self, kind: str, text: str, k: int) -> list[tuple[str, float]]:
+        """The k records of a kind whose words best match the text (BM25), best first; none without a keyword
+        index."""
+        return self.keywords.search(kind, text, k) if self.keywords is not None else []
+
+    def hybrid(self, kind: str, query: np.ndarray, text: str, k: int, keyword_weight: float) -> list[Found]:
+        """The k records of a kind best for a question: its nearest vectors and its best keyword matches, fused by
+        reciprocal rank. `keyword_weight` is a keyword rank's weight against a vector rank's 1 (0: vectors alone)."""
+        rankings = {"vector": [i for i, _ in self.nearest(kind, query, k)]}
+        if keyword_weight > 0:
+            rankings["keyword"] = [i for i, _ in self.keyword_search(kind, text, k)]
+        return reciprocal_rank_fusion(rankings, {"vector": 1.0, "keyword": keyword_weight})[:k]
+
+
+Found = tuple[str, list[str]]  # a record's id and the retrievers that found it ("vector", "keyword")
+RRF_K = 60  # reciprocal rank fusion's constant (Cormack, Clarke and Buettcher, 2009): deep ranks still count a little
+
+
+def reciprocal_rank_fusion(rankings: dict[str, list[str]], weights: dict[str, float], k: int = RRF_K) -> list[Found]:
+    """Ids ranked by the weighted sum of 1 / (k + rank) over the rankings that hold them, each with the names of
+    those rankings. Ties keep the order the ids were first met in (the first ranking's first)."""
+    scores: dict[str, float] = {}
+    found: dict[str, list[str]] = {}
+    for name, ids in rankings.items():
+        for rank, record in enumerate(dict.fromkeys(ids), start=1):
+            scores[record] = scores.get(record, 0.0) + weights.get(name, 1.0) / (k + rank)
+            found.setdefault(record, []).append(name)
+    return [(record, found[record]) for record in sorted(scores, key=lambda r: -scores[r])]
 
 
 @dataclass

@@ -1,4 +1,5 @@
-"""DRIFT search: a primer from the nearest community reports, follow-ups answered locally, a reduce."""
+"""DRIFT search: a primer from the community reports that best match the question (vectors and keywords fused),
+follow-ups answered locally, a reduce."""
 
 from __future__ import annotations
 
@@ -49,9 +50,10 @@ async def drift_search(
     settings: DriftSearchSettings,
     conversation: list[dict] | None = None,
 ) -> SearchResult:
-    query = await embed_query(embedder, index, with_recent_turns(question, conversation))
-    nearest_reports = [i for i, _ in index.nearest("community_report", query, settings.primer_reports)]
-    reports = index.rows_of("reports", nearest_reports)
+    asked = with_recent_turns(question, conversation)
+    query = await embed_query(embedder, index, asked)
+    found = index.hybrid("community_report", query, asked, settings.primer_reports, settings.keyword_weight)
+    reports = index.rows_of("reports", [i for i, _ in found])
     primer_text, primer_ids, primer_tokens = pack(
         [(r.id, csv_line(r.cited_as, r.title, r.full_content)) for r in reports],
         "id|title|content",
@@ -64,6 +66,7 @@ async def drift_search(
         "claims": [],
         "text_units": [],
         "follow_ups": [],
+        "retrieved_by": {i: by for i, by in found if i in primer_ids},
     }
     primer, queue, headings = await _primer(
         chat, index, reports, primer_ids, primer_text, question, settings.follow_ups, conversation
@@ -121,6 +124,7 @@ async def _follow_up_rounds(
             tokens += local.tokens
             for kind, found in local.ids.items():
                 context[kind] = sorted(set(context[kind]) | set(found))
+            context["retrieved_by"] |= local.retrieved_by
             response = data.get("response") if isinstance(data, dict) else None
             context["follow_ups"].append({"query": follow_up, "depth": step + 1, "answered": bool(response)})
             if isinstance(response, str) and response.strip():

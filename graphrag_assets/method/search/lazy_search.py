@@ -1,7 +1,8 @@
 """LazyGraphRAG search: every model call waits for the question, and a budget of relevance tests bounds them.
 
 1. Refine: the model splits the question into a few sub-questions, each expanded with the graph's concepts it names.
-2. Rank: text units by similarity to the sub-questions; communities by the rank of their best text unit.
+2. Rank: text units by similarity to the sub-questions fused with their keyword (BM25) rank; communities by the
+   rank of their best text unit.
 3. Walk the community hierarchy best-first, from the top: at each community, test its best untested text units for
    relevance (the model reads a short snippet of each: one test per unit); after `patience` communities in a row
    yield nothing, go one level deeper, into the sub-communities of the relevant ones. Stop when `relevance_budget`
@@ -27,7 +28,16 @@ from ..offline.answers import best_sentences, extractive_answer, overlap_score, 
 from ..prompts import user_message
 from ..schema import records
 from ..words import split_sentences
-from .context import NO_ANSWER, Index, SearchResult, csv_line, embed_query, pack, with_recent_turns
+from .context import (
+    NO_ANSWER,
+    Index,
+    SearchResult,
+    csv_line,
+    embed_query,
+    pack,
+    reciprocal_rank_fusion,
+    with_recent_turns,
+)
 from .settings import LazySearchSettings
 
 # Offline, a unit is relevant when it holds this share of a sub-question's content words.
@@ -114,13 +124,26 @@ async def walk_communities(
     return walk
 
 
-def rank_units(index: Index, queries: list[np.ndarray]) -> list[str]:
-    """Every text unit, by its best similarity to any of the queries, best first."""
+def rank_units(index: Index, queries: list[np.ndarray], texts: list[str], keyword_weight: float) -> list[str]:
+    """Every text unit, best first: by its best similarity to any of the queries, fused by reciprocal rank with
+    the units whose words best match any of them (BM25; keyword_weight 0: similarity alone)."""
     best: dict[str, float] = {}
     for query in queries:
         for unit, score in index.nearest("text_unit", query, len(index.text_units)):
             best[unit] = max(best.get(unit, -1.0), score)
-    return sorted(best, key=lambda u: (-best[u], u))
+    by_vectors = sorted(best, key=lambda u: (-best[u], u))
+    if keyword_weight <= 0:
+        return by_vectors
+    matched: dict[str, float] = {}
+    for text in texts:
+        for unit, score in index.keyword_search("text_unit", text, KEYWORD_CANDIDATES):
+            matched[unit] = max(matched.get(unit, 0.0), score)
+    by_keywords = sorted(matched, key=lambda u: (-matched[u], u))
+    fused = reciprocal_rank_fusion({"vector": by_vectors, "keyword": by_keywords}, {"keyword": keyword_weight})
+    return [unit for unit, _ in fused]
+
+
+KEYWORD_CANDIDATES = 50  # units each sub-question's keywords rank; past them, similarity alone orders the walk
 
 
 def community_tree(index: Index, ranked_units: list[str]) -> tuple[dict[int, Community], list[int]]:
@@ -226,7 +249,7 @@ async def lazy_search(
     # A follow-up ("and what happens to him?") is split and ranked with the user's last turns, which name its subject.
     sub_questions = await _refine(chat, index, with_recent_turns(question, conversation), s.max_sub_questions)
     queries = [await embed_query(embedder, index, q) for q in sub_questions]
-    tree, top = community_tree(index, rank_units(index, queries))
+    tree, top = community_tree(index, rank_units(index, queries, sub_questions, s.keyword_weight))
 
     async def test(units: list[str]) -> set[str]:
         if chat is None:

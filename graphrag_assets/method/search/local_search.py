@@ -6,7 +6,7 @@ hold the entities, source text units, and the rest for the entity, relationship 
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import polars as pl
 
@@ -25,6 +25,7 @@ class LocalContext:
     text: str
     tokens: int
     ids: dict[str, list[str]]
+    retrieved_by: dict[str, list[str]] = field(default_factory=dict)  # record id -> "vector", "keyword" or both
 
 
 Section = tuple[str, list[str]]  # a context table's text and the ids of the rows it holds
@@ -37,15 +38,17 @@ def build_local_context(
     budget: int,
     community_prop: float = 0.25,
     text_unit_prop: float = 0.5,
+    question_units: list[str] | None = None,
 ) -> LocalContext:
     """One context for the chosen entities, in the paper's proportions of the budget: their communities' reports,
-    then the entities, relationships and claims, then the text units they come from."""
+    then the entities, relationships and claims, then the text units that best match the question itself
+    (`question_units`) and those the entities come from."""
     if community_prop + text_unit_prop > 1:
         raise ValueError("community_prop + text_unit_prop must not exceed 1")
     entities = index.rows_of("entities", entity_ids)
     reports = _report_section(index, entity_ids, level, int(budget * community_prop))
     tables = _graph_sections(index, entities, int(budget * (1 - community_prop - text_unit_prop)))
-    sources = _source_section(index, entities, tables[1][1], int(budget * text_unit_prop))
+    sources = _source_section(index, entities, tables[1][1], int(budget * text_unit_prop), question_units or [])
     sections = [reports, *tables, sources]
     text = "\n\n".join(section for section, ids in sections if ids)
     kinds = ("reports", "entities", "relationships", "claims", "text_units")
@@ -101,10 +104,14 @@ def _graph_sections(index: Index, entities: list[tuple], budget: int) -> tuple[S
     return (entity_text, entity_ids), (rel_text, rel_ids), (claim_text, claim_ids)
 
 
-def _source_section(index: Index, entities: list[tuple], relationship_ids: list[str], budget: int) -> Section:
-    """Text units of the chosen entities, nearest entity first, then those holding more of the relationships."""
+def _source_section(
+    index: Index, entities: list[tuple], relationship_ids: list[str], budget: int, question_units: list[str]
+) -> Section:
+    """The units that best match the question, then the text units of the chosen entities, nearest entity first,
+    each entity's units holding more of the relationships first. An answer said once, in a passage none of the
+    nearest entities came from, is in the first group (benchmark.py retrieval)."""
     rel_units = {u for r in index.rows_of("relationships", relationship_ids) for u in r.text_unit_ids}
-    ordered, seen = [], set()
+    ordered, seen = list(dict.fromkeys(question_units)), set(question_units)
     for units in (entity.text_unit_ids for entity in entities):
         for unit in sorted(units, key=lambda u: (u not in rel_units, u)):
             if unit not in seen:
@@ -121,13 +128,26 @@ def _source_section(index: Index, entities: list[tuple], relationship_ids: list[
 
 
 async def local_context_for(embedder, index: Index, question: str, settings: LocalContextSettings) -> LocalContext:
-    query = await embed_query(embedder, index, question)
-    nearest = index.nearest("entity", query, settings.top_k_entities)
-    chosen = list(dict.fromkeys(index.aliases.get(i, i) for i, _ in nearest))
+    """The context around the entities that best match the question (vectors and keywords fused), with the units
+    that best match it; the context's `retrieved_by` says which retriever found each of those."""
     s = settings
-    return build_local_context(
-        index, chosen, s.community_level, s.max_context_tokens, s.community_prop, s.text_unit_prop
+    query = await embed_query(embedder, index, question)
+    entities = index.hybrid("entity", query, question, s.top_k_entities, s.keyword_weight)
+    units = index.hybrid("text_unit", query, question, s.question_units, s.keyword_weight) if s.question_units else []
+    chosen = list(dict.fromkeys(index.aliases.get(i, i) for i, _ in entities))
+    context = build_local_context(
+        index,
+        chosen,
+        s.community_level,
+        s.max_context_tokens,
+        s.community_prop,
+        s.text_unit_prop,
+        [u for u, _ in units],
     )
+    kept = {i for ids in context.ids.values() for i in ids}
+    found = {index.aliases.get(i, i): by for i, by in entities} | dict(units)
+    context.retrieved_by = {i: by for i, by in found.items() if i in kept}
+    return context
 
 
 def extractive_local_answer(index: Index, question: str, context: LocalContext) -> str:
@@ -161,7 +181,7 @@ async def local_search(
             parse=check_answer_text,
         )
         answer = answer or "The model call failed after retries; the context it would have read is recorded."
-    return SearchResult(answer, chat is None, context.tokens, context.ids)
+    return SearchResult(answer, chat is None, context.tokens, context.ids | {"retrieved_by": context.retrieved_by})
 
 
 async def basic_search(
@@ -172,16 +192,17 @@ async def basic_search(
     settings: BasicSearchSettings,
     conversation: list[dict] | None = None,
 ) -> SearchResult:
-    """The paper's SS baseline: vector search over text units, packed into the budget."""
+    """The paper's SS baseline, hybrid: the text units nearest the question and those its words match best (BM25),
+    fused by reciprocal rank and packed into the budget."""
     asked = with_recent_turns(question, conversation)
     query = await embed_query(embedder, index, asked)
-    hits = index.nearest("text_unit", query, settings.top_k)
+    hits = index.hybrid("text_unit", query, asked, settings.top_k, settings.keyword_weight)
     units = index.texts(u for u, _ in hits)
     number = index.citation_numbers("text_units")
     text, packed, tokens = pack(
         [(u, csv_line(number[u], units[u])) for u, _ in hits], "-----Sources-----\nid|text", settings.max_context_tokens
     )
-    context = {"text_units": packed, "scores": {u: round(s, 4) for u, s in hits if u in packed}}
+    context = {"text_units": packed, "retrieved_by": {u: by for u, by in hits if u in packed}}
     if chat is None:
         answer = cited_sentences(index, asked, "text_units", packed, units)
     else:

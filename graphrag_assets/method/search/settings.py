@@ -37,6 +37,8 @@ class LocalContextSettings:
     max_context_tokens: int
     community_prop: float
     text_unit_prop: float
+    keyword_weight: float  # a keyword rank's weight in the fusion with vectors (0: vectors alone)
+    question_units: int  # text units that best match the question itself, packed before the entities' own
 
 
 @dataclass(frozen=True)
@@ -56,6 +58,7 @@ class BasicSearchSettings:
     response_type: str
     top_k: int
     max_context_tokens: int
+    keyword_weight: float
 
 
 @dataclass(frozen=True)
@@ -68,6 +71,7 @@ class LazySearchSettings:
     snippet_tokens: int
     claim_passage_tokens: int
     max_context_tokens: int
+    keyword_weight: float
 
 
 @dataclass(frozen=True)

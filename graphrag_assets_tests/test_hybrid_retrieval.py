@@ -1,0 +1,104 @@
+"""Hybrid retrieval: BM25 keyword search (DuckDB's full-text search) fused with vectors by reciprocal rank.
+
+How often each method's context holds the answer passage is measured in `scripts/benchmark.py retrieval`; these
+tests hold the parts: the fusion's order, the keyword index, and each method holding the keyword-best passage on a
+question whose vectors miss it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+
+import duckdb
+import polars as pl
+import pytest
+
+from graphrag_assets.answers.asking import answer, options_for
+from graphrag_assets.answers.published import load_index
+from graphrag_assets.method.search.context import RRF_K, embed_query, reciprocal_rank_fusion
+from graphrag_assets.method.search.lazy_search import rank_units
+from graphrag_assets.store.keyword_index import KeywordIndex
+
+from .conftest import SAMPLE_CORPUS
+
+# The saucepan is said once, in the passage where Marley's ghost comes in; the offline vectors rank ten other
+# passages about Scrooge and Marley above it.
+QUESTION = "What was Scrooge eating from a saucepan by the fire when Marley came?"
+ANSWER = "saucepan of gruel"
+
+
+def test_reciprocal_rank_fusion_orders_by_weighted_reciprocal_ranks():
+    rankings = {"vector": ["a", "b", "c"], "keyword": ["c", "d", "a"]}
+    even = reciprocal_rank_fusion(rankings, {"vector": 1.0, "keyword": 1.0})
+    # a and c tie (ranks 1 and 3 against 3 and 1): the first ranking's order holds, as it does for b and d
+    assert even == [("a", ["vector", "keyword"]), ("c", ["vector", "keyword"]), ("b", ["vector"]), ("d", ["keyword"])]
+    keywords_first = reciprocal_rank_fusion(rankings, {"vector": 1.0, "keyword": 2.0})
+    assert [record for record, _ in keywords_first] == ["c", "a", "d", "b"]
+    # the score is the weighted sum of 1 / (k + rank): c at 2/61 + 1/63 beats a at 1/61 + 2/63
+    assert 2 / (RRF_K + 1) + 1 / (RRF_K + 3) > 1 / (RRF_K + 1) + 2 / (RRF_K + 3)
+    assert reciprocal_rank_fusion({"vector": ["x", "x", "y"]}, {}) == [("x", ["vector"]), ("y", ["vector"])]
+
+
+def test_the_keyword_index_ranks_by_bm25_and_takes_any_text():
+    units = pl.DataFrame(
+        {
+            "id": ["u1", "u2", "u3"],
+            "text": [
+                "Scrooge sat by the fire with a little saucepan of gruel.",
+                "The clerk went down a slide on Cornhill twenty times.",
+                "Scrooge and Marley, the firm was known as; Scrooge answered to both names.",
+            ],
+        }
+    )
+    index = KeywordIndex({"text_unit": units})
+    assert [u for u, _ in index.search("text_unit", "a saucepan of GRUEL", 3)] == ["u1"]
+    assert index.search("text_unit", "sliding", 3)[0][0] == "u2"  # stemmed: sliding ~ slide
+    ranked = index.search("text_unit", "Scrooge", 3)
+    assert ranked[0][0] == "u3" and ranked[0][1] > ranked[1][1]  # said three times in a short unit
+    assert index.search("text_unit", "", 3) == [] and index.search("entity", "Scrooge", 3) == []
+    assert index.search("text_unit", "'; DROP TABLE text_unit; -- \x00 \ud800 é", 3) == []
+    index.close()
+
+
+@pytest.fixture(scope="module")
+def index(offline_index):
+    with duckdb.connect(str(offline_index[0].database), read_only=True) as conn:
+        loaded = load_index(conn, SAMPLE_CORPUS)
+    yield loaded
+    loaded.close()
+
+
+def holds_answer(index, unit_ids: list[str]) -> bool:
+    return any(ANSWER in text for text in index.texts(unit_ids).values())
+
+
+def test_the_vectors_alone_miss_the_passage_that_keywords_find(index):
+    query = asyncio.run(embed_query(None, index, QUESTION))
+    assert not holds_answer(index, [u for u, _ in index.nearest("text_unit", query, 10)])
+    assert holds_answer(index, [u for u, _ in index.keyword_search("text_unit", QUESTION, 1)])
+
+
+@pytest.mark.parametrize("method", ["basic", "local"])
+def test_each_method_holds_the_keyword_best_passage_and_says_who_found_it(index, method):
+    vectors_alone = answer(SAMPLE_CORPUS, index, method, options_for(method, QUESTION, keyword_weight=0.0), None, None)
+    assert not holds_answer(index, vectors_alone.result.context["text_units"])
+    hybrid = answer(SAMPLE_CORPUS, index, method, options_for(method, QUESTION), None, None)
+    units = hybrid.result.context["text_units"]
+    assert holds_answer(index, units)
+    found_by = hybrid.result.context["retrieved_by"]
+    answering = next(u for u in units if ANSWER in index.texts([u])[u])
+    assert "keyword" in found_by[answering]
+    assert hybrid.result.context_tokens <= options_for(method, QUESTION).max_context_tokens
+    assert ANSWER in hybrid.result.answer  # the offline answer quotes the sentence that holds it
+
+
+def test_drift_and_lazy_rank_with_keywords_too(index):
+    drift = answer(SAMPLE_CORPUS, index, "drift", options_for("drift", QUESTION), None, None)
+    assert any("keyword" in by for by in drift.result.context["retrieved_by"].values())
+    # lazy search walks the communities in the order of their best units: the answer's unit moves well forward
+    query = asyncio.run(embed_query(None, index, QUESTION))
+    by_vectors = rank_units(index, [query], [QUESTION], keyword_weight=0.0)
+    fused = rank_units(index, [query], [QUESTION], keyword_weight=1.0)
+    answering = next(u for u in fused if holds_answer(index, [u]))
+    assert by_vectors.index(answering) > 10 and fused.index(answering) < by_vectors.index(answering) / 2
+    assert sorted(fused) == sorted(by_vectors)  # every unit is still ranked

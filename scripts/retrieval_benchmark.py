@@ -1,0 +1,102 @@
+"""Whether each method's context holds the passage that answers (see benchmark.py for how to run it).
+
+retrieval: the sample corpus indexed offline, then every question of an answer-key set (scripts/answer_keys/*.json:
+  a question, the words that answer it, and its kind: a fact, a name said once, a number, or two passages) asked
+  of basic, local, DRIFT and lazy search, each with keyword_weight 0 (vectors alone, the methods before hybrid
+  retrieval: the baseline) and with the default weight, next to two retrievers alone: BM25's top 10 text units and
+  the vectors' top 10. For each: how often the answer passage is in the context (a text unit holding every
+  answer word; for a two-passage question, each word in some unit), how often the offline answer quotes the
+  answer words, the median context tokens and the mean time per question.
+"""
+
+import json
+import statistics
+import tempfile
+import time
+from pathlib import Path
+
+KEYS = Path(__file__).with_name("answer_keys")
+METHODS = ("basic", "local", "drift", "lazy")
+
+
+def _found(keys: list[str], kind: str, texts: list[str]) -> bool:
+    lowered = [t.lower() for t in texts]
+    if kind == "two-passage":
+        return all(any(k.lower() in t for t in lowered) for k in keys)
+    return any(all(k.lower() in t for k in keys) for t in lowered)
+
+
+def _retriever_rows(index, questions: list[dict]) -> list[tuple]:
+    """BM25 alone and vectors alone, top 10 text units each."""
+    from graphrag_assets.method.search.context import embed_query
+    from graphrag_assets.models.interrupts import run_interruptibly
+
+    rows = []
+    for name in ("BM25 top 10", "vectors top 10"):
+        hits, tokens, seconds = 0, [], 0.0
+        for q in questions:
+            started = time.perf_counter()
+            if name.startswith("BM25"):
+                ids = [i for i, _ in index.keyword_search("text_unit", q["question"], 10)]
+            else:
+                query = run_interruptibly(embed_query(None, index, q["question"]))
+                ids = [i for i, _ in index.nearest("text_unit", query, 10)]
+            seconds += time.perf_counter() - started
+            texts = list(index.texts(ids).values())
+            hits += _found(q["answer"], q["kind"], texts)
+            tokens.append(sum(len(t.split()) * 4 // 3 for t in texts))  # about 4/3 tokens a word
+        rows.append((name, hits, None, statistics.median(tokens), seconds / len(questions)))
+    return rows
+
+
+def _method_rows(index, questions: list[dict], corpus: str) -> list[tuple]:
+    from graphrag_assets.answers.asking import answer, options_for
+    from graphrag_assets.method import defaults
+
+    rows = []
+    for method in METHODS:
+        for weight in (0.0, defaults.KEYWORD_WEIGHT):
+            hits, quoted, tokens, seconds = 0, 0, [], 0.0
+            for q in questions:
+                options = options_for(method, q["question"], keyword_weight=weight)
+                found = answer(corpus, index, method, options, None, None)
+                seconds += found.seconds
+                texts = list(index.texts(found.result.context.get("text_units", [])).values())
+                hits += _found(q["answer"], q["kind"], texts)
+                quoted += _found(q["answer"], q["kind"], [found.result.answer])
+                tokens.append(found.result.context_tokens)
+            label = f"{method}, keyword_weight {weight:g}"
+            rows.append((label, hits, quoted, statistics.median(tokens), seconds / len(questions)))
+    return rows
+
+
+def retrieval_benchmark(args) -> None:
+    from graphrag_assets.answers.published import load_index
+    from graphrag_assets.store.connection import connect
+    from graphrag_assets_tests.conftest import SAMPLE_CORPUS, Workspace
+
+    questions = json.loads((KEYS / f"{SAMPLE_CORPUS}.json").read_text())
+    with tempfile.TemporaryDirectory() as folder:
+        workspace = Workspace(Path(folder))
+        workspace.add_sample_corpus()
+        workspace.materialize(SAMPLE_CORPUS, run_config={"loggers": {"console": {"config": {"log_level": "ERROR"}}}})
+        with connect(str(workspace.database), read_only=True) as conn:
+            index = load_index(conn, SAMPLE_CORPUS)
+        rows = _retriever_rows(index, questions) + _method_rows(index, questions, SAMPLE_CORPUS)
+        index.close()
+    kinds = statistics.multimode(q["kind"] for q in questions)
+    print(
+        f"{SAMPLE_CORPUS} indexed offline; {len(questions)} questions with answer keys "
+        f"({', '.join(sorted({q['kind'] for q in questions}))}; most are {kinds[0]})\n"
+    )
+    header = f"{'retriever or method':<34}{'answer passage in context':>27}{'answer quotes it':>18}"
+    header += f"{'context tokens (median)':>25}{'ms a question':>15}"
+    print(header)
+    print("-" * len(header))
+    for label, hits, quoted, tokens, seconds in rows:
+        quotes = "" if quoted is None else f"{quoted} of {len(questions)}"
+        print(f"{label:<34}{f'{hits} of {len(questions)}':>27}{quotes:>18}{tokens:>25,.0f}{seconds * 1000:>15.0f}")
+    print(
+        "\nkeyword_weight 0 is each method as it was before hybrid retrieval (vectors alone). Context tokens of the "
+        "two retrievers are estimated from words (4/3 a word); offline, lazy search's context is its claims, none."
+    )
