@@ -90,6 +90,8 @@ def test_each_method_holds_the_keyword_best_passage_and_says_who_found_it(index,
     assert "keyword" in found_by[answering]
     assert hybrid.result.context_tokens <= options_for(method, QUESTION).max_context_tokens
     assert ANSWER in hybrid.result.answer  # the offline answer quotes the sentence that holds it
+    source = next(s for s in hybrid.sources if s["id"] == answering)  # as the API and the record give it
+    assert "keyword" in source["retrieved_by"]
 
 
 def test_drift_and_lazy_rank_with_keywords_too(index):

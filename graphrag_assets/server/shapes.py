@@ -26,7 +26,8 @@ class AnswerOut(BaseModel):
     extractive: bool = Field(description="True when the offline engine quoted the index instead of a model writing.")
     sources: list[dict] = Field(
         description="Each source: kind, id, number (as the answer cites it), title, text; "
-        "text units also document, document_id, pages, location."
+        "text units also document, document_id, pages, location; retrieved_by (vector, keyword) where hybrid "
+        "retrieval chose it."
     )
     usage: dict = Field(
         description="model_calls, cache_hits, prompt_tokens, completion_tokens, embedding_tokens, cost_usd "
