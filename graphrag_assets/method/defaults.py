@@ -45,5 +45,5 @@ LAZY_CLAIM_PASSAGE_TOKENS = 240
 # Hybrid retrieval: a keyword (BM25) rank's weight against a vector rank's in reciprocal rank fusion, and the text
 # units that best match the question itself that local search packs before its entities' own. Measured with
 # answer keys (scripts/benchmark.py retrieval).
-KEYWORD_WEIGHT = 1.0
+KEYWORD_WEIGHT = 2.0
 QUESTION_UNITS = 3
