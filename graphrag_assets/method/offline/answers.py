@@ -14,6 +14,10 @@ BROAD_WORDS = frozenset(
 _PAGE_NUMBER = re.compile(r"(?<=[a-z,;:.!?'\"”’]) \d{1,3} (?=[A-Z])")  # "Christmas Eve 16 Bob": a page number
 _ILLUSTRATION = re.compile(r"\[Illustration[^\]]*\]", re.IGNORECASE)
 _ITALICS = re.compile(r"(?<!\w)_([^_]+)_(?!\w)")
+# Markdown a converted web page keeps: a list item's marker, and a link, quoted as its text ("* Use [`isinstance()`]
+# (../library/functions.html) to check" -> "Use `isinstance()` to check"). A list item is often what answers.
+_LIST_MARK = re.compile(r"^\s*(?:[-*+]|\d+[.)])\s+")
+_LINK = re.compile(r"\[([^\]]+)\]\([^)\s]*(?:\s+\"[^\"]*\")?\)")
 
 
 # What a publisher or a converter put around the text: licences, credits, links, markup. Never an answer.
@@ -41,8 +45,9 @@ def reads_as_prose(sentence: str) -> bool:
 
 
 def clean_sentence(sentence: str) -> str:
-    """A sentence as a reader wants it quoted: one line, no page numbers, captions or italics marks."""
-    sentence = _ILLUSTRATION.sub(" ", sentence)
+    """A sentence as a reader wants it quoted: one line, no page numbers, captions or italics marks, no list marker,
+    links as their text."""
+    sentence = _LINK.sub(r"\1", _LIST_MARK.sub("", _ILLUSTRATION.sub(" ", sentence)))
     sentence = _ITALICS.sub(r"\1", " ".join(sentence.split()))
     return " ".join(_PAGE_NUMBER.sub(" ", sentence).split())
 
