@@ -25,6 +25,11 @@ from graphrag_assets_tests.postgres import PostgresServer, binaries
 
 REPO = Path(__file__).resolve().parents[1]
 CHROMIUM = "/usr/bin/chromium"
+# Programs some tests install once, each into a virtual environment of its own, never into the checkout.
+TOOL_CACHE = Path(
+    os.environ.get("GRAPHRAG_ASSETS_TEST_CACHE")
+    or Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "graphrag-assets"
+)
 # Headless Chromium on a machine with no network but the loopback: no background fetches, no sandbox as root.
 CHROMIUM_FLAGS = [
     "--no-sandbox",

@@ -26,7 +26,15 @@ from graphrag_assets.answers.records import AnswerJournal
 from graphrag_assets.server.front_end_tasks import front_end_task
 from graphrag_assets.server.keys import KeyRing, digest
 
-from .conftest import CHROMIUM, CHROMIUM_FLAGS, SAMPLE_CORPUS, chat_resource, embedding_resource, require_chromium
+from .conftest import (
+    CHROMIUM,
+    CHROMIUM_FLAGS,
+    SAMPLE_CORPUS,
+    TOOL_CACHE,
+    chat_resource,
+    embedding_resource,
+    require_chromium,
+)
 from .model_server import FakeOpenAIServer, Faults
 from .test_server import METHODS, answer_count, client_of, rows, running_server, service_for
 from .test_webserver import free_port
@@ -169,8 +177,7 @@ def installed(program: str, version: str, *packages: str) -> Path:
     """A front-end's program, installed once into a virtual environment of its own outside the checkout (Open WebUI
     brings several hundred packages the project does not need, torch among them); the test is skipped, with pip's
     reason, where it cannot be installed."""
-    default = Path.home() / ".cache" / "graphrag-assets" / f"{program}-{version}"
-    venv = Path(os.environ.get(f"GRAPHRAG_{program.upper().replace('-', '_')}_VENV", default))
+    venv = TOOL_CACHE / f"{program}-{version}"
     path = venv / "bin" / program
     if path.exists():
         return path

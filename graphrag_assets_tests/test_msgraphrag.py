@@ -17,14 +17,10 @@ import pytest
 from graphrag_assets.method.exports import GRAPHRAG_SCHEMAS
 from graphrag_assets_tests.model_server import _REPORT_ROW, FakeOpenAIServer
 
-from .conftest import SAMPLE_CORPUS, table
+from .conftest import SAMPLE_CORPUS, TOOL_CACHE, table
 
 MSGRAPHRAG_VERSION = "3.3.0"
-CACHE = Path(
-    os.environ.get("GRAPHRAG_ASSETS_TEST_CACHE")
-    or Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "graphrag-assets"
-)
-VENV = CACHE / f"msgraphrag-{MSGRAPHRAG_VERSION}-venv"
+VENV = TOOL_CACHE / f"msgraphrag-{MSGRAPHRAG_VERSION}-venv"
 QUESTION = "What are the main themes of the story?"
 
 
