@@ -27,6 +27,15 @@ from ..method.search.settings import (
 )
 
 
+def keyword_weight_field(against: str):
+    """The hybrid methods' setting: how much a keyword (BM25) rank weighs in the fusion with another ranking."""
+    return Field(
+        defaults.KEYWORD_WEIGHT,
+        ge=0,
+        description=f"Weight of keyword (BM25) ranks against {against} (reciprocal rank fusion; 0: keywords unused).",
+    )
+
+
 class Turn(dg.Config):
     role: str = Field(description="'user' or 'assistant'.")
     content: str = Field(description="What was said.")
@@ -71,12 +80,7 @@ class LocalContextOptions(dg.Config):
         description="Share of the context budget for source text units; the rest is entities, "
         "relationships and claims.",
     )
-    keyword_weight: float = Field(
-        defaults.KEYWORD_WEIGHT,
-        ge=0,
-        description="Weight of keyword (BM25) ranks against vector ranks when choosing entities and text units "
-        "(reciprocal rank fusion; 0: vectors alone).",
-    )
+    keyword_weight: float = keyword_weight_field("vector ranks when choosing entities and text units")
     question_units: int = Field(
         defaults.QUESTION_UNITS,
         ge=0,
@@ -107,11 +111,7 @@ class DriftSearchConfig(LeveledQueryConfig, LocalContextOptions):
 class BasicSearchConfig(QueryConfig):
     top_k: int = Field(10, ge=1, description="Text units nearest the question, packed into the context.")
     max_context_tokens: int = Field(8000, ge=500, description="Tokens of source text the answer is written from.")
-    keyword_weight: float = Field(
-        defaults.KEYWORD_WEIGHT,
-        ge=0,
-        description="Weight of keyword (BM25) ranks against vector ranks (reciprocal rank fusion; 0: vectors alone).",
-    )
+    keyword_weight: float = keyword_weight_field("vector ranks")
 
 
 class TextSummaryConfig(QueryConfig, MapReduceOptions):
@@ -147,12 +147,7 @@ class LazySearchConfig(QueryConfig):
         description="Tokens of each relevant unit the claims are drawn from: its sentences nearest the question.",
     )
     max_context_tokens: int = Field(8000, ge=500, description="Tokens of claims the answer is written from.")
-    keyword_weight: float = Field(
-        defaults.KEYWORD_WEIGHT,
-        ge=0,
-        description="Weight of keyword (BM25) ranks against similarity ranks when ordering the text units the walk "
-        "tests (reciprocal rank fusion; 0: similarity alone).",
-    )
+    keyword_weight: float = keyword_weight_field("similarity ranks when ordering the text units the walk tests")
 
 
 class QuestionGenerationConfig(LocalContextOptions):

@@ -52,8 +52,9 @@ class KeywordIndex:
         return self._conn
 
     def _build(self, conn: duckdb.DuckDBPyConnection, kind: str) -> None:
-        records = self._texts[kind].select("id", "text").to_arrow()  # noqa: F841 (read by the SQL below)
+        conn.register("records", self._texts[kind].select("id", "text").to_arrow())
         conn.execute(f"CREATE TABLE {kind} AS SELECT id, text FROM records")
+        conn.unregister("records")
         conn.execute(f"PRAGMA create_fts_index('{kind}', 'id', 'text', strip_accents = 1, lower = 1)")
         self._built.add(kind)
 
