@@ -15,6 +15,7 @@ from ..method.communities.reports import (
 )
 from ..method.graph.aliases import resolve
 from ..method.prompts import DEFAULT_PROMPTS
+from ..method.schema import UNIT_LINKS
 from ..resources import ChatModelResource, CorporaResource, DuckDBStoreResource
 from .common import MODEL_POOL, code_version, corpus_partitions
 from .index_configs import CommunityConfig, ReportConfig
@@ -104,6 +105,13 @@ def one_community_per_level(table: pl.DataFrame) -> dg.AssetCheckResult:
     )
 
 
+# Columns no report reads: on a large corpus each is tens of megabytes held for the whole step.
+REPORTS_LEAVE_OUT = {
+    "text_units": UNIT_LINKS,
+    "relationships": ("text_unit_ids",),
+}
+
+
 @dg.asset(
     deps=["communities", "entities", "relationships", "covariates", "text_units", "entity_aliases", "index_prompts"],
     partitions_def=corpus_partitions,
@@ -128,7 +136,7 @@ def community_reports(
 ):
     """One report per community, written bottom-up (paper section 3.1.5); extractive offline."""
     step = Step(context, duckdb)
-    tables, plan = step.inputs("community_reports"), step.plan(corpora, chat)
+    tables, plan = step.inputs("community_reports", without=REPORTS_LEAVE_OUT), step.plan(corpora, chat)
     communities = tables["communities"]
     if plan.imported:
         reports = from_graphrag(plan.imported, imported_index.community_reports, communities)
@@ -141,7 +149,7 @@ def community_reports(
         yield every_community_reported(communities, None)
         return
     # Reports read the graph the communities were made from: alias groups as one entity.
-    entities, relationships = resolve(tables["entities"], tables["relationships"], tables["entity_aliases"])
+    entities, relationships = resolve(tables.pop("entities"), tables.pop("relationships"), tables.pop("entity_aliases"))
     settings = report_settings(config, plan.method == "fast", step.prompts())
 
     def work(client):

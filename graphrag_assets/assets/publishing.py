@@ -35,7 +35,6 @@ from ..store.tables import (
     last_settings,
     latest_versions,
     read_table,
-    read_tables,
     record_failed_step,
     record_lineage,
     row_count,
@@ -112,10 +111,14 @@ class Step:
         with self.duckdb.get_connection() as conn:
             return read_table(conn, table, self.corpus, where)
 
-    def inputs(self, asset: str) -> dict[str, pl.DataFrame]:
-        """Every table the asset depends on, for its corpus."""
+    def inputs(self, asset: str, without: dict[str, tuple[str, ...]] | None = None) -> dict[str, pl.DataFrame]:
+        """Every table the asset depends on, for its corpus, less the columns `without` names by table."""
+        without = without or {}
         with self.duckdb.get_connection() as conn:
-            return read_tables(conn, upstream_of(self.context, asset), self.corpus)
+            return {
+                table: read_table(conn, table, self.corpus, without=without.get(table, ()))
+                for table in upstream_of(self.context, asset)
+            }
 
     def plan(self, corpora: CorporaResource, chat: ChatModelResource) -> IndexPlan:
         with self.duckdb.get_connection() as conn:

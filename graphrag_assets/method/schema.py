@@ -140,6 +140,10 @@ OUTPUT_TABLES: dict[str, dict[str, str]] = {
 }
 
 
+# The columns of text_units that link a unit to the graph: a step that reads only the text leaves them out.
+UNIT_LINKS = ("entity_ids", "relationship_ids", "covariate_ids")
+
+
 def columns(table: str) -> list[str]:
     """The columns of an output table, in order."""
     return list(OUTPUT_TABLES[table])

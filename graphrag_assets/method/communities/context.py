@@ -86,8 +86,12 @@ class GraphIndex:
         text_units: pl.DataFrame | None = None,
     ):
         self.unit_text = dict(zip(text_units["id"], text_units["text"])) if text_units is not None else {}
-        self.entity = {row.id: row for row in records(entities)}
-        self.relationship = {row.id: row for row in records(relationships)}
+        # Only the columns a context or an extractive report reads: a record per row is the step's largest object.
+        sourced = ["frequency", "text_unit_ids"] if text_units is not None else []
+        nodes = entities.select("id", "title", "description", "degree", *sourced)
+        self.entity = {row.id: row for row in records(nodes)}
+        edges = relationships.select("id", "source", "target", "description", "combined_degree")
+        self.relationship = {row.id: row for row in records(edges)}
         self.claims_by_subject: dict[str, list] = {}
         for row in records(covariates):
             self.claims_by_subject.setdefault(row.subject_id, []).append(row)

@@ -234,16 +234,16 @@ async def generate_reports(
     writer = _ReportWriter(chat, graph, communities, text_units, settings, progress)
     levels = sorted(communities["level"].unique().to_list(), reverse=True)
     written = [asyncio.Event() for _ in levels]
-    await asyncio.gather(
-        *(
-            writer.write_level(
-                [r for r in records(communities) if r.level == level],
-                written[i - 1] if i else None,
-                written[i],
+    if chat is None:  # nothing to wait for: one level at a time, bottom-up, so one level's rows are held at once
+        for i, level in enumerate(levels):
+            await writer.write_level(writer.rows(level), None, written[i])
+    else:
+        await asyncio.gather(
+            *(
+                writer.write_level(writer.rows(level), written[i - 1] if i else None, written[i])
+                for i, level in enumerate(levels)
             )
-            for i, level in enumerate(levels)
         )
-    )
     table = _report_table(writer.reports, writer.by_number)
     writer.stats.failed = int((table["status"] == "failed").sum())  # carried-down copies of a failure count too
     return table, writer.stats
@@ -261,12 +261,22 @@ class _ReportWriter:
         self.prompts = replace(prompts, templates=settings.templates)
         self.stats = ReportStats()
         self.reports: dict[int, dict] = {}
-        self.by_number = {row.community: row for row in records(communities)}
-        self.titles_of = {n: {graph.entity[e].title for e in row.entity_ids} for n, row in self.by_number.items()}
+        self.communities = communities
+        # Every community's place in the hierarchy; its members' ids only while its level is written (rows()).
+        hierarchy = communities.select("community", "id", "level", "parent", "children", "size", "carried_from")
+        self.by_number = {row.community: row for row in records(hierarchy)}
+        self.titles_of: dict[int, set[str]] = {}
         self.units = dict(zip(text_units["id"], text_units["text"], strict=True)) if chat is None else {}
         # once for the corpus, not once per community
         self.cases = WordCases(self.units.values()) if chat is None else None
         self._elements: dict[int, list] = {}
+
+    def rows(self, level: int) -> list:
+        """The level's communities with their members' ids; their entity titles kept for the level above."""
+        rows = list(records(self.communities.filter(pl.col("level") == level)))
+        for row in rows:
+            self.titles_of[row.community] = {self.graph.entity[e].title for e in row.entity_ids}
+        return rows
 
     def elements(self, row) -> list:
         if row.community not in self._elements:
