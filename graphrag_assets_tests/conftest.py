@@ -64,6 +64,7 @@ INDEX_ASSETS = (
     "communities",
     "community_reports",
     "text_embeddings",
+    "keyword_index",
     "document_embeddings",
     "graph_embeddings",
     "layouts",

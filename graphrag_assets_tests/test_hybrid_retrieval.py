@@ -8,6 +8,7 @@ question whose vectors miss it.
 from __future__ import annotations
 
 import asyncio
+from pathlib import Path
 
 import duckdb
 import polars as pl
@@ -17,9 +18,9 @@ from graphrag_assets.answers.asking import answer, options_for
 from graphrag_assets.answers.published import load_index
 from graphrag_assets.method.search.context import RRF_K, embed_query, reciprocal_rank_fusion
 from graphrag_assets.method.search.lazy_search import rank_units
-from graphrag_assets.store.keyword_index import KeywordIndex
+from graphrag_assets.store.keyword_index import KeywordIndex, index_path
 
-from .conftest import SAMPLE_CORPUS
+from .conftest import SAMPLE_CORPUS, stored
 
 # The saucepan is said once, in the passage where Marley's ghost comes in; the offline vectors rank ten other
 # passages about Scrooge and Marley above it.
@@ -104,3 +105,51 @@ def test_drift_and_lazy_rank_with_keywords_too(index):
     answering = next(u for u in fused if holds_answer(index, [u]))
     assert by_vectors.index(answering) > 10 and fused.index(answering) < by_vectors.index(answering) / 2
     assert sorted(fused) == sorted(by_vectors)  # every unit is still ranked
+
+
+def test_the_keyword_index_is_an_asset_whose_file_the_warm_index_opens(offline_index):
+    workspace = offline_index[0]
+    rows = stored(workspace, "keyword_index").sort("id")
+    assert rows["id"].to_list() == ["community_report", "entity", "text_unit"]
+    assert dict(zip(rows["id"], rows["records"]))["text_unit"] == len(stored(workspace, "text_units"))
+    assert rows["terms"].min() > 0 and rows["built_from"].n_unique() == 1
+    built_from, path = rows["built_from"][0], Path(rows["file"][0])
+    assert path == index_path(workspace.root / "vector-index", SAMPLE_CORPUS, built_from) and path.exists()
+    with duckdb.connect(str(workspace.database), read_only=True) as conn:
+        from_file = load_index(conn, SAMPLE_CORPUS, str(workspace.root / "vector-index"))
+        in_memory = load_index(conn, SAMPLE_CORPUS)  # no folder to find the file in: built from the tables
+    try:
+        assert from_file.keywords.built_from == built_from and in_memory.keywords.built_from is None
+        for kind in ("text_unit", "entity", "community_report"):
+            # the same scores; DuckDB sums them in parallel, so the last digits (and the order of ties) may differ
+            found, built = from_file.keyword_search(kind, QUESTION, 5), in_memory.keyword_search(kind, QUESTION, 5)
+            assert sorted(s for _, s in found) == pytest.approx(sorted(s for _, s in built))
+            assert found[0] == (built[0][0], pytest.approx(built[0][1]))
+        assert holds_answer(from_file, [u for u, _ in from_file.keyword_search("text_unit", QUESTION, 1)])
+    finally:
+        from_file.close()
+        in_memory.close()
+
+
+@pytest.mark.slow
+def test_an_incremental_run_keeps_the_keyword_index_current(workspace):
+    corpus = workspace.add_sample_corpus()
+    workspace.materialize(corpus)
+    first = Path(stored(workspace, "keyword_index")["file"][0])
+    built = first.stat().st_mtime_ns
+    workspace.materialize(corpus, selection=["keyword_index"])  # nothing changed: the same file, not rebuilt
+    assert Path(stored(workspace, "keyword_index")["file"][0]) == first and first.stat().st_mtime_ns == built
+    (workspace.data / corpus / "ledger.txt").write_text(
+        "The counting-house ledger of 1843 records a payment to the Quillinghast Bellows Company for coal.\n"
+    )
+    workspace.materialize(corpus)
+    second = Path(stored(workspace, "keyword_index")["file"][0])
+    assert second != first and second.exists() and not first.exists()  # the published file is the only one left
+    with duckdb.connect(str(workspace.database), read_only=True) as conn:
+        index = load_index(conn, corpus, str(workspace.root / "vector-index"))
+    try:
+        assert index.keywords.built_from in second.name
+        found = index.keyword_search("text_unit", "Who sold coal to the counting-house? Quillinghast", 1)
+        assert "Quillinghast" in index.texts([found[0][0]])[found[0][0]]
+    finally:
+        index.close()

@@ -28,6 +28,7 @@ STEPS = {
     "communities": ["communities"],
     "community_reports": ["community_reports"],
     "text_embeddings": ["text_embeddings"],
+    "keyword_index": ["keyword_index"],
     "document_embeddings": ["document_embeddings"],
     "graph_embeddings": ["graph_embeddings"],
     "layouts": ["layouts"],

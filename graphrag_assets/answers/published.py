@@ -12,6 +12,7 @@ from ..method.embeddings.text import EMBEDDING_MODEL_TABLES, LocalEmbedder
 from ..method.graph.aliases import canonical_of, resolve
 from ..method.schema import frame
 from ..method.search.context import Index
+from ..store import keyword_index as keywords
 from ..store import vector_index
 from ..store.keyword_index import KeywordIndex, keyword_texts
 from ..store.tables import latest_versions, read_table, row_count, table_exists
@@ -71,8 +72,22 @@ def load_index(conn: duckdb.DuckDBPyConnection, corpus: str, vector_index_dir: s
         aliases=canonical_of(links) if links is not None else {},
         approximate=approximate,
     )
-    index.keywords = KeywordIndex(keyword_texts(index.entities, index.reports, index.text_units))
+    index.keywords = published_keywords(conn, corpus, vector_index_dir) or KeywordIndex(
+        keyword_texts(index.entities, index.reports, index.text_units)
+    )
     return index
+
+
+def published_keywords(conn: duckdb.DuckDBPyConnection, corpus: str, folder: str | None) -> KeywordIndex | None:
+    """The keyword_index asset's file for the corpus, if it was built from the published tables (an index whose
+    text units were rematerialized by hand since, or whose file is gone, is indexed in memory instead)."""
+    if not folder or not row_count(conn, "keyword_index", corpus):
+        return None
+    current = keywords.fingerprint(latest_versions(conn, corpus, list(keywords.SOURCES)))
+    built = set(read_table(conn, "keyword_index", corpus)["built_from"])
+    if built != {current}:
+        return None
+    return KeywordIndex.open(keywords.index_path(folder, corpus, current), current)
 
 
 @dataclass(frozen=True)

@@ -18,10 +18,12 @@ from ..method.embeddings.text import (
     embedding_inputs,
 )
 from ..method.embeddings.text import document_embeddings as mean_document_embeddings
-from ..method.schema import frame, vector_column
+from ..method.graph.aliases import resolve
+from ..method.schema import UNIT_LINKS, frame, vector_column
 from ..resources import DuckDBStoreResource, EmbeddingModelResource
+from ..store import keyword_index as keywords
 from ..store import vector_index
-from ..store.tables import row_count, write_table
+from ..store.tables import latest_versions, row_count, write_table
 from .common import MODEL_POOL, code_version, corpus_partitions
 from .metadata import png
 from .publishing import Step, lineage_for
@@ -165,6 +167,39 @@ def text_embeddings(
     )
     yield with_vector_search(published, step, index_dir, threshold)
     yield vectors_check("text_embeddings_complete", "text_embeddings", table, dimensions, set(inputs["id"]))
+
+
+@dg.asset(
+    deps=list(keywords.SOURCES),
+    partitions_def=corpus_partitions,
+    group_name="embeddings",
+    code_version=code_version(),
+    kinds={"duckdb"},
+)
+def keyword_index(context: dg.AssetExecutionContext, duckdb: DuckDBStoreResource) -> dg.MaterializeResult:
+    """BM25 over text units, entities and community reports, for the methods' hybrid retrieval: a file beside the
+    HNSW indexes, named by the data it was built from, that the table's rows point to."""
+    step, folder = Step(context, duckdb), duckdb.vector_index_dir
+    with duckdb.get_connection() as conn:
+        built_from = keywords.fingerprint(latest_versions(conn, step.corpus, list(keywords.SOURCES)))
+    path = keywords.index_path(folder, step.corpus, built_from)
+    index = keywords.KeywordIndex.open(path, built_from)
+    if index is None:  # an unchanged corpus keeps its file
+        tables = step.inputs("keyword_index", without={"text_units": UNIT_LINKS})
+        entities, _ = resolve(tables["entities"], frame("relationships"), tables["entity_aliases"])
+        keywords.build(
+            path, keywords.keyword_texts(entities, tables["community_reports"], tables["text_units"]), built_from
+        )
+        index = keywords.KeywordIndex.open(path, built_from)
+    sizes = index.sizes()
+    index.close()
+    rows = [{"id": kind, **size, "built_from": built_from, "file": str(path)} for kind, size in sizes.items()]
+    metadata = {"file": dg.MetadataValue.path(str(path))} | {f"{k}_terms": size["terms"] for k, size in sizes.items()}
+    result = step.publish("keyword_index", frame("keyword_index", rows), engine="duckdb-fts", metadata=metadata)
+    # Older files go once nothing published names them; in a staged run, published_index removes the last one.
+    with duckdb.get_connection() as conn:
+        removed = keywords.prune(folder, step.corpus, keywords.published_files(conn, step.corpus) | {str(path)})
+    return result._replace(metadata={**result.metadata, "older_files_removed": len(removed)})
 
 
 def offline_embedder(context: dg.AssetExecutionContext, texts: list[str], config: TextEmbeddingConfig) -> LocalEmbedder:

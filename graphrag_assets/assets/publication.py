@@ -15,6 +15,7 @@ import polars as pl
 from ..failures import step_failure
 from ..method.exports import discard_staged_exports, publish_exports
 from ..resources import PUBLISHED_INDEX, DuckDBStoreResource
+from ..store import keyword_index as keywords
 from ..store.tables import (
     drop_stage,
     latest_versions,
@@ -68,6 +69,10 @@ def published_index(context: dg.AssetExecutionContext, duckdb: DuckDBStoreResour
         # The index's version: its assets' data versions as published, so an unchanged re-index keeps it.
         versions = latest_versions(conn, corpus, [key.to_user_string() for key in _index_keys()])
         runs = cost_per_run(conn, corpus)
+        named = keywords.published_files(conn, corpus)
+    # The keyword index files the last index named (see keyword_index) are not needed once this one is published.
+    if named:
+        keywords.prune(duckdb.vector_index_dir, corpus, named)
     # After the store's transaction: a kill before it leaves the last index's exports, as the store is left.
     files = move_exports(folders, duckdb.stage, corpus)
     context.log.info(

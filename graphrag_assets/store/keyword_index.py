@@ -2,37 +2,121 @@
 entities' titles and descriptions and its community reports.
 
 Vectors find what a question means; names, numbers and titles said once are where they miss and a keyword index
-does not (`scripts/benchmark.py retrieval`). The index lives in an in-memory DuckDB of its own, built from the
-tables the warm index already holds, the first time a method searches a kind: a published corpus's text never
-changes under it, and a newer publication is a new Index. Porter stemming and English stop words, as the
-extension's defaults; accents stripped, case folded.
+does not (`scripts/benchmark.py retrieval`). The keyword_index asset builds the index into a DuckDB file of its own
+beside the HNSW indexes, named by what it was built from, and publishes a row that names it; the warm index opens
+that file read-only. A store without one (an index published before the asset existed, or a file since deleted)
+gets the same index built in memory the first time a method searches a kind. Porter stemming and English stop
+words, as the extension's defaults; accents stripped, case folded.
 """
 
 from __future__ import annotations
 
+import hashlib
+import json
+import os
 import threading
+from pathlib import Path
 
 import duckdb
 import polars as pl
 
 from .connection import load_extension
+from .tables import table_exists_in
 
 KINDS = ("text_unit", "entity", "community_report")  # as text_embeddings names the same kinds
+# What an index is built from; with FORMAT, the name of its file. A new format is a new file, never a misread one.
+SOURCES = ("text_units", "entities", "entity_aliases", "community_reports")
+FORMAT = "fts-1: porter, english stop words, strip_accents, lower"
+BUILD_MEMORY = "512MiB"  # past it, DuckDB spills the index's build to its temporary folder
+
+
+def fingerprint(versions: dict[str, str]) -> str:
+    """The name of the index built from these data versions of SOURCES."""
+    parts = [FORMAT, {table: versions.get(table, "") for table in SOURCES}]
+    return hashlib.sha256(json.dumps(parts, sort_keys=True).encode()).hexdigest()[:16]
+
+
+def index_path(folder: str | Path, corpus: str, built_from: str) -> Path:
+    return Path(folder) / corpus / f"keywords-{built_from}.duckdb"
+
+
+def build(path: Path, texts: dict[str, pl.DataFrame], built_from: str) -> None:
+    """Write each kind's records and their BM25 index to `path`, replaced only once complete."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    staging = path.with_name(f".{path.name}.{os.getpid()}")
+    staging.unlink(missing_ok=True)
+    try:
+        with duckdb.connect(str(staging), config={"autoinstall_known_extensions": False}) as conn:
+            conn.execute(f"SET memory_limit = '{BUILD_MEMORY}'")
+            load_extension(conn, "fts")
+            for kind, records in texts.items():
+                _index_kind(conn, kind, records)
+            conn.execute("CREATE TABLE built_from AS SELECT ? AS built_from", [built_from])
+            conn.execute("CHECKPOINT")
+        os.replace(staging, path)
+    finally:
+        staging.unlink(missing_ok=True)
+
+
+def _index_kind(conn: duckdb.DuckDBPyConnection, kind: str, records: pl.DataFrame) -> None:
+    conn.register("records", records.select("id", "text").to_arrow())
+    conn.execute(f"CREATE TABLE {kind} AS SELECT id, text FROM records")
+    conn.unregister("records")
+    conn.execute(f"PRAGMA create_fts_index('{kind}', 'id', 'text', strip_accents = 1, lower = 1)")
+
+
+def published_files(conn: duckdb.DuckDBPyConnection, corpus: str) -> set[str]:
+    """The index files the corpus's published keyword_index rows name (none before the first)."""
+    if not table_exists_in(conn, "main", "keyword_index"):
+        return set()
+    return {
+        row[0] for row in conn.execute('SELECT file FROM main."keyword_index" WHERE corpus = ?', [corpus]).fetchall()
+    }
+
+
+def prune(folder: str | Path, corpus: str, keep: set[str]) -> list[str]:
+    """Delete the corpus's index files but those to `keep` (the published one and a run's new one)."""
+    gone = []
+    for path in sorted((Path(folder) / corpus).glob("keywords-*.duckdb")):
+        if str(path) not in keep:
+            path.unlink(missing_ok=True)
+            gone.append(str(path))
+    return gone
 
 
 class KeywordIndex:
-    """BM25 over a corpus's records of each kind, each given as a frame of (id, text)."""
+    """BM25 over a corpus's records of each kind: a built file opened read-only (`open`), or frames of (id, text)
+    indexed in memory the first time a kind is searched."""
 
-    def __init__(self, texts: dict[str, pl.DataFrame]):
+    def __init__(self, texts: dict[str, pl.DataFrame], conn: duckdb.DuckDBPyConnection | None = None):
         self._texts = texts
-        self._conn: duckdb.DuckDBPyConnection | None = None
-        self._built: set[str] = set()
-        self._lock = threading.Lock()  # the server's threads share one in-memory database, one query at a time
+        self._conn = conn
+        self._built: set[str] = set(KINDS) if conn is not None else set()
+        self._lock = threading.Lock()  # the server's threads share one database, one query at a time
+        self.built_from = None  # the file's name part when opened from one
+
+    @classmethod
+    def open(cls, path: Path, built_from: str) -> KeywordIndex | None:
+        """The index in `path` if it was built from `built_from`, else None (missing, half-written, stale)."""
+        if not path.exists():
+            return None
+        try:
+            conn = duckdb.connect(str(path), read_only=True, config={"autoinstall_known_extensions": False})
+            load_extension(conn, "fts")
+            found = conn.execute("SELECT built_from FROM built_from").fetchone()
+        except duckdb.Error:
+            return None
+        if found is None or found[0] != built_from:
+            conn.close()
+            return None
+        index = cls({}, conn)
+        index.built_from = built_from
+        return index
 
     def search(self, kind: str, text: str, k: int) -> list[tuple[str, float]]:
         """The k records of a kind that best match the text, best first, with their BM25 scores (none when no
         word of the text is in the index)."""
-        if kind not in self._texts or not text.strip() or k <= 0:
+        if (kind not in self._texts and kind not in self._built) or not text.strip() or k <= 0:
             return []
         text = text.encode("utf-8", "replace").decode()  # a lone surrogate (a JSON escape) cannot cross to DuckDB
         with self._lock:
@@ -52,11 +136,21 @@ class KeywordIndex:
         return self._conn
 
     def _build(self, conn: duckdb.DuckDBPyConnection, kind: str) -> None:
-        conn.register("records", self._texts[kind].select("id", "text").to_arrow())
-        conn.execute(f"CREATE TABLE {kind} AS SELECT id, text FROM records")
-        conn.unregister("records")
-        conn.execute(f"PRAGMA create_fts_index('{kind}', 'id', 'text', strip_accents = 1, lower = 1)")
+        _index_kind(conn, kind, self._texts[kind])
         self._built.add(kind)
+
+    def sizes(self) -> dict[str, dict[str, int]]:
+        """Each kind's records and distinct terms (every kind built so far)."""
+        with self._lock:
+            conn = self._connection()
+            return {
+                kind: {
+                    "records": conn.execute(f"SELECT count(*) FROM {kind}").fetchone()[0],
+                    "terms": conn.execute(f"SELECT count(*) FROM fts_main_{kind}.dict").fetchone()[0],
+                }
+                for kind in KINDS
+                if kind in self._built
+            }
 
     def close(self) -> None:
         with self._lock:
