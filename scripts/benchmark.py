@@ -356,7 +356,12 @@ def main() -> None:
     serve.add_argument("--clients", type=int, default=16)
     serve.add_argument("--latency", type=float, default=0.2, help="seconds the test model server takes to answer")
     commands.add_parser("estimate", help="the estimate of an index against the run, on corpora of four shapes")
-    commands.add_parser("retrieval", help="whether each method's context holds the passage that answers")
+    retrieval = commands.add_parser("retrieval", help="whether each method's context holds the passage that answers")
+    retrieval.add_argument(
+        "--endpoint",
+        action="store_true",
+        help="embed with the endpoint that GRAPHRAG_API_BASE, GRAPHRAG_API_KEY and GRAPHRAG_EMBEDDING_MODEL name",
+    )
     tuning = commands.add_parser("tuning", help="a contracts corpus indexed with default and with tuned prompts")
     tuning.add_argument("--documents", type=int, default=30, help="fictional supply agreements")
     growth = commands.add_parser("growth", help="every offline step's time and the peak memory as the text grows")

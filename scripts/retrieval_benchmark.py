@@ -38,20 +38,34 @@ def _found(keys: list[str], kind: str, texts: list[str]) -> bool:
     return any(all(k.lower() in t for k in keys) for t in lowered)
 
 
-def _retriever_rows(index, questions: list[dict]) -> list[tuple]:
-    """BM25 alone and vectors alone, top 10 text units each."""
+def _embedded(questions: list[dict], index, embeddings) -> list:
+    """Each question's vector: by the endpoint's model (`embeddings`, its settings) or offline."""
     from graphrag_assets.method.search.context import embed_query
+    from graphrag_assets.models import ModelClient
     from graphrag_assets.models.interrupts import run_interruptibly
 
+    async def embed_all():
+        client = ModelClient(embeddings) if embeddings else None
+        try:
+            return [await embed_query(client, index, q["question"]) for q in questions]
+        finally:
+            if client is not None:
+                await client.close()
+
+    return run_interruptibly(embed_all())
+
+
+def _retriever_rows(index, questions: list[dict], embeddings=None) -> list[tuple]:
+    """BM25 alone and vectors alone, top 10 text units each."""
+    vectors = _embedded(questions, index, embeddings)
     rows = []
     for name in ("BM25 top 10", "vectors top 10"):
         hits, tokens, seconds = 0, [], 0.0
-        for q in questions:
+        for q, query in zip(questions, vectors):
             started = time.perf_counter()
             if name.startswith("BM25"):
                 ids = [i for i, _ in index.keyword_search("text_unit", q["question"], 10)]
             else:
-                query = run_interruptibly(embed_query(None, index, q["question"]))
                 ids = [i for i, _ in index.nearest("text_unit", query, 10)]
             seconds += time.perf_counter() - started
             texts = list(index.texts(ids).values())
@@ -61,7 +75,7 @@ def _retriever_rows(index, questions: list[dict]) -> list[tuple]:
     return rows
 
 
-def _method_rows(index, questions: list[dict], corpus: str) -> list[tuple]:
+def _method_rows(index, questions: list[dict], corpus: str, embeddings=None) -> list[tuple]:
     from graphrag_assets.answers.asking import answer, options_for
     from graphrag_assets.method import defaults
 
@@ -71,7 +85,7 @@ def _method_rows(index, questions: list[dict], corpus: str) -> list[tuple]:
             hits, quoted, tokens, seconds = 0, 0, [], 0.0
             for q in questions:
                 options = options_for(method, q["question"], keyword_weight=weight)
-                found = answer(corpus, index, method, options, None, None)
+                found = answer(corpus, index, method, options, None, embeddings)
                 seconds += found.seconds
                 texts = list(index.texts(found.result.context.get("text_units", [])).values())
                 hits += _found(q["answer"], q["kind"], texts)
@@ -85,11 +99,16 @@ def _method_rows(index, questions: list[dict], corpus: str) -> list[tuple]:
 PYTHON_DOC = Path("/usr/share/doc/python3.11/html")  # Debian's python3.11-doc (bin/test installs it)
 
 
-def _indexed(root: Path, corpus: str):
-    """The corpus indexed offline in a new workspace, and its loaded index."""
+def _indexed(root: Path, corpus: str, endpoint: bool = False):
+    """The corpus indexed in a new workspace, and its loaded index (its keyword index from the asset's file).
+    Offline, or with `endpoint` the embeddings of the endpoint the environment configures (GRAPHRAG_API_BASE,
+    GRAPHRAG_API_KEY, GRAPHRAG_EMBEDDING_MODEL); the answers stay extractive either way."""
+    import os
     import shutil
 
     from graphrag_assets.answers.published import load_index
+    from graphrag_assets.resources import EmbeddingModelResource
+    from graphrag_assets.settings import API_KEY_VARIABLE, endpoint_settings
     from graphrag_assets.store.connection import connect
     from graphrag_assets_tests.conftest import SAMPLE_CORPUS, Workspace
 
@@ -99,9 +118,14 @@ def _indexed(root: Path, corpus: str):
     else:  # the tutorial and the how-to guides: 37 pages of technical prose
         for part in ("tutorial", "howto"):
             shutil.copytree(PYTHON_DOC / part, workspace.data / corpus / part)
-    workspace.materialize(corpus, run_config={"loggers": {"console": {"config": {"log_level": "ERROR"}}}})
+    embeddings = None
+    if endpoint:
+        fields = {**endpoint_settings("embeddings", os.getenv(API_KEY_VARIABLE)), "cache_dir": str(root / "cache")}
+        embeddings = EmbeddingModelResource(**fields)
+    quiet = {"loggers": {"console": {"config": {"log_level": "ERROR"}}}}
+    workspace.materialize(corpus, embeddings=embeddings, run_config=quiet)
     with connect(str(workspace.database), read_only=True) as conn:
-        return load_index(conn, corpus)
+        return load_index(conn, corpus, str(root / "vector-index")), embeddings and embeddings.settings()
 
 
 def retrieval_benchmark(args) -> None:
@@ -113,11 +137,11 @@ def retrieval_benchmark(args) -> None:
     for corpus in corpora:
         questions = json.loads((KEYS / f"{corpus}.json").read_text())
         with tempfile.TemporaryDirectory() as folder:
-            index = _indexed(Path(folder), corpus)
+            index, embeddings = _indexed(Path(folder), corpus, args.endpoint)
             every = _plain(" ".join(index.texts().values()))
             unkeyed = [q["question"] for q in questions if any(_plain(k) not in every for k in q["answer"])]
             questions = [q for q in questions if q["question"] not in unkeyed]
-            rows = _retriever_rows(index, questions) + _method_rows(index, questions, corpus)
+            rows = _retriever_rows(index, questions, embeddings) + _method_rows(index, questions, corpus, embeddings)
             index.close()
         _print(corpus, questions, rows, unkeyed)
     print(

@@ -178,7 +178,7 @@ def text_embeddings(
 )
 def keyword_index(context: dg.AssetExecutionContext, duckdb: DuckDBStoreResource) -> dg.MaterializeResult:
     """BM25 over text units, entities and community reports, for the methods' hybrid retrieval: a file beside the
-    HNSW indexes, named by the data it was built from, that the table's rows point to."""
+    HNSW indexes, named by the data it was built from (the table's `built_from`)."""
     step, folder = Step(context, duckdb), duckdb.vector_index_dir
     with duckdb.get_connection() as conn:
         built_from = keywords.fingerprint(latest_versions(conn, step.corpus, list(keywords.SOURCES)))
@@ -193,12 +193,12 @@ def keyword_index(context: dg.AssetExecutionContext, duckdb: DuckDBStoreResource
         index = keywords.KeywordIndex.open(path, built_from)
     sizes = index.sizes()
     index.close()
-    rows = [{"id": kind, **size, "built_from": built_from, "file": str(path)} for kind, size in sizes.items()]
+    rows = [{"id": kind, **size, "built_from": built_from} for kind, size in sizes.items()]
     metadata = {"file": dg.MetadataValue.path(str(path))} | {f"{k}_terms": size["terms"] for k, size in sizes.items()}
     result = step.publish("keyword_index", frame("keyword_index", rows), engine="duckdb-fts", metadata=metadata)
     # Older files go once nothing published names them; in a staged run, published_index removes the last one.
     with duckdb.get_connection() as conn:
-        removed = keywords.prune(folder, step.corpus, keywords.published_files(conn, step.corpus) | {str(path)})
+        removed = keywords.prune(folder, step.corpus, keywords.published(conn, step.corpus) | {built_from})
     return result._replace(metadata={**result.metadata, "older_files_removed": len(removed)})
 
 

@@ -69,7 +69,7 @@ def published_index(context: dg.AssetExecutionContext, duckdb: DuckDBStoreResour
         # The index's version: its assets' data versions as published, so an unchanged re-index keeps it.
         versions = latest_versions(conn, corpus, [key.to_user_string() for key in _index_keys()])
         runs = cost_per_run(conn, corpus)
-        named = keywords.published_files(conn, corpus)
+        named = keywords.published(conn, corpus)
     # The keyword index files the last index named (see keyword_index) are not needed once this one is published.
     if named:
         keywords.prune(duckdb.vector_index_dir, corpus, named)

@@ -127,14 +127,9 @@ OUTPUT_TABLES: dict[str, dict[str, str]] = {
     "embedding_models": {"id": "VARCHAR", "dimensions": "INTEGER", "stop_words": "BOOLEAN", "terms": "INTEGER"},
     "embedding_model_terms": {"id": "VARCHAR", "position": "INTEGER", "idf": "DOUBLE", "components": "FLOAT[]"},
     "document_embeddings": {"id": "VARCHAR", "n_tokens": "INTEGER", "embedding": "FLOAT[]"},
-    # One row per kind of record searched by keyword: the BM25 index itself is a file of its own (its path here).
-    "keyword_index": {
-        "id": "VARCHAR",
-        "records": "INTEGER",
-        "terms": "INTEGER",
-        "built_from": "VARCHAR",
-        "file": "VARCHAR",
-    },
+    # One row per kind of record searched by keyword. The BM25 index itself is a file of its own, named by
+    # `built_from` (store/keyword_index.py), in the store resource's vector_index_dir: no machine's path in the store.
+    "keyword_index": {"id": "VARCHAR", "records": "INTEGER", "terms": "INTEGER", "built_from": "VARCHAR"},
     "graph_embeddings": {"id": "VARCHAR", "title": "VARCHAR", "embedding": "FLOAT[]"},
     "layouts": {
         "id": "VARCHAR",

@@ -65,20 +65,21 @@ def _index_kind(conn: duckdb.DuckDBPyConnection, kind: str, records: pl.DataFram
     conn.execute(f"PRAGMA create_fts_index('{kind}', 'id', 'text', strip_accents = 1, lower = 1)")
 
 
-def published_files(conn: duckdb.DuckDBPyConnection, corpus: str) -> set[str]:
-    """The index files the corpus's published keyword_index rows name (none before the first)."""
+def published(conn: duckdb.DuckDBPyConnection, corpus: str) -> set[str]:
+    """What the corpus's published keyword_index rows were built from (none before the first)."""
     if not table_exists_in(conn, "main", "keyword_index"):
         return set()
-    return {
-        row[0] for row in conn.execute('SELECT file FROM main."keyword_index" WHERE corpus = ?', [corpus]).fetchall()
-    }
+    rows = conn.execute('SELECT built_from FROM main."keyword_index" WHERE corpus = ?', [corpus]).fetchall()
+    return {row[0] for row in rows}
 
 
 def prune(folder: str | Path, corpus: str, keep: set[str]) -> list[str]:
-    """Delete the corpus's index files but those to `keep` (the published one and a run's new one)."""
+    """Delete the corpus's index files but those built from what `keep` names (the published one, a run's new
+    one); returns the paths deleted."""
+    kept = {index_path(folder, corpus, built_from) for built_from in keep}
     gone = []
     for path in sorted((Path(folder) / corpus).glob("keywords-*.duckdb")):
-        if str(path) not in keep:
+        if path not in kept:
             path.unlink(missing_ok=True)
             gone.append(str(path))
     return gone

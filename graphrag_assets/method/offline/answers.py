@@ -2,7 +2,11 @@
 
 from __future__ import annotations
 
+import math
 import re
+from collections import Counter
+
+import snowballstemmer
 
 from ..words import split_sentences, terms
 
@@ -64,18 +68,57 @@ def overlap_score(question: str, text: str) -> float:
 
 
 def best_sentences(question: str, sourced_texts: list[tuple[str, str]], limit: int = 5) -> list[tuple[float, str, str]]:
-    """(score, sentence, source id) of the sentences sharing most words with the question, best first."""
-    scored, seen = [], set()
+    """(score, passage, source id) of the sentences that best match the question, best first.
+
+    A sentence scores the question's words it holds, stemmed ("haunted" finds "haunt"), each weighted by how rare it
+    is among the candidates (BM25's idf): the word that singles out the answer counts for more than the name every
+    sentence repeats. A short sentence that follows another is also a candidate with it, as one passage: in
+    dialogue the answer is the reply ("'What Idol has displaced you?' 'A golden one.'"), and the words of the
+    question are in the line before it.
+    """
+    candidates, seen = [], set()
     for position, (source, text) in enumerate(sourced_texts):
-        for sentence in split_sentences(text):
-            sentence = clean_sentence(sentence)
-            if sentence.lower() in seen or len(sentence) < 20 or len(sentence) > 500 or not reads_as_prose(sentence):
+        sentences = [clean_sentence(sentence) for sentence in split_sentences(text)]
+        for number, sentence in enumerate(sentences):
+            if len(sentence) < 20 or len(sentence) > 500 or not reads_as_prose(sentence):
                 continue
-            seen.add(sentence.lower())  # overlapping text units repeat sentences
-            score = overlap_score(question, sentence)
-            if score > 0:
-                scored.append((-score, position, sentence, source))
-    return [(-s, sentence, source) for s, _, sentence, source in sorted(scored)[:limit]]
+            reply = sentences[number + 1] if number + 1 < len(sentences) else ""
+            passages = [(sentence,)] + ([(sentence, reply)] if 3 <= len(reply) <= _REPLY_CHARACTERS else [])
+            for parts in passages:
+                passage = " ".join(parts)
+                if passage.lower() not in seen:  # overlapping text units repeat sentences
+                    seen.add(passage.lower())
+                    candidates.append((position, passage, source, stems(passage), parts))
+    wanted = stems(question)
+    if not wanted or not candidates:
+        return []
+    count = len(candidates)
+    held = Counter(word for _, _, _, words, _ in candidates for word in words & wanted)
+    weight = {word: math.log(1 + (count - held[word] + 0.5) / (held[word] + 0.5)) for word in wanted}
+    total = sum(weight.values())
+    scored = []
+    for position, passage, source, words, parts in candidates:
+        score = sum(weight[word] for word in words & wanted) / total - _REPLY_PENALTY * (len(parts) - 1)
+        if score > 0:
+            scored.append((-score, position, passage, source, parts))
+    best, quoted = [], set()
+    for score, _, passage, source, parts in sorted(scored):
+        if quoted.isdisjoint(part.lower() for part in parts):  # a sentence is quoted once, alone or with its reply
+            quoted.update(part.lower() for part in parts)
+            best.append((-score, passage, source))
+    return best[:limit]
+
+
+# A sentence this short that follows another may be its reply; quoting the two together costs a little score, so
+# that a sentence that says as much alone is quoted alone.
+_REPLY_CHARACTERS = 120
+_REPLY_PENALTY = 0.01
+_STEMMER = snowballstemmer.stemmer("english")
+
+
+def stems(text: str) -> set[str]:
+    """The content words of a text (see words.terms), stemmed by Snowball's English stemmer."""
+    return set(_STEMMER.stemWords(list(terms(text))))
 
 
 def extractive_answer(points: list[tuple[float, str, str]], cite: str) -> str:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import re
+from collections.abc import Awaitable, Callable
 
 from ..graph.records import check_answer_text, parse_json_reply
 from ..model_interface import ChatModel, Embedder, InvalidReply
@@ -21,7 +22,7 @@ from .context import (
     pack,
     with_recent_turns,
 )
-from .local_search import extractive_local_answer, local_context_for
+from .local_search import LocalContext, extractive_local_answer, local_context_for, question_units
 from .settings import DriftSearchSettings
 
 
@@ -72,8 +73,15 @@ async def drift_search(
         chat, index, reports, primer_ids, primer_text, question, settings.follow_ups, conversation
     )
     intermediate: list[tuple[str, str]] = [("primer", primer)] if primer else []
+    # Every follow-up serves the question: its context starts from the passages that best match the question, so a
+    # fact said once is in front of each follow-up's answer, whatever the follow-up asks.
+    units_first = question_units(index, query, asked, settings)
+
+    def context_for(follow_up: str):
+        return local_context_for(embedder, index, follow_up, settings, units_first)
+
     tokens = primer_tokens + await _follow_up_rounds(
-        chat, embedder, index, question, queue, settings, context, intermediate
+        chat, context_for, index, question, queue, settings, context, intermediate
     )
     details = {
         "follow_ups_answered": sum(f["answered"] for f in context["follow_ups"]),
@@ -101,7 +109,7 @@ async def drift_search(
 
 async def _follow_up_rounds(
     chat: ChatModel | None,
-    embedder: Embedder | None,
+    context_for: Callable[[str], Awaitable[LocalContext]],
     index: Index,
     question: str,
     queue: list[str],
@@ -109,12 +117,12 @@ async def _follow_up_rounds(
     context: dict,
     intermediate: list[tuple[str, str]],
 ) -> int:
-    """`settings.depth` rounds of follow-ups, each answered from its own local context; the context's ids and the
-    intermediate answers grow in place. Returns the tokens of context read."""
+    """`settings.depth` rounds of follow-ups, each answered from its own local context (`context_for`); the
+    context's ids and the intermediate answers grow in place. Returns the tokens of context read."""
     tokens = 0
 
     async def answer(follow_up: str):
-        local = await local_context_for(embedder, index, follow_up, settings)
+        local = await context_for(follow_up)
         return follow_up, local, await _answer_follow_up(chat, index, question, follow_up, local, settings.follow_ups)
 
     for step in range(settings.depth):

@@ -127,13 +127,16 @@ def _source_section(
     return text, ids
 
 
-async def local_context_for(embedder, index: Index, question: str, settings: LocalContextSettings) -> LocalContext:
+async def local_context_for(
+    embedder, index: Index, question: str, settings: LocalContextSettings, units_first: list[tuple] = ()
+) -> LocalContext:
     """The context around the entities that best match the question (vectors and keywords fused), with the units
-    that best match it; the context's `retrieved_by` says which retriever found each of those."""
+    that best match it after `units_first` (DRIFT's: those that best match the question its follow-ups serve); the
+    context's `retrieved_by` says which retriever found each of those."""
     s = settings
     query = await embed_query(embedder, index, question)
     entities = index.hybrid("entity", query, question, s.top_k_entities, s.keyword_weight)
-    units = index.hybrid("text_unit", query, question, s.question_units, s.keyword_weight) if s.question_units else []
+    units = [*units_first, *question_units(index, query, question, s)]
     chosen = list(dict.fromkeys(index.aliases.get(i, i) for i, _ in entities))
     context = build_local_context(
         index,
@@ -148,6 +151,13 @@ async def local_context_for(embedder, index: Index, question: str, settings: Loc
     found = {index.aliases.get(i, i): by for i, by in entities} | dict(units)
     context.retrieved_by = {i: by for i, by in found.items() if i in kept}
     return context
+
+
+def question_units(index: Index, query, question: str, settings: LocalContextSettings) -> list[tuple]:
+    """(unit, retrieved by) of the text units that best match the question itself, vectors and keywords fused."""
+    if not settings.question_units:
+        return []
+    return index.hybrid("text_unit", query, question, settings.question_units, settings.keyword_weight)
 
 
 def extractive_local_answer(index: Index, question: str, context: LocalContext) -> str:
