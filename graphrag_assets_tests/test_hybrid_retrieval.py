@@ -14,8 +14,10 @@ import duckdb
 import polars as pl
 import pytest
 
-from graphrag_assets.answers.asking import answer, options_for
+from graphrag_assets.answers.asking import Question, answer, options_for
 from graphrag_assets.answers.published import load_index
+from graphrag_assets.answers.records import AnswerJournal
+from graphrag_assets.answers.service import AnswerService
 from graphrag_assets.method.search.context import RRF_K, embed_query, reciprocal_rank_fusion
 from graphrag_assets.method.search.lazy_search import rank_units
 from graphrag_assets.store.keyword_index import KeywordIndex, index_path
@@ -158,3 +160,21 @@ def test_an_incremental_run_keeps_the_keyword_index_current(workspace):
         assert "Quillinghast" in index.texts([found[0][0]])[found[0][0]]
     finally:
         index.close()
+
+
+def test_the_server_holds_the_published_keyword_index_with_a_model_index_too(offline_index, llm_index):
+    for workspace in (offline_index[0], llm_index[0]):
+        keywords = service_for(workspace).loaded(SAMPLE_CORPUS).index.keywords
+        assert keywords.built_from == stored(workspace, "keyword_index")["built_from"][0]  # its file, not memory
+        assert keywords.search("text_unit", QUESTION, 1)
+    given = service_for(offline_index[0]).ask(Question(SAMPLE_CORPUS, QUESTION, "basic"))
+    assert any("keyword" in source.get("retrieved_by", []) for source in given.sources)
+
+
+def service_for(workspace) -> AnswerService:
+    return AnswerService(
+        str(workspace.database),
+        data_path=None,
+        vector_index_dir=str(workspace.root / "vector-index"),
+        journal=AnswerJournal(workspace.root / "keyword-answers.sqlite"),
+    )
