@@ -7,7 +7,8 @@ retrieval: the sample corpus, then the tutorial and how-to guides of Python's do
   the methods before hybrid retrieval: the baseline) and with the default weight, next to two retrievers alone:
   BM25's top 10 text units and the vectors' top 10. For each: how often the answer passage is in the context (a
   text unit holding every answer word; for a two-passage question, each word in some unit), how often the
-  offline answer quotes the answer words, the median context tokens and the mean time per question.
+  offline answer then quotes the answer words (of the questions whose answer passage it had), the median context
+  tokens and the mean time per question.
 """
 
 import json
@@ -88,8 +89,9 @@ def _method_rows(index, questions: list[dict], corpus: str, embeddings=None) -> 
                 found = answer(corpus, index, method, options, None, embeddings)
                 seconds += found.seconds
                 texts = list(index.texts(found.result.context.get("text_units", [])).values())
-                hits += _found(q["answer"], q["kind"], texts)
-                quoted += _found(q["answer"], q["kind"], [found.result.answer])
+                hit = _found(q["answer"], q["kind"], texts)
+                hits += hit
+                quoted += hit and _found(q["answer"], q["kind"], [found.result.answer])  # quoted from the context
                 tokens.append(found.result.context_tokens)
             label = f"{method}, keyword_weight {weight:g}"
             rows.append((label, hits, quoted, statistics.median(tokens), seconds / len(questions)))
@@ -155,11 +157,11 @@ def _print(corpus: str, questions: list[dict], rows: list[tuple], unkeyed: list[
     print(f"{corpus} indexed offline; {len(questions)} questions with answer keys ({', '.join(kinds)})")
     for question in unkeyed:
         print(f"  left out, its answer words are in no text unit as indexed: {question}")
-    header = f"{'retriever or method':<34}{'answer passage in context':>27}{'answer quotes it':>18}"
+    header = f"{'retriever or method':<34}{'answer passage in context':>27}{'quoted, of those':>18}"
     header += f"{'context tokens (median)':>25}{'ms a question':>15}"
     print(header)
     print("-" * len(header))
     for label, hits, quoted, tokens, seconds in rows:
-        quotes = "" if quoted is None else f"{quoted} of {len(questions)}"
+        quotes = "" if quoted is None else f"{quoted} ({quoted / max(hits, 1):.0%})"
         print(f"{label:<34}{f'{hits} of {len(questions)}':>27}{quotes:>18}{tokens:>25,.0f}{seconds * 1000:>15.0f}")
     print()
