@@ -1,6 +1,7 @@
 """Dagster resources: the corpora folder and the model endpoints."""
 
 import asyncio
+import hashlib
 import re
 from collections.abc import Awaitable, Callable
 from contextlib import contextmanager
@@ -17,6 +18,7 @@ from pydantic import Field, PrivateAttr
 from .failures import step_failure
 from .method.corpus_folder import graphrag_output
 from .method.ingest.documents import has_documents
+from .method.ingest.object_storage import corpus_names, is_object_storage, mirror
 from .models import EndpointError, ModelSettings, Usage
 from .models.endpoint import BatchLedger
 from .models.interrupts import run_interruptibly
@@ -55,9 +57,14 @@ _SAFE_CORPUS_NAME = re.compile(r"[a-z0-9][a-z0-9_\-]{0,63}")  # fullmatch: "$" w
 
 
 class CorporaResource(dg.ConfigurableResource):
-    """Each folder under `root` is one corpus and one partition."""
+    """Each folder under `root` is one corpus and one partition; or, with `root` in object storage
+    (`s3://bucket/corpora/`, `gs://...`, `az://...`), each prefix under it, mirrored to `mirror_dir` when read."""
 
-    root: str = "data"
+    root: str = Field("data", description="A folder, or an object-storage prefix (s3://, gs://, az://).")
+    mirror_dir: str = Field(
+        f"{STATE_DIR}/mirrors",
+        description="Where corpora in object storage are mirrored, fetching only the objects whose ETag changed.",
+    )
     conversion_cache_dir: str | None = Field(
         f"{STATE_DIR}/conversions",
         description="Where PDF and Office files are kept once converted to text, by content (None: convert each run).",
@@ -73,17 +80,28 @@ class CorporaResource(dg.ConfigurableResource):
             yield cache
 
     def folder(self, corpus: str) -> Path:
+        """The corpus's folder: under a local root, itself; under an object-storage root, its mirror, brought up
+        to date."""
         if not _SAFE_CORPUS_NAME.fullmatch(corpus):
             raise ValueError(
                 f"corpus name {corpus!r} is not a safe identifier: use lowercase letters, digits, '-' and '_' "
                 "(at most 64, starting with a letter or digit)"
             )
+        if is_object_storage(self.root):
+            return self._mirrored(corpus)
         root = Path(self.root).resolve()
         folder = (Path(self.root) / corpus).resolve()
         if root not in folder.parents:
             raise ValueError(f"corpus folder {Path(self.root) / corpus} resolves to {folder}, outside {root}")
         if not folder.is_dir():
             raise FileNotFoundError(f"corpus folder {Path(self.root) / corpus} does not exist")
+        return folder
+
+    def _mirrored(self, corpus: str) -> Path:
+        # One mirror folder per root, so two roots with a corpus of the same name never share files.
+        folder = Path(self.mirror_dir) / hashlib.sha256(self.root.encode()).hexdigest()[:16] / corpus
+        if not mirror(self.root, corpus, folder).listed:
+            raise FileNotFoundError(f"corpus prefix {self.root.rstrip('/')}/{corpus}/ holds no objects")
         return folder
 
     def graphrag_output(self, corpus: str) -> Path | None:
@@ -93,21 +111,26 @@ class CorporaResource(dg.ConfigurableResource):
     def scan(self) -> tuple[list[str], dict[str, str]]:
         """(corpus names, {refused folder: why}) for the folders under the root; a folder with nothing to index
         yet is left out, with the reason."""
-        root = Path(self.root)
         names, refused = [], {}
-        for entry in sorted(root.iterdir()) if root.is_dir() else []:
-            if entry.name.startswith(".") or not entry.is_dir():
-                continue
+        for name in self._entries():
             try:
-                folder = self.folder(entry.name)
+                folder = self.folder(name)
             except (ValueError, FileNotFoundError) as problem:
-                refused[entry.name] = str(problem)
+                refused[name] = str(problem)
                 continue
             if has_documents(folder):
-                names.append(entry.name)
+                names.append(name)
             else:
-                refused[entry.name] = "it holds no documents yet: it is indexed once files are added to it"
+                refused[name] = "it holds no documents yet: it is indexed once files are added to it"
         return names, refused
+
+    def _entries(self) -> list[str]:
+        """The names under the root that may be corpora: folders, or prefixes in object storage."""
+        if is_object_storage(self.root):
+            return corpus_names(self.root)
+        root = Path(self.root)
+        entries = sorted(root.iterdir()) if root.is_dir() else []
+        return [entry.name for entry in entries if entry.is_dir() and not entry.name.startswith(".")]
 
     def names(self) -> list[str]:
         return self.scan()[0]

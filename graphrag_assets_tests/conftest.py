@@ -239,6 +239,31 @@ def offline_index(tmp_path_factory):
     return index(tmp_path_factory.mktemp("offline"), offline=True)
 
 
+@pytest.fixture
+def s3(monkeypatch):
+    """moto's S3 server on 127.0.0.1, reached as any S3-compatible endpoint is (AWS_ENDPOINT_URL and the other
+    variables of the environment); yields a boto3 client of it."""
+    import boto3
+    from moto.server import ThreadedMotoServer
+
+    server = ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
+    server.start()
+    try:
+        host, port = server.get_host_and_port()
+        endpoint = f"http://{host}:{port}"
+        for name, value in {
+            "AWS_ACCESS_KEY_ID": "graphrag",
+            "AWS_SECRET_ACCESS_KEY": "not-a-real-secret",
+            "AWS_REGION": "us-east-1",
+            "AWS_ENDPOINT_URL": endpoint,
+            "AWS_ALLOW_HTTP": "true",  # obstore refuses plain HTTP unless told
+        }.items():
+            monkeypatch.setenv(name, value)
+        yield boto3.client("s3", endpoint_url=endpoint)
+    finally:
+        server.stop()
+
+
 @pytest.fixture(scope="session")
 def postgres() -> Iterator[PostgresServer]:
     if binaries() is None:
@@ -251,10 +276,10 @@ def table(workspace: Workspace, name: str) -> pd.DataFrame:
     return workspace.sql(f"SELECT * FROM {name} WHERE corpus = ? ORDER BY id", SAMPLE_CORPUS)
 
 
-def stored(workspace: Workspace, name: str) -> pl.DataFrame:
-    """A table of the sample corpus as the index's own steps read it (to hand to the method's functions)."""
+def stored(workspace: Workspace, name: str, corpus: str = SAMPLE_CORPUS) -> pl.DataFrame:
+    """A table of a corpus (the sample's) as the index's own steps read it (to hand to the method's functions)."""
     with duckdb.connect(str(workspace.database), read_only=True) as conn:
-        return read_table(conn, name, SAMPLE_CORPUS)
+        return read_table(conn, name, corpus)
 
 
 def materialization_metadata(result: dg.ExecuteInProcessResult, asset: str) -> dict:

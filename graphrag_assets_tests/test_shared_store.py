@@ -67,36 +67,18 @@ def test_a_lake_store_names_no_password_when_it_cannot_open(tmp_path):
     assert "hunter2" not in str(problem.value)
 
 
-def test_a_lake_keeps_its_files_in_s3(postgres, monkeypatch):
+def test_a_lake_keeps_its_files_in_s3(postgres, s3):
     """The production layout: the catalog in PostgreSQL, the data files in an S3 bucket (moto's S3 server here,
     reached as any S3-compatible endpoint is, through AWS_ENDPOINT_URL)."""
-    import boto3
-    from moto.server import ThreadedMotoServer
-
-    server = ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
-    server.start()
-    try:
-        host, port = server.get_host_and_port()
-        endpoint = f"http://{host}:{port}"
-        for name, value in {
-            "AWS_ACCESS_KEY_ID": "graphrag",
-            "AWS_SECRET_ACCESS_KEY": "not-a-real-secret",
-            "AWS_REGION": "us-east-1",
-            "AWS_ENDPOINT_URL": endpoint,
-        }.items():
-            monkeypatch.setenv(name, value)
-        s3 = boto3.client("s3", endpoint_url=endpoint)
-        s3.create_bucket(Bucket="lake")
-        database = DUCKLAKE_PREFIX + "postgres:" + postgres.create_database("on_s3")
-        rows = pl.DataFrame({"id": [f"e{i:03d}" for i in range(300)], "title": "Scrooge", "degree": 1})
-        with connect(database, data_path="s3://lake/store/") as conn:
-            write_table(conn, "entities", "carol", rows, Lineage("entities", "carol", "run", "1", "offline"))
-        with connect(database, data_path="s3://lake/store/", read_only=True) as conn:
-            assert read_table(conn, "entities", "carol")["id"].to_list() == rows["id"].to_list()
-        keys = [item["Key"] for item in s3.list_objects_v2(Bucket="lake")["Contents"]]
-        assert keys and all(key.startswith("store/main/entities/corpus=carol/") for key in keys)
-    finally:
-        server.stop()
+    s3.create_bucket(Bucket="lake")
+    database = DUCKLAKE_PREFIX + "postgres:" + postgres.create_database("on_s3")
+    rows = pl.DataFrame({"id": [f"e{i:03d}" for i in range(300)], "title": "Scrooge", "degree": 1})
+    with connect(database, data_path="s3://lake/store/") as conn:
+        write_table(conn, "entities", "carol", rows, Lineage("entities", "carol", "run", "1", "offline"))
+    with connect(database, data_path="s3://lake/store/", read_only=True) as conn:
+        assert read_table(conn, "entities", "carol")["id"].to_list() == rows["id"].to_list()
+    keys = [item["Key"] for item in s3.list_objects_v2(Bucket="lake")["Contents"]]
+    assert keys and all(key.startswith("store/main/entities/corpus=carol/") for key in keys)
 
 
 READER = textwrap.dedent(

@@ -145,16 +145,16 @@ def retrieval_benchmark(args) -> None:
             questions = [q for q in questions if q["question"] not in unkeyed]
             rows = _retriever_rows(index, questions, embeddings) + _method_rows(index, questions, corpus, embeddings)
             index.close()
-        _print(corpus, questions, rows, unkeyed)
+        _print(corpus, questions, rows, unkeyed, "with the endpoint's embeddings" if args.endpoint else "offline")
     print(
         "keyword_weight 0 is each method as it was before hybrid retrieval (vectors alone). Context tokens of the "
         "two retrievers are estimated from words (4/3 a word); offline, lazy search's context is its claims, none."
     )
 
 
-def _print(corpus: str, questions: list[dict], rows: list[tuple], unkeyed: list[str]) -> None:
+def _print(corpus: str, questions: list[dict], rows: list[tuple], unkeyed: list[str], how: str) -> None:
     kinds = sorted({q["kind"] for q in questions})
-    print(f"{corpus} indexed offline; {len(questions)} questions with answer keys ({', '.join(kinds)})")
+    print(f"{corpus} indexed {how}; {len(questions)} questions with answer keys ({', '.join(kinds)})")
     for question in unkeyed:
         print(f"  left out, its answer words are in no text unit as indexed: {question}")
     header = f"{'retriever or method':<34}{'answer passage in context':>27}{'quoted, of those':>18}"

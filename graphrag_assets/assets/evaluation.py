@@ -194,7 +194,7 @@ def evaluation_questions(
         if not files[0].is_file():
             raise step_failure(f"questions_file {config.questions_file} does not exist", retryable=False)
     else:
-        folder = Path(corpora.root) / corpus / QUESTIONS_FOLDER
+        folder = corpora.folder(corpus) / QUESTIONS_FOLDER
         files = question_files(folder)
     if files:
         return loaded_questions(context, duckdb, files)
