@@ -315,7 +315,8 @@ def _merged(kept: pl.DataFrame, entities: pl.DataFrame, merges: dict[str, str]) 
     variants = {row["id"]: row for row in entities.filter(pl.col("id").is_in(list(merges))).iter_rows(named=True)}
     for variant, canonical in merges.items():
         row, into = variants[variant], rows[canonical]
-        into["description"] = f"{into['description']} {row['description']}".strip()
+        if "description" in into:  # a step that clusters reads no descriptions
+            into["description"] = f"{into['description']} {row['description']}".strip()
         into["text_unit_ids"] = list(dict.fromkeys([*into["text_unit_ids"], *row["text_unit_ids"]]))
         into["frequency"] = len(into["text_unit_ids"])
     return pl.DataFrame(list(rows.values()), schema=kept.schema)
