@@ -8,6 +8,7 @@ question whose vectors miss it.
 from __future__ import annotations
 
 import asyncio
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import duckdb
@@ -18,6 +19,7 @@ from graphrag_assets.answers.asking import Question, answer, options_for
 from graphrag_assets.answers.published import load_index
 from graphrag_assets.answers.records import AnswerJournal
 from graphrag_assets.answers.service import AnswerService
+from graphrag_assets.method.offline.answers import best_sentences
 from graphrag_assets.method.search.context import RRF_K, embed_query, reciprocal_rank_fusion
 from graphrag_assets.method.search.lazy_search import rank_units
 from graphrag_assets.store.keyword_index import KeywordIndex, index_path
@@ -178,3 +180,27 @@ def service_for(workspace) -> AnswerService:
         vector_index_dir=str(workspace.root / "vector-index"),
         journal=AnswerJournal(workspace.root / "keyword-answers.sqlite"),
     )
+
+
+def test_offline_quoting_matches_stems_weighs_rare_words_and_keeps_a_reply_with_its_line():
+    dialogue = (
+        "The fire burned low in the grate of the room. 'How many brothers have you had?' "
+        "'More than eighteen hundred,' said the Ghost. Scrooge walked home alone through the streets that night."
+    )
+    best = best_sentences("How many brothers did the Ghost have?", [("u1", dialogue)], limit=3)
+    # the reply holds a word of the question too, so the line and its reply are quoted together, and once
+    assert best[0][1] == "'How many brothers have you had? 'More than eighteen hundred,' said the Ghost."
+    assert len(best) == 1
+    names = "Scrooge spoke with Belle. Scrooge and Belle walked. Scrooge saw Belle and the idol that displaced her."
+    assert "displaced" in best_sentences("What displaced Belle for Scrooge?", [("u1", names)], limit=1)[0][1]
+    haunted = best_sentences("Who haunts Scrooge?", [("u1", "Marley's ghost haunted the house for seven years.")])
+    assert haunted and "haunted" in haunted[0][1]  # haunts ~ haunted
+
+
+def test_offline_quoting_gives_the_same_answer_from_many_threads():
+    said = "The clerk number {} was considering his salary and the holidays. Bob sighed."
+    texts = [(f"u{i}", said.format(i)) for i in range(9)]
+    questions = [f"What was clerk {i} considering about salaries and holidays?" for i in range(200)]
+    alone = [best_sentences(q, texts, limit=3) for q in questions]
+    with ThreadPoolExecutor(8) as pool:
+        assert list(pool.map(lambda q: best_sentences(q, texts, limit=3), questions)) == alone

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 import re
+import threading
 from collections import Counter
 
 import snowballstemmer
@@ -113,12 +114,15 @@ def best_sentences(question: str, sourced_texts: list[tuple[str, str]], limit: i
 # that a sentence that says as much alone is quoted alone.
 _REPLY_CHARACTERS = 120
 _REPLY_PENALTY = 0.01
-_STEMMER = snowballstemmer.stemmer("english")
+_STEMMERS = threading.local()  # a Snowball stemmer keeps its word in progress: one per thread (the server's)
 
 
 def stems(text: str) -> set[str]:
     """The content words of a text (see words.terms), stemmed by Snowball's English stemmer."""
-    return set(_STEMMER.stemWords(list(terms(text))))
+    stemmer = getattr(_STEMMERS, "english", None)
+    if stemmer is None:
+        stemmer = _STEMMERS.english = snowballstemmer.stemmer("english")
+    return set(stemmer.stemWords(list(terms(text))))
 
 
 def extractive_answer(points: list[tuple[float, str, str]], cite: str) -> str:
