@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import math
 import re
 import threading
@@ -89,7 +90,8 @@ def best_sentences(question: str, sourced_texts: list[tuple[str, str]], limit: i
                 passage = " ".join(parts)
                 if passage.lower() not in seen:  # overlapping text units repeat sentences
                     seen.add(passage.lower())
-                    candidates.append((position, passage, source, stems(passage), parts))
+                    words = set().union(*(stems(part) for part in parts))
+                    candidates.append((position, passage, source, words, parts))
     wanted = stems(question)
     if not wanted or not candidates:
         return []
@@ -119,10 +121,16 @@ _STEMMERS = threading.local()  # a Snowball stemmer keeps its word in progress: 
 
 def stems(text: str) -> set[str]:
     """The content words of a text (see words.terms), stemmed by Snowball's English stemmer."""
+    return {_stem(word) for word in terms(text)}
+
+
+@functools.lru_cache(maxsize=1 << 16)
+def _stem(word: str) -> str:
+    # Cached: a corpus repeats its words, and stemming in Python was 18 times the cost of the rest of the quoting.
     stemmer = getattr(_STEMMERS, "english", None)
     if stemmer is None:
         stemmer = _STEMMERS.english = snowballstemmer.stemmer("english")
-    return set(stemmer.stemWords(list(terms(text))))
+    return stemmer.stemWord(word)
 
 
 def extractive_answer(points: list[tuple[float, str, str]], cite: str) -> str:
