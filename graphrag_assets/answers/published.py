@@ -83,7 +83,7 @@ def published_keywords(conn: duckdb.DuckDBPyConnection, corpus: str, folder: str
     text units were rematerialized by hand since, or whose file is gone, is indexed in memory instead)."""
     if not folder or not row_count(conn, "keyword_index", corpus):
         return None
-    current = keywords.fingerprint(latest_versions(conn, corpus, list(keywords.SOURCES)))
+    current = keywords.current_fingerprint(conn, corpus)
     built = set(read_table(conn, "keyword_index", corpus)["built_from"])
     if built != {current}:
         return None

@@ -23,7 +23,7 @@ from ..method.schema import UNIT_LINKS, frame, vector_column
 from ..resources import DuckDBStoreResource, EmbeddingModelResource
 from ..store import keyword_index as keywords
 from ..store import vector_index
-from ..store.tables import latest_versions, row_count, write_table
+from ..store.tables import row_count, write_table
 from .common import MODEL_POOL, code_version, corpus_partitions
 from .metadata import png
 from .publishing import Step, lineage_for
@@ -181,7 +181,7 @@ def keyword_index(context: dg.AssetExecutionContext, duckdb: DuckDBStoreResource
     HNSW indexes, named by the data it was built from (the table's `built_from`)."""
     step, folder = Step(context, duckdb), duckdb.vector_index_dir
     with duckdb.get_connection() as conn:
-        built_from = keywords.fingerprint(latest_versions(conn, step.corpus, list(keywords.SOURCES)))
+        built_from = keywords.current_fingerprint(conn, step.corpus)
     path = keywords.index_path(folder, step.corpus, built_from)
     index = keywords.KeywordIndex.open(path, built_from)
     if index is None:  # an unchanged corpus keeps its file

@@ -21,7 +21,7 @@ import duckdb
 import polars as pl
 
 from .connection import load_extension
-from .tables import table_exists_in
+from .tables import latest_versions, table_exists_in
 
 KINDS = ("text_unit", "entity", "community_report")  # as text_embeddings names the same kinds
 # What an index is built from; with FORMAT, the name of its file. A new format is a new file, never a misread one.
@@ -36,6 +36,11 @@ def fingerprint(versions: dict[str, str]) -> str:
     """The name of the index built from these data versions of SOURCES."""
     parts = [FORMAT, {table: versions.get(table, "") for table in SOURCES}]
     return hashlib.sha256(json.dumps(parts, sort_keys=True).encode()).hexdigest()[:16]
+
+
+def current_fingerprint(conn: duckdb.DuckDBPyConnection, corpus: str) -> str:
+    """The name of the index built from the corpus's tables as the connection sees them (a run's stage first)."""
+    return fingerprint(latest_versions(conn, corpus, list(SOURCES)))
 
 
 def index_path(folder: str | Path, corpus: str, built_from: str) -> Path:
