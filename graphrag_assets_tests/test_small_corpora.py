@@ -74,6 +74,23 @@ def test_an_old_pickled_or_single_value_model_is_refused_not_loaded():
             LocalEmbedder.from_tables(old, frame("embedding_model_terms"))
 
 
+def test_a_corpus_over_the_fit_budget_is_fitted_on_an_even_spread_and_embedded_in_batches(monkeypatch):
+    from graphrag_assets.method.embeddings import text
+
+    texts = [f"part{n // 100} shared words and word{n % 13} number {n}" for n in range(1000)]
+    assert text.fit_sample(texts, characters=10**9) is texts
+    sample = text.fit_sample(texts, characters=sum(map(len, texts)) // 10)
+    assert 90 <= len(sample) <= 100 and {t.split()[0] for t in sample} == {f"part{n}" for n in range(10)}
+    whole = LocalEmbedder.fit(texts, dimensions=8)
+    monkeypatch.setattr(text, "EMBED_BATCH", 7)  # batches end mid-corpus and a last short one remains
+    halves = np.concatenate([whole._embed_batch(texts[:500]), whole._embed_batch(texts[500:])])
+    assert np.array_equal(whole.embed(texts), halves)
+    monkeypatch.setattr(text, "FIT_CHARACTERS", sum(map(len, texts)) // 10)
+    spread = LocalEmbedder.fit(texts, dimensions=8)
+    assert spread.dimensions == 8 and "part9" in spread.vocabulary and "number" in spread.vocabulary
+    assert len(spread.vocabulary) < len(whole.vocabulary)  # most numbers are outside the sample
+
+
 def test_the_offline_embedding_keeps_the_most_frequent_terms_up_to_its_bound():
     texts = [f"common words here and rare{n} word{n % 7}" for n in range(400)]
     model = LocalEmbedder.fit(texts, dimensions=4, max_terms=10)

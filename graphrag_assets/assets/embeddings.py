@@ -120,6 +120,14 @@ def stored_vectors(conn, corpus: str, kind: str, batch_rows: int = 50_000):
         yield vector_index.ids_and_matrix(pa.Table.from_batches([batch]))
 
 
+# Columns text_embeddings never reads: at 200 MB of text, the links and the reports' JSON are as large as the texts.
+EMBEDDING_LEAVES_OUT = {
+    "entities": ("text_unit_ids",),
+    "text_units": (*UNIT_LINKS, "pages", "location"),
+    "community_reports": ("children", "summary", "rating_explanation", "findings", "full_content_json", "error"),
+}
+
+
 @dg.asset(
     deps=["entities", "text_units", "community_reports"],
     partitions_def=corpus_partitions,
@@ -143,8 +151,8 @@ def text_embeddings(
         yield with_vector_search(reused, step, index_dir, threshold)
         yield vectors_check("text_embeddings_complete", "text_embeddings", step.read("text_embeddings"), None)
         return
-    tables = step.inputs("text_embeddings")
-    inputs = embedding_inputs(tables["entities"], tables["text_units"], tables["community_reports"])
+    tables = step.inputs("text_embeddings", without=EMBEDDING_LEAVES_OUT)
+    inputs = embedding_inputs(tables.pop("entities"), tables.pop("text_units"), tables.pop("community_reports"))
     texts, local_model, dimensions, usage = inputs["text"].to_list(), None, None, None
     if embeddings.configured:
         (vectors, failed), usage = step.run_model(

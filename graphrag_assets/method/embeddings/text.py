@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import functools
+import math
 import re
 from collections import Counter
 from dataclasses import dataclass
@@ -51,6 +52,12 @@ def _unit_rows(matrix: np.ndarray) -> np.ndarray:
 
 MIN_SVD_DIMENSIONS = 2
 MAX_TERMS = 200_000
+# The fit reads at most this much text, spread over the corpus: counting every word of 200 MB of text in
+# scikit-learn holds a Python int per (text, term) pair, gigabytes, while the most frequent terms' weights and the
+# SVD's directions settle long before. A corpus under it is fitted whole, exactly as before.
+FIT_CHARACTERS = 24 * 2**20
+# Texts embedded at a time: each one's term counts are Python objects until its batch is a sparse matrix.
+EMBED_BATCH = 4096
 # Where the fitted model is stored (method/schema.py): the model's row, and a row per term.
 EMBEDDING_MODEL_TABLES = ("embedding_models", "embedding_model_terms")
 
@@ -80,7 +87,8 @@ class LocalEmbedder:
 
         The vocabulary keeps the `max_terms` most frequent terms: a real corpus's vocabulary grows without end
         (half a million distinct words in 50 MB of text), and the SVD's memory and the stored model grow with it,
-        while a term seen a handful of times moves no vector of 128 dimensions."""
+        while a term seen a handful of times moves no vector of 128 dimensions. A corpus of more than
+        FIT_CHARACTERS is fitted on an even spread of its texts (`fit_sample`)."""
         from sklearn.decomposition import TruncatedSVD  # scikit-learn and SciPy cost ~75 MB: only steps that embed
         from sklearn.feature_extraction.text import TfidfVectorizer
 
@@ -93,7 +101,7 @@ class LocalEmbedder:
                 max_features=max_terms,
             )
             try:
-                features = vectorizer.fit_transform(texts)
+                features = vectorizer.fit_transform(fit_sample(texts))
                 break
             except ValueError:  # empty vocabulary
                 continue
@@ -112,6 +120,14 @@ class LocalEmbedder:
         return {term: column for column, term in enumerate(self.vocabulary)}
 
     def embed(self, texts: list[str]) -> np.ndarray:
+        """Vectors of the texts, EMBED_BATCH at a time into one float32 array: the memory of the counting is one
+        batch's, whatever the corpus."""
+        vectors = np.empty((len(texts), self.dimensions), dtype=np.float32)
+        for start in range(0, len(texts), EMBED_BATCH):
+            vectors[start : start + EMBED_BATCH] = self._embed_batch(texts[start : start + EMBED_BATCH])
+        return vectors
+
+    def _embed_batch(self, texts: list[str]) -> np.ndarray:
         """Vectors of new texts in the fitted space, as scikit-learn's vectorizer would count them: lowercased
         words of the token pattern, those of the vocabulary (which holds no stop words when they were left out, and
         only single words, so dropping stop words first would change nothing). Without scikit-learn: importing it
@@ -174,6 +190,16 @@ class LocalEmbedder:
             components,
             bool(model["stop_words"][0]),
         )
+
+
+def fit_sample(texts: list[str], characters: int | None = None) -> list[str]:
+    """The texts themselves when they hold at most `characters` (FIT_CHARACTERS by default); otherwise every k-th
+    text, k chosen so the sample holds about that much, so that every part of the corpus (and every kind of text) is
+    in it."""
+    total, characters = sum(map(len, texts)), characters or FIT_CHARACTERS
+    if total <= characters:
+        return texts
+    return texts[:: math.ceil(total / characters)]
 
 
 async def embed_with_model(
