@@ -69,6 +69,12 @@ class CorporaResource(dg.ConfigurableResource):
         f"{STATE_DIR}/conversions",
         description="Where PDF and Office files are kept once converted to text, by content (None: convert each run).",
     )
+    run_budget_usd: float | None = Field(
+        None,
+        gt=0,
+        description="Dollars each automatic run (new corpus, nightly re-index, changed prompts or aliases) may spend "
+        "on a paid model; unset, GRAPHRAG_RUN_BUDGET_USD. Without either, a paid model gets no automatic run.",
+    )
 
     @contextmanager
     def conversion_cache(self):

@@ -90,18 +90,27 @@ ENDPOINTS = {
 API_KEY_VARIABLE = "GRAPHRAG_API_KEY"
 
 
-def endpoint_settings(endpoint: str, api_key: object) -> dict:
+def endpoint_settings(
+    endpoint: str,
+    api_key: object,
+    *,
+    api_base_variable: str | None = None,
+    api_key_variable: str = API_KEY_VARIABLE,
+    model: str | None = None,
+) -> dict:
     """The fields of one endpoint's resource from the environment; `api_key` is what stands for the key there
-    (a Dagster EnvVar in definitions.py, so the key never reaches the UI or the run config)."""
+    (a Dagster EnvVar in definitions.py, so the key never reaches the UI or the run config). A dg component names
+    its own variables (`api_base_variable`, `api_key_variable`) and models; by default, the GRAPHRAG_ ones."""
     model_variable, default_model, base_variable = ENDPOINTS[endpoint]
     try:
         prices_from_environment()  # refused here, in one line, rather than when the first cost is counted
     except PriceRefused as problem:
         raise SettingRefused(str(problem)) from None
+    base_variables = [api_base_variable] if api_base_variable else [base_variable, "GRAPHRAG_API_BASE"]
     return dict(
-        base_url=os.getenv(base_variable) or os.getenv("GRAPHRAG_API_BASE"),
-        api_key=api_key if os.getenv(API_KEY_VARIABLE) else None,
-        model=os.getenv(model_variable, default_model),
+        base_url=next((os.environ[name] for name in base_variables if os.getenv(name)), None),
+        api_key=api_key if os.getenv(api_key_variable) else None,
+        model=model or os.getenv(model_variable, default_model),
         cache_dir=CACHE_DIR,
         **{
             field: _read(variable, kind)

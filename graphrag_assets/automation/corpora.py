@@ -17,7 +17,7 @@ from ..assets.common import corpus_partitions
 from ..method.corpus_folder import ALIASES_FILE, PROMPTS_FOLDER
 from ..resources import MAX_COST_TAG, ChatModelResource, CorporaResource, EmbeddingModelResource
 from ..settings import RUN_BUDGET_VARIABLE, SettingRefused, run_budget
-from .jobs import index_assets, index_corpus_job
+from .jobs import INDEX_JOB, index_assets
 
 # What a change to a corpus's prompt files touches: everything built with a prompt, and all that follows.
 PROMPTED_ASSETS = sorted(
@@ -29,9 +29,12 @@ RESOLVED_GRAPH_ASSETS = sorted(
 )
 
 
-def budget_tags(chat: ChatModelResource, embeddings: EmbeddingModelResource) -> dict[str, str] | dg.SkipReason:
-    """The budget tag every automatic run carries when it calls a model that is not free, from
-    GRAPHRAG_RUN_BUDGET_USD; without one, a reason to launch nothing, so that nothing spends unnoticed."""
+def budget_tags(
+    chat: ChatModelResource, embeddings: EmbeddingModelResource, corpora: CorporaResource
+) -> dict[str, str] | dg.SkipReason:
+    """The budget tag every automatic run carries when it calls a model that is not free: the corpora's
+    `run_budget_usd` (a dg component's `budget`), else GRAPHRAG_RUN_BUDGET_USD; without one, a reason to launch
+    nothing, so that nothing spends unnoticed."""
     paid = [
         model
         for model in (chat, embeddings)
@@ -40,7 +43,7 @@ def budget_tags(chat: ChatModelResource, embeddings: EmbeddingModelResource) -> 
     if not paid:
         return {}  # the offline engine, or free models: nothing to spend
     try:
-        budget = run_budget()
+        budget = corpora.run_budget_usd or run_budget()
     except SettingRefused as problem:
         return dg.SkipReason(str(problem))
     if budget is None:
@@ -53,7 +56,7 @@ def budget_tags(chat: ChatModelResource, embeddings: EmbeddingModelResource) -> 
 
 
 @dg.sensor(
-    job=index_corpus_job,
+    job_name=INDEX_JOB,
     minimum_interval_seconds=30,
     default_status=dg.DefaultSensorStatus.RUNNING,
     description="Registers each new folder under data/ as a corpus partition and requests its index run (with a "
@@ -65,7 +68,7 @@ def new_corpus_sensor(
     chat: ChatModelResource,
     embeddings: EmbeddingModelResource,
 ):
-    tags = budget_tags(chat, embeddings)
+    tags = budget_tags(chat, embeddings, corpora)
     if isinstance(tags, dg.SkipReason):
         return tags  # the folders stay new until there is a budget
     names, refused = corpora.scan()
@@ -116,21 +119,29 @@ def _over_budget(
     return over
 
 
-@dg.schedule(
-    job=index_corpus_job,
-    cron_schedule="0 2 * * *",
-    execution_timezone="UTC",
-    default_status=dg.DefaultScheduleStatus.RUNNING,
-    description="Re-index every corpus at 02:00 UTC; unchanged documents cost no model call. A paid model needs "
-    "a budget per run (GRAPHRAG_RUN_BUDGET_USD).",
-)
-def nightly_reindex(
+NIGHTLY = "0 2 * * *"
+
+
+def reindex_schedule(cron: str = NIGHTLY) -> dg.ScheduleDefinition:
+    """The schedule that re-indexes every registered corpus (at 02:00 UTC unless a dg component sets `schedule`)."""
+    return dg.schedule(
+        job_name=INDEX_JOB,
+        cron_schedule=cron,
+        name="nightly_reindex",
+        execution_timezone="UTC",
+        default_status=dg.DefaultScheduleStatus.RUNNING,
+        description=f"Re-index every corpus ({cron}, UTC); unchanged documents cost no model call. A paid model "
+        "needs a budget per run (GRAPHRAG_RUN_BUDGET_USD, or the component's budget).",
+    )(_reindex_every_corpus)
+
+
+def _reindex_every_corpus(
     context: dg.ScheduleEvaluationContext,
     corpora: CorporaResource,
     chat: ChatModelResource,
     embeddings: EmbeddingModelResource,
 ):
-    tags = budget_tags(chat, embeddings)
+    tags = budget_tags(chat, embeddings, corpora)
     if isinstance(tags, dg.SkipReason):
         return tags
     registered = context.instance.get_dynamic_partitions(corpus_partitions.name)
@@ -142,6 +153,9 @@ def nightly_reindex(
         return dg.SkipReason("no registered corpus has a folder under data/")
     day = context.scheduled_execution_time.strftime("%Y-%m-%d")
     return [dg.RunRequest(partition_key=name, run_key=f"nightly-{name}-{day}", tags=tags) for name in names]
+
+
+nightly_reindex = reindex_schedule()
 
 
 def _reruns_of_changed(
@@ -192,7 +206,7 @@ def _prompt_files_digest(folder: Path) -> str:
 
 
 @dg.sensor(
-    job=index_corpus_job,
+    job_name=INDEX_JOB,
     minimum_interval_seconds=30,
     default_status=dg.DefaultSensorStatus.RUNNING,
     description="When a corpus's aliases.csv is added, edited or removed, re-runs entity_aliases and what is built "
@@ -204,12 +218,12 @@ def alias_overrides_sensor(
     chat: ChatModelResource,
     embeddings: EmbeddingModelResource,
 ):
-    tags = budget_tags(chat, embeddings)
+    tags = budget_tags(chat, embeddings, corpora)
     return _reruns_of_changed(context, corpora, tags, _aliases_digest, ALIASES_FILE, "aliases", RESOLVED_GRAPH_ASSETS)
 
 
 @dg.sensor(
-    job=index_corpus_job,
+    job_name=INDEX_JOB,
     minimum_interval_seconds=30,
     default_status=dg.DefaultSensorStatus.RUNNING,
     description="When a prompt file in a corpus's prompts/ folder is added, edited or removed, re-runs index_prompts "
@@ -222,5 +236,5 @@ def prompt_files_sensor(
     chat: ChatModelResource,
     embeddings: EmbeddingModelResource,
 ):
-    tags = budget_tags(chat, embeddings)
+    tags = budget_tags(chat, embeddings, corpora)
     return _reruns_of_changed(context, corpora, tags, _prompt_files_digest, "prompt file", "prompts", PROMPTED_ASSETS)

@@ -11,15 +11,25 @@ evaluation_assets = dg.load_assets_from_modules([evaluation])
 tuning_assets = dg.load_assets_from_modules([tuning])
 estimate_assets = dg.load_assets_from_modules([estimate])
 
-index_corpus_job = dg.define_asset_job(
-    "index_corpus",
-    selection=dg.AssetSelection.assets(*index_assets),
-    partitions_def=corpus_partitions,
-    description="Index one corpus: documents, entity graph, claims, communities, reports, embeddings, layouts, "
-    "exports. Its tables are staged and published together at the end: a failed run leaves the last index.",
-    # Run monitoring (dagster.yaml) fails a run that hangs past this many seconds.
-    tags={"dagster/max_runtime": str(6 * 3600)},
-)
+INDEX_JOB = "index_corpus"
+
+
+def index_job(defaults: dict | None = None):
+    """The job that indexes one corpus; `defaults` is its default run config (a dg component's method and export
+    folder), which the launchpad shows and the sensors' and schedule's runs use."""
+    return dg.define_asset_job(
+        INDEX_JOB,
+        selection=dg.AssetSelection.assets(*index_assets),
+        partitions_def=corpus_partitions,
+        description="Index one corpus: documents, entity graph, claims, communities, reports, embeddings, layouts, "
+        "exports. Its tables are staged and published together at the end: a failed run leaves the last index.",
+        # Run monitoring (dagster.yaml) fails a run that hangs past this many seconds.
+        tags={"dagster/max_runtime": str(6 * 3600)},
+        config=defaults,
+    )
+
+
+index_corpus_job = index_job()
 
 # One job per query method, so the launchpad, the CLI and the GraphQL API can each launch a question.
 query_jobs = [

@@ -1,0 +1,145 @@
+"""GraphRAG as a dg component: a Dagster project adds it with `dg scaffold defs graphrag_assets.components.GraphRAG
+<name>` and configures it in the defs.yaml that writes. Its Definitions are built by project.py, as this
+repository's own are.
+
+One instance per code location: the assets, resources, jobs, sensors and schedule keep this project's names.
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+from typing import Literal
+
+import dagster as dg
+from pydantic import Field, field_validator
+
+from .automation.corpora import NIGHTLY
+from .method.ingest.object_storage import is_object_storage
+from .method.prompts import use_prompts_dir
+from .project import ProjectSettings, graphrag_definitions
+
+_VARIABLE = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+
+# What `dg scaffold defs` writes: every attribute, its default and what it means, so the file loads as it is
+# (indexing the project's data/ folder offline) and each line says what to change.
+DEFS_YAML = """\
+type: {type_name}
+
+attributes:
+  # Where the documents are: a folder holding one folder per corpus (each is a partition of the index), or an
+  # object-storage prefix of such folders: s3://bucket/corpora/, gs://bucket/corpora/, az://container/corpora/.
+  # Object storage is read with the credentials its own tools read from the environment (AWS_*, GOOGLE_*, AZURE_*).
+  # Text, Markdown, HTML, JSON/JSONL, CSV, PDF and Office files are read; a relative folder is the project's.
+  documents: data
+
+  # The index: a DuckDB file (relative to the project), or ducklake:<catalog> with the folder of its data files.
+  store: .graphrag/{name}.duckdb
+  # ducklake_data_path: s3://bucket/graphrag/{name}/
+  # vector_index_dir: .graphrag/{name}-vectors   # HNSW and keyword index files (default: beside the store)
+
+  # The model endpoint, by the names of the environment variables that hold it (never the key itself).
+  # With neither variable set, the offline engine builds the whole index with no model.
+  api_base_variable: GRAPHRAG_API_BASE
+  api_key_variable: GRAPHRAG_API_KEY
+  # chat_model: gpt-4o-mini
+  # embedding_model: text-embedding-3-small
+
+  # standard: the paper's (a model extracts the graph); fast: noun phrases make the graph, reports only;
+  # lazy: no model call while indexing (LazyGraphRAG). A launch can still choose another.
+  method: standard
+  # prompts: prompts   # a folder of prompt files to use instead of the packaged ones
+
+  # When every corpus is re-indexed (cron, UTC); unchanged documents cost no model call.
+  schedule: "{schedule}"
+  # Dollars each automatic run may spend on a paid model; a paid model gets no automatic run without it.
+  # budget: 5.0
+"""
+
+
+class GraphRAGScaffolder(dg.Scaffolder):
+    """Writes a defs.yaml with every attribute commented."""
+
+    def scaffold(self, request: dg.ScaffoldRequest) -> None:
+        name = re.sub(r"[^a-z0-9_-]+", "-", request.target_path.name.lower()).strip("-") or "graphrag"
+        text = DEFS_YAML.format(type_name=request.type_name, name=name, schedule=NIGHTLY)
+        request.target_path.mkdir(parents=True, exist_ok=True)
+        (request.target_path / "defs.yaml").write_text(text, encoding="utf-8")
+
+
+@dg.scaffold_with(GraphRAGScaffolder)
+class GraphRAG(dg.Component, dg.Model, dg.Resolvable):
+    """GraphRAG (Microsoft Research's "From Local to Global") over the documents of a folder or an object-storage
+    prefix: the index's assets in DuckDB, the query jobs, a sensor for new corpora and a nightly re-index."""
+
+    documents: str = Field(
+        "data", description="A folder of corpus folders, or an s3://, gs:// or az:// prefix of them."
+    )
+    store: str = Field(".graphrag/graphrag.duckdb", description="The index's DuckDB file, or ducklake:<catalog>.")
+    ducklake_data_path: str | None = Field(None, description="Where a DuckLake store keeps its data files.")
+    vector_index_dir: str | None = Field(
+        None, description="Where HNSW and keyword index files go (default: a folder beside the store)."
+    )
+    api_base_variable: str = Field("GRAPHRAG_API_BASE", description="The variable holding the endpoint's base URL.")
+    api_key_variable: str = Field("GRAPHRAG_API_KEY", description="The variable holding the endpoint's key.")
+    chat_model: str | None = Field(None, description="The chat model (default gpt-4o-mini).")
+    embedding_model: str | None = Field(None, description="The embedding model (default text-embedding-3-small).")
+    method: Literal["standard", "fast", "lazy"] = Field("standard", description="The index method runs use.")
+    prompts: str | None = Field(None, description="A folder of prompt files to use instead of the packaged ones.")
+    schedule: str = Field(NIGHTLY, description="Cron (UTC) of the re-index of every corpus.")
+    budget: float | None = Field(None, gt=0, description="Dollars each automatic run may spend on a paid model.")
+
+    @field_validator("api_base_variable", "api_key_variable")
+    @classmethod
+    def _variable_name(cls, value: str) -> str:
+        if not _VARIABLE.fullmatch(value):
+            raise ValueError(f"{value!r} is not an environment variable's name (name the variable, not its value)")
+        return value
+
+    @field_validator("schedule")
+    @classmethod
+    def _cron(cls, value: str) -> str:
+        from dagster._utils.schedules import is_valid_cron_string
+
+        if not is_valid_cron_string(value):
+            raise ValueError(f"{value!r} is not a cron schedule: five fields, as in '0 2 * * *' (02:00 every day)")
+        return value
+
+    @field_validator("documents")
+    @classmethod
+    def _documents(cls, value: str) -> str:
+        if "://" in value and not is_object_storage(value):
+            raise ValueError(f"{value!r}: documents are a local folder or an s3://, gs:// or az:// prefix")
+        return value
+
+    def settings(self, project_root: Path) -> ProjectSettings:
+        """The deployment's settings, with relative paths taken from the project's root."""
+
+        def local(path: str) -> str:
+            return path if is_object_storage(path) or path.startswith("ducklake:") else str(project_root / path)
+
+        store = local(self.store)
+        state = str(Path(store).parent) if not store.startswith("ducklake:") else str(project_root / ".graphrag")
+        return ProjectSettings(
+            documents=local(self.documents),
+            mirror_dir=f"{state}/mirrors",
+            database=store,
+            ducklake_data_path=self.ducklake_data_path,
+            vector_index_dir=local(self.vector_index_dir) if self.vector_index_dir else f"{state}/vector-index",
+            exports_dir=f"{state}/exports",
+            api_base_variable=self.api_base_variable,
+            api_key_variable=self.api_key_variable,
+            chat_model=self.chat_model,
+            embedding_model=self.embedding_model,
+            method=self.method,
+            schedule=self.schedule,
+            run_budget_usd=self.budget,
+        )
+
+    def build_defs(self, context: dg.ComponentLoadContext) -> dg.Definitions:
+        if self.prompts:
+            folder = Path(context.project_root) / self.prompts
+            if not folder.is_dir():
+                raise ValueError(f"prompts: {folder} is not a folder of prompt files")
+            use_prompts_dir(str(folder))
+        return graphrag_definitions(self.settings(Path(context.project_root)))

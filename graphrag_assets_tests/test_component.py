@@ -1,0 +1,142 @@
+"""The dg component: dg lists it, scaffolds a commented defs.yaml that loads as it is, names each mistake in one, and
+a platform's project indexes its documents through it."""
+
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import dagster as dg
+import duckdb
+import pytest
+from pydantic import ValidationError
+
+from graphrag_assets.components import GraphRAG
+from graphrag_assets.project import graphrag_definitions
+
+from .conftest import REPO, SAMPLE_CORPUS
+
+DG = Path(sys.executable).parent / "dg"
+TYPE = "graphrag_assets.components.GraphRAG"
+
+
+def platform_project(root: Path) -> Path:
+    """A Dagster platform's dg project as `dg scaffold project` lays it out, with documents of its own in data/."""
+    package = root / "src" / "platform_project"
+    (package / "defs").mkdir(parents=True)
+    (root / "pyproject.toml").write_text(
+        '[project]\nname = "platform-project"\nversion = "0.1.0"\n\n[tool.dg]\ndirectory_type = "project"\n\n'
+        '[tool.dg.project]\nroot_module = "platform_project"\n'
+    )
+    (package / "__init__.py").write_text("")
+    (package / "defs" / "__init__.py").write_text("")
+    (package / "definitions.py").write_text(
+        "from pathlib import Path\n\nimport dagster as dg\n\n\n@dg.definitions\ndef defs():\n"
+        "    return dg.load_from_defs_folder(path_within_project=Path(__file__).parent)\n"
+    )
+    notes = root / "data" / "notes"
+    notes.mkdir(parents=True)
+    book = next((REPO / "data" / SAMPLE_CORPUS).glob("*.txt")).read_text(encoding="utf-8")
+    (notes / "opening.txt").write_text(book[:20_000], encoding="utf-8")
+    return root
+
+
+def dg_command(project: Path, *args: str) -> subprocess.CompletedProcess:
+    environment = {key: value for key, value in os.environ.items() if not key.startswith(("GRAPHRAG_", "DAGSTER_HOME"))}
+    environment |= {
+        "VIRTUAL_ENV": sys.prefix,
+        "PATH": f"{DG.parent}{os.pathsep}{environment['PATH']}",
+        "PYTHONPATH": str(project / "src"),
+        "NO_COLOR": "1",
+    }
+    return subprocess.run([str(DG), *args], cwd=project, env=environment, capture_output=True, text=True, timeout=300)
+
+
+@pytest.mark.slow
+def test_dg_lists_the_component_and_scaffolds_a_commented_defs_yaml_that_loads_as_it_is(tmp_path):
+    project = platform_project(tmp_path)
+    listed = dg_command(project, "list", "components")
+    assert TYPE in listed.stdout, listed.stdout + listed.stderr
+
+    scaffolded = dg_command(project, "scaffold", "defs", TYPE, "search")
+    assert scaffolded.returncode == 0, scaffolded.stderr
+    defs_yaml = project / "src" / "platform_project" / "defs" / "search" / "defs.yaml"
+    text = defs_yaml.read_text()
+    assert text.startswith(f"type: {TYPE}\n")
+    lines = [line.lstrip("# ") for line in text.splitlines()]
+    for attribute in GraphRAG.model_fields:  # every attribute is there, set or commented, with what it means
+        assert any(line.startswith(f"{attribute}:") for line in lines), attribute
+    assert "store: .graphrag/search.duckdb" in text
+
+    checked = dg_command(project, "check", "defs")
+    assert checked.returncode == 0, checked.stdout + checked.stderr
+    assert "All definitions loaded successfully" in checked.stdout + checked.stderr
+
+    defs_yaml.write_text(
+        text.replace("method: standard", "method: quick")
+        .replace('schedule: "0 2 * * *"', 'schedule: "every night"')
+        .replace("api_key_variable: GRAPHRAG_API_KEY", "api_key_variable: sk-not-a-name")
+    )
+    refused = dg_command(project, "check", "defs")
+    output = refused.stdout + refused.stderr
+    assert refused.returncode != 0
+    assert "3 validation errors for GraphRAG" in output
+    assert "'every night' is not a cron schedule" in output
+    assert "'sk-not-a-name' is not an environment variable's name" in output
+    assert "Input should be 'standard', 'fast' or 'lazy'" in output
+
+
+def test_the_components_attributes_become_the_deployments_settings(tmp_path):
+    component = GraphRAG(
+        documents="s3://corpora/support/", store="state/kb.duckdb", method="fast", schedule="0 3 * * 1", budget=2.5
+    )
+    settings = component.settings(tmp_path)
+    assert settings.documents == "s3://corpora/support/" and settings.database == str(tmp_path / "state/kb.duckdb")
+    assert settings.vector_index_dir == str(tmp_path / "state" / "vector-index")
+    defs = graphrag_definitions(settings)
+    repository = defs.get_repository_def()
+    assert repository.get_schedule_def("nightly_reindex").cron_schedule == "0 3 * * 1"
+    defaults = repository.get_job("index_corpus").get_run_config_for_partition_key("support")["ops"]
+    assert defaults["entity_graph"] == {"config": {"method": "fast"}}
+    assert defaults["parquet_export"] == {"config": {"folder": str(tmp_path / "state" / "exports")}}
+    assert defs.resources["corpora"].run_budget_usd == 2.5
+    assert defs.resources["corpora"].root == "s3://corpora/support/"
+    for mistake, problem in [
+        ({"documents": "ftp://host/docs"}, "a local folder or an s3://, gs:// or az:// prefix"),
+        ({"budget": 0}, "greater than 0"),
+        ({"api_base_variable": "https://api.example.com"}, "not an environment variable's name"),
+    ]:
+        with pytest.raises(ValidationError, match=problem):
+            GraphRAG(**mistake)
+
+
+@pytest.mark.slow
+def test_a_platform_project_indexes_its_documents_through_the_component(tmp_path, monkeypatch):
+    project = platform_project(tmp_path)
+    monkeypatch.syspath_prepend(str(project / "src"))
+    folder = project / "src" / "platform_project" / "defs" / "search"
+    folder.mkdir()
+    (folder / "defs.yaml").write_text(
+        f"type: {TYPE}\n\nattributes:\n  documents: data\n  store: .graphrag/search.duckdb\n  method: lazy\n"
+    )
+    defs = dg.Definitions.merge(dg.load_from_defs_folder(path_within_project=folder))
+    sensor = defs.get_repository_def().get_sensor_def("new_corpus_sensor")
+    instance = dg.DagsterInstance.ephemeral()
+    with dg.build_sensor_context(instance=instance, resources=defs.resources) as context:
+        found = sensor(context)
+    assert [request.partition_key for request in found.run_requests] == ["notes"]
+    instance.add_dynamic_partitions("corpus", ["notes"])
+    # The job as the sensor's run would launch it: the component's method is the job's own run config.
+    result = defs.resolve_job_def("index_corpus").execute_in_process(partition_key="notes", instance=instance)
+    assert result.success
+    store = project / ".graphrag" / "search.duckdb"
+    with duckdb.connect(str(store), read_only=True) as conn:
+        units = conn.execute("SELECT count(*) FROM text_units WHERE corpus = 'notes'").fetchone()[0]
+        method = conn.execute(
+            "SELECT settings->>'method' FROM lineage WHERE asset = 'entities' AND corpus = 'notes' "
+            "ORDER BY materialized_at DESC LIMIT 1"
+        ).fetchone()[0]
+    assert units > 0 and method == "lazy"
+    assert (project / ".graphrag" / "exports" / "notes" / "graph.graphml").is_file()  # beside its store, not ours
+    shutil.rmtree(project / ".graphrag", ignore_errors=True)
