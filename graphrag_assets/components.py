@@ -2,7 +2,8 @@
 <name>` and configures it in the defs.yaml that writes. Its Definitions are built by project.py, as this
 repository's own are.
 
-One instance per code location: the assets, resources, jobs, sensors and schedule keep this project's names.
+Instances sit side by side: each one's asset keys are under its `key_prefix` and its resources, jobs, sensors,
+schedule and partitions are named from it (naming.py), so neither collides with the other or with the platform's own.
 """
 
 from __future__ import annotations
@@ -16,9 +17,11 @@ from pydantic import Field, field_validator
 
 from .automation.corpora import NIGHTLY
 from .method.ingest.object_storage import is_object_storage
-from .method.prompts import use_prompts_dir
+from .method.prompts import prompts_dir, use_prompts_dir
+from .naming import InstanceNames
 from .project import ProjectSettings, graphrag_definitions
 
+DEFAULT_PROMPTS_DIR = prompts_dir()
 _VARIABLE = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 
 # What `dg scaffold defs` writes: every attribute, its default and what it means, so the file loads as it is
@@ -50,6 +53,10 @@ attributes:
   method: standard
   # prompts: prompts   # a folder of prompt files to use instead of the packaged ones
 
+  # The instance's asset keys sit under this prefix ({prefix}/entities), and its resources, jobs, sensors and
+  # schedule are named from it ({prefix}__duckdb, {prefix}__index_corpus): instances never collide.
+  key_prefix: {prefix}
+
   # When every corpus is re-indexed (cron, UTC); unchanged documents cost no model call.
   schedule: "{schedule}"
   # Dollars each automatic run may spend on a paid model; a paid model gets no automatic run without it.
@@ -62,7 +69,9 @@ class GraphRAGScaffolder(dg.Scaffolder):
 
     def scaffold(self, request: dg.ScaffoldRequest) -> None:
         name = re.sub(r"[^a-z0-9_-]+", "-", request.target_path.name.lower()).strip("-") or "graphrag"
-        text = DEFS_YAML.format(type_name=request.type_name, name=name, schedule=NIGHTLY)
+        prefix = re.sub(r"_+", "_", re.sub(r"[^a-z0-9_]", "_", name)).strip("_")
+        prefix = prefix if prefix[:1].isalpha() else f"kb_{prefix}".rstrip("_")
+        text = DEFS_YAML.format(type_name=request.type_name, name=name, schedule=NIGHTLY, prefix=prefix)
         request.target_path.mkdir(parents=True, exist_ok=True)
         (request.target_path / "defs.yaml").write_text(text, encoding="utf-8")
 
@@ -88,6 +97,15 @@ class GraphRAG(dg.Component, dg.Model, dg.Resolvable):
     prompts: str | None = Field(None, description="A folder of prompt files to use instead of the packaged ones.")
     schedule: str = Field(NIGHTLY, description="Cron (UTC) of the re-index of every corpus.")
     budget: float | None = Field(None, gt=0, description="Dollars each automatic run may spend on a paid model.")
+    key_prefix: str = Field(
+        "", description="The instance's asset keys sit under it, and its other names start with it (none: bare)."
+    )
+
+    @field_validator("key_prefix")
+    @classmethod
+    def _prefix(cls, value: str) -> str:
+        InstanceNames(value)  # a ValueError that says what a prefix may hold
+        return value
 
     @field_validator("api_base_variable", "api_key_variable")
     @classmethod
@@ -134,12 +152,19 @@ class GraphRAG(dg.Component, dg.Model, dg.Resolvable):
             method=self.method,
             schedule=self.schedule,
             run_budget_usd=self.budget,
+            key_prefix=self.key_prefix,
         )
 
     def build_defs(self, context: dg.ComponentLoadContext) -> dg.Definitions:
         if self.prompts:
-            folder = Path(context.project_root) / self.prompts
+            folder = (Path(context.project_root) / self.prompts).resolve()
             if not folder.is_dir():
                 raise ValueError(f"prompts: {folder} is not a folder of prompt files")
-            use_prompts_dir(str(folder))
+            # The packaged prompts' folder is one per process: two instances of a code location cannot differ.
+            if prompts_dir().resolve() not in (folder, DEFAULT_PROMPTS_DIR.resolve()):
+                raise ValueError(
+                    f"prompts: {folder} differs from another instance's {prompts_dir()}; instances of one code "
+                    "location share one prompts folder (a corpus's own prompts/ folder still overrides it)"
+                )
+            use_prompts_dir(folder)
         return graphrag_definitions(self.settings(Path(context.project_root)))

@@ -8,25 +8,18 @@ from dataclasses import dataclass
 
 import dagster as dg
 
-from .automation.corpora import (
-    NIGHTLY,
-    alias_overrides_sensor,
-    new_corpus_sensor,
-    prompt_files_sensor,
-    reindex_schedule,
-)
+from .automation.corpora import NIGHTLY, changed_files_sensor, new_corpus_sensor_for, reindex_schedule
 from .automation.jobs import (
     estimate_assets,
-    evaluate_corpus_job,
     evaluation_assets,
     index_assets,
-    index_job,
+    instance_jobs,
     query_assets,
-    query_jobs,
-    tune_prompts_job,
     tuning_assets,
 )
-from .automation.runs import abandoned_runs_sensor, failed_stages_sensor
+from .automation.runs import abandoned_runs_sensor, failed_stages_sensor_for
+from .instance import renamed_assets
+from .naming import InstanceNames
 from .resources import ChatModelResource, CorporaResource, DuckDBStoreResource, EmbeddingModelResource
 from .settings import (
     API_KEY_VARIABLE,
@@ -57,6 +50,7 @@ class ProjectSettings:
     method: str = "standard"  # the index method the job runs unless a launch sets another
     schedule: str = NIGHTLY  # cron (UTC) of the re-index of every corpus
     run_budget_usd: float | None = None  # None: GRAPHRAG_RUN_BUDGET_USD
+    key_prefix: str = ""  # a dg component instance's (naming.py); this repository's project has none
 
 
 def _forked_steps(config: dict) -> dict:
@@ -100,27 +94,33 @@ def resources_for(settings: ProjectSettings) -> dict[str, dg.ConfigurableResourc
 
 def index_defaults(settings: ProjectSettings) -> dict | None:
     """The index job's default run config: what the settings choose that the steps' own defaults do not."""
-    ops = {}
+    ops, names = {}, InstanceNames(settings.key_prefix)
     if settings.method != "standard":
-        ops["entity_graph"] = {"config": {"method": settings.method}}
+        ops[names.name("entity_graph")] = {"config": {"method": settings.method}}
     if settings.exports_dir:
-        ops |= {step: {"config": {"folder": settings.exports_dir}} for step in ("graphml_export", "parquet_export")}
+        exports = {"config": {"folder": settings.exports_dir}}
+        ops |= {names.name(step): exports for step in ("graphml_export", "parquet_export")}
     return {"ops": ops} if ops else None
 
 
 def graphrag_definitions(settings: ProjectSettings) -> dg.Definitions:
-    """Assets, jobs, sensors, the schedule and resources of one GraphRAG deployment."""
+    """Assets, jobs, sensors, the schedule and resources of one GraphRAG deployment, under its names."""
+    names = InstanceNames(settings.key_prefix)
+    index, queries = renamed_assets(index_assets, names), renamed_assets(query_assets, names)
+    others = renamed_assets([*evaluation_assets, *tuning_assets, *estimate_assets], names)
+    # The CLI's runs of this host are this project's own: one sensor looks after them, not one per instance.
+    host_runs = [] if names.prefix else [abandoned_runs_sensor]
     return dg.Definitions(
-        assets=[*index_assets, *query_assets, *evaluation_assets, *tuning_assets, *estimate_assets],
-        jobs=[index_job(index_defaults(settings)), *query_jobs, evaluate_corpus_job, tune_prompts_job],
+        assets=[*index, *queries, *others],
+        jobs=instance_jobs(index, queries, names, index_defaults(settings)),
         sensors=[
-            new_corpus_sensor,
-            alias_overrides_sensor,
-            prompt_files_sensor,
-            abandoned_runs_sensor,
-            failed_stages_sensor,
+            new_corpus_sensor_for(names),
+            changed_files_sensor("alias_overrides_sensor", names),
+            changed_files_sensor("prompt_files_sensor", names),
+            failed_stages_sensor_for(names),
+            *host_runs,
         ],
-        schedules=[reindex_schedule(settings.schedule)],
+        schedules=[reindex_schedule(settings.schedule, names)],
         executor=step_executor,
-        resources=resources_for(settings),
+        resources={names.name(key): resource for key, resource in resources_for(settings).items()},
     )

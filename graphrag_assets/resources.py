@@ -23,6 +23,7 @@ from .models import EndpointError, ModelSettings, Usage
 from .models.endpoint import BatchLedger
 from .models.interrupts import run_interruptibly
 from .models.spending import BudgetReached
+from .naming import bare
 from .settings import RATE_LIMITS_FILE, SPENDING_FILE, STATE_DIR
 from .store.connection import connect, is_local_file
 from .store.tables import stage_name, use_stage
@@ -173,7 +174,7 @@ class DuckDBStoreResource(DuckDBResource):
         if run is not None and context.instance is not None and run.execution_plan_snapshot_id:
             plan = context.instance.get_execution_plan_snapshot(run.execution_plan_snapshot_id)
             # A run that will publish the index stages every table it writes until then (store/tables.py).
-            if any(step.key == PUBLISHED_INDEX for step in plan.steps):
+            if any(bare(step.key) == PUBLISHED_INDEX for step in plan.steps):
                 self._stage = stage_name(run.tags[PARTITION_TAG], run.root_run_id or run.run_id)
 
     @property

@@ -2,7 +2,6 @@
 a platform's project indexes its documents through it."""
 
 import os
-import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -67,11 +66,19 @@ def test_dg_lists_the_component_and_scaffolds_a_commented_defs_yaml_that_loads_a
     lines = [line.lstrip("# ") for line in text.splitlines()]
     for attribute in GraphRAG.model_fields:  # every attribute is there, set or commented, with what it means
         assert any(line.startswith(f"{attribute}:") for line in lines), attribute
-    assert "store: .graphrag/search.duckdb" in text
+    assert "store: .graphrag/search.duckdb" in text and "key_prefix: search" in text
 
+    # A second instance beside it, with its own documents, store and names: nothing collides.
+    assert dg_command(project, "scaffold", "defs", TYPE, "support-tickets").returncode == 0
+    second = defs_yaml.parent.parent / "support-tickets" / "defs.yaml"
+    second.write_text(second.read_text().replace("documents: data", "documents: tickets"))
     checked = dg_command(project, "check", "defs")
     assert checked.returncode == 0, checked.stdout + checked.stderr
     assert "All definitions loaded successfully" in checked.stdout + checked.stderr
+    listed = dg_command(project, "list", "defs", "--json")
+    assert listed.returncode == 0, listed.stderr
+    assert '"search/entities"' in listed.stdout and '"support_tickets/entities"' in listed.stdout
+    assert "search__index_corpus" in listed.stdout and "support_tickets__nightly_reindex" in listed.stdout
 
     defs_yaml.write_text(
         text.replace("method: standard", "method: quick")
@@ -112,31 +119,44 @@ def test_the_components_attributes_become_the_deployments_settings(tmp_path):
 
 
 @pytest.mark.slow
-def test_a_platform_project_indexes_its_documents_through_the_component(tmp_path, monkeypatch):
+def test_two_instances_load_side_by_side_and_each_indexes_into_its_own_store(tmp_path, monkeypatch):
     project = platform_project(tmp_path)
     monkeypatch.syspath_prepend(str(project / "src"))
-    folder = project / "src" / "platform_project" / "defs" / "search"
-    folder.mkdir()
-    (folder / "defs.yaml").write_text(
-        f"type: {TYPE}\n\nattributes:\n  documents: data\n  store: .graphrag/search.duckdb\n  method: lazy\n"
-    )
-    defs = dg.Definitions.merge(dg.load_from_defs_folder(path_within_project=folder))
-    sensor = defs.get_repository_def().get_sensor_def("new_corpus_sensor")
+    (project / "tickets" / "billing").mkdir(parents=True)
+    (project / "tickets" / "billing" / "t1.txt").write_text("Ada Lovelace asked Charles Babbage about an invoice.")
+    defs_folder = project / "src" / "platform_project" / "defs"
+    for name, documents, method in [("search", "data", "lazy"), ("support", "tickets", "fast")]:
+        (defs_folder / name).mkdir()
+        (defs_folder / name / "defs.yaml").write_text(
+            f"type: {TYPE}\n\nattributes:\n  documents: {documents}\n  store: .graphrag/{name}.duckdb\n"
+            f"  method: {method}\n  key_prefix: {name}\n"
+        )
+    defs = dg.Definitions.merge(dg.load_from_defs_folder(path_within_project=defs_folder))
+    repository = defs.get_repository_def()
+    keys = {key.to_user_string() for key in repository.asset_graph.get_all_asset_keys()}
+    assert {"search/entities", "support/entities", "search/published_index"} <= keys
+    assert {"search__duckdb", "support__duckdb", "support__corpora"} <= set(defs.resources)
+    assert repository.asset_graph.get(dg.AssetKey(["search", "entities"])).group_name == "search_graph"
+
     instance = dg.DagsterInstance.ephemeral()
+    sensor = repository.get_sensor_def("search__new_corpus_sensor")
     with dg.build_sensor_context(instance=instance, resources=defs.resources) as context:
         found = sensor(context)
     assert [request.partition_key for request in found.run_requests] == ["notes"]
-    instance.add_dynamic_partitions("corpus", ["notes"])
-    # The job as the sensor's run would launch it: the component's method is the job's own run config.
-    result = defs.resolve_job_def("index_corpus").execute_in_process(partition_key="notes", instance=instance)
+    instance.add_dynamic_partitions("search__corpus", ["notes"])
+    # The job as the sensor's run launches it: the instance's method is the job's own run config.
+    result = defs.resolve_job_def("search__index_corpus").execute_in_process(partition_key="notes", instance=instance)
     assert result.success
-    store = project / ".graphrag" / "search.duckdb"
-    with duckdb.connect(str(store), read_only=True) as conn:
+    materialized = {event.asset_key.to_user_string() for event in result.get_asset_materialization_events()}
+    assert {"search/entities", "search/published_index"} <= materialized
+    checks = {evaluation.asset_key.to_user_string() for evaluation in result.get_asset_check_evaluations()}
+    assert "search/entities" in checks
+    with duckdb.connect(str(project / ".graphrag" / "search.duckdb"), read_only=True) as conn:
         units = conn.execute("SELECT count(*) FROM text_units WHERE corpus = 'notes'").fetchone()[0]
-        method = conn.execute(
-            "SELECT settings->>'method' FROM lineage WHERE asset = 'entities' AND corpus = 'notes' "
+        lineage = conn.execute(
+            "SELECT settings->>'method', upstream_versions FROM lineage WHERE asset = 'entities' AND corpus = 'notes' "
             "ORDER BY materialized_at DESC LIMIT 1"
-        ).fetchone()[0]
-    assert units > 0 and method == "lazy"
+        ).fetchone()
+    assert units > 0 and lineage[0] == "lazy" and "text_units" in lineage[1]  # read by its bare table names
     assert (project / ".graphrag" / "exports" / "notes" / "graph.graphml").is_file()  # beside its store, not ours
-    shutil.rmtree(project / ".graphrag", ignore_errors=True)
+    assert not (project / ".graphrag" / "support.duckdb").exists()  # the other instance's store is untouched

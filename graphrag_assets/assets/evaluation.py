@@ -32,6 +32,7 @@ from ..method.question_files import (
 )
 from ..method.schema import seeded_sample
 from ..models import usage_scope
+from ..naming import bare
 from ..resources import (
     ChatModelResource,
     CorporaResource,
@@ -139,7 +140,7 @@ def judged(step: Step, model: ChatModelResource, planned: list, judge_all, what:
     """A verdict of the judge model for every planned comparison or check (None where none parsed), said and capped
     before the first call (`config.max_model_calls`); more failures than `config.max_failed_fraction` fail the
     step. Returns (verdicts, usage, failures)."""
-    plan(step.context, len(planned), config.max_model_calls, step.context.op_handle.name)
+    plan(step.context, len(planned), config.max_model_calls, bare(step.context.op_handle.name))
     verdicts, usage = step.run_model(model, lambda client: judge_all(client, planned), batches=False)
     failed = sum(v is None for v in verdicts)
     step.fail_if_too_many_failed(what, failed, len(planned), (model, usage), config.max_failed_fraction)

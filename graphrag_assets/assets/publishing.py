@@ -21,6 +21,7 @@ from ..method.plan import IndexPlan
 from ..method.prompts import PromptSet
 from ..method.schema import typed_frame
 from ..models import Usage
+from ..naming import InstanceNames, bare
 from ..resources import (
     ChatModelResource,
     CorporaResource,
@@ -47,8 +48,10 @@ T = TypeVar("T")
 
 
 def upstream_of(context: dg.AssetExecutionContext, asset: str) -> list[str]:
-    """The asset's declared deps: the tables it reads, and the upstream versions its lineage row records."""
-    return sorted(key.to_user_string() for key in context.assets_def.asset_deps[dg.AssetKey(asset)])
+    """The asset's declared deps in its own instance: the tables it reads, and the upstream versions its lineage
+    row records (an asset of the user's project upstream of it is no table of the store)."""
+    names = InstanceNames.of(context.op_handle.name)
+    return sorted(key.path[-1] for key in context.assets_def.asset_deps[names.key(asset)] if names.owns(key))
 
 
 def usage_record(model: ModelEndpointResource, usage: Usage) -> dict:
@@ -72,7 +75,7 @@ def lineage_for(
     upstream = upstream_of(context, asset) if upstream is None else upstream
     model, usage = paid or (None, None)
     model_usage = usage_record(model, usage) if usage and model else None
-    code = context.assets_def.code_versions_by_key.get(dg.AssetKey(asset)) or ""
+    code = context.assets_def.code_versions_by_key.get(InstanceNames.of(context.op_handle.name).key(asset)) or ""
     upstream_versions = latest_versions(conn, context.partition_key, upstream)
     return Lineage(
         asset=asset,
@@ -155,7 +158,7 @@ class Step:
         corpus = self.corpus if self.context.has_partition_key else ""
         with self.duckdb.get_connection() as conn:
             record_failed_step(
-                conn, self.context.op_handle.name, corpus, self.context.run_id, usage_record(model, usage)
+                conn, bare(self.context.op_handle.name), corpus, self.context.run_id, usage_record(model, usage)
             )
 
     def fail_if_too_many_failed(

@@ -8,6 +8,7 @@ import duckdb
 
 from ..method.plan import IndexPlan
 from ..method.prompts import DEFAULT_PROMPTS, PromptSet
+from ..naming import InstanceNames, bare
 from ..resources import (
     BATCH_API_TAG,
     ChatModelResource,
@@ -37,7 +38,7 @@ def batch_ledger(
     wanted = tag.strip().lower() in ("1", "true", "yes", "on") if tag is not None else model.batch_api
     if not (wanted and model.configured):
         return None
-    labels = {"step": context.op_handle.name, "corpus": context.partition_key, "run_id": context.run_id}
+    labels = {"step": bare(context.op_handle.name), "corpus": context.partition_key, "run_id": context.run_id}
     return DuckDBBatchLedger(duckdb.get_connection, labels, lambda line: tell(context, line))
 
 
@@ -49,14 +50,14 @@ def index_plan(
 ) -> IndexPlan:
     """The run's plan for the corpus, from its folder, the run's settings and the chat resource: the same in every
     step of the run, so each step reads it rather than deciding anew."""
-    corpus, run = context.partition_key, context.run
-    aliases = step_config(run.run_config, AliasConfig, "entity_aliases")
+    corpus, run, names = context.partition_key, context.run, InstanceNames.of(context.op_handle.name)
+    aliases = step_config(run.run_config, AliasConfig, names.name("entity_aliases"))
     return IndexPlan(
         corpus,
         imported=corpora.graphrag_output(corpus),
         method=_index_method(context, conn),
         chat=chat.model if chat.configured else None,
-        claims_enabled=step_config(run.run_config, ClaimsConfig, "covariates").enabled,
+        claims_enabled=step_config(run.run_config, ClaimsConfig, names.name("covariates")).enabled,
         aliases_enabled=aliases.enabled,
         aliases_on_imported=aliases.on_imported_graphs,
     )
@@ -65,10 +66,10 @@ def index_plan(
 def _index_method(context: dg.AssetExecutionContext, conn: duckdb.DuckDBPyConnection) -> str:
     """entity_graph's method setting when this run builds the graph, else the one recorded in the lineage of the
     graph the step reads (a re-execution, or a step run alone)."""
-    run = context.run
+    run, graph_step = context.run, InstanceNames.of(context.op_handle.name).name("entity_graph")
     steps = context.instance.get_execution_plan_snapshot(run.execution_plan_snapshot_id).steps
-    if any(step.key == "entity_graph" for step in steps):
-        return step_config(run.run_config, GraphConfig, "entity_graph").method
+    if any(step.key == graph_step for step in steps):
+        return step_config(run.run_config, GraphConfig, graph_step).method
     return (last_settings(conn, "entities", context.partition_key) or {}).get("method", "standard")
 
 

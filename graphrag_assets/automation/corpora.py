@@ -8,13 +8,13 @@ documents present), and only communities whose context changed get a new report.
 
 import hashlib
 import json
-from collections.abc import Callable
 from pathlib import Path
 
 import dagster as dg
 
-from ..assets.common import corpus_partitions
+from ..instance import renamed_resources
 from ..method.corpus_folder import ALIASES_FILE, PROMPTS_FOLDER
+from ..naming import DEFAULT, InstanceNames
 from ..resources import MAX_COST_TAG, ChatModelResource, CorporaResource, EmbeddingModelResource
 from ..settings import RUN_BUDGET_VARIABLE, SettingRefused, run_budget
 from .jobs import INDEX_JOB, index_assets
@@ -55,43 +55,51 @@ def budget_tags(
     return {MAX_COST_TAG: str(budget)}
 
 
-@dg.sensor(
-    job_name=INDEX_JOB,
-    minimum_interval_seconds=30,
-    default_status=dg.DefaultSensorStatus.RUNNING,
-    description="Registers each new folder under data/ as a corpus partition and requests its index run (with a "
-    "budget per run, GRAPHRAG_RUN_BUDGET_USD, when the model is paid).",
-)
-def new_corpus_sensor(
-    context: dg.SensorEvaluationContext,
-    corpora: CorporaResource,
-    chat: ChatModelResource,
-    embeddings: EmbeddingModelResource,
-):
-    tags = budget_tags(chat, embeddings, corpora)
-    if isinstance(tags, dg.SkipReason):
-        return tags  # the folders stay new until there is a budget
-    names, refused = corpora.scan()
-    for folder, reason in refused.items():
-        context.log.warning(f"data/{folder} refused: {reason}")
-    known = set(context.instance.get_dynamic_partitions(corpus_partitions.name))
-    new = [name for name in names if name not in known]
-    if MAX_COST_TAG in tags:  # a paid model: each new corpus is estimated first, and one past the budget waits
-        over = _over_budget(new, float(tags[MAX_COST_TAG]), corpora, chat, embeddings)
-        for name, why in over.items():
-            context.log.warning(f"data/{name} not indexed: {why}")
-        new = [name for name in new if name not in over]
-        if not new and over:
-            return dg.SkipReason("; ".join(f"{name}: {why}" for name, why in over.items()))
-    if not new:
-        return dg.SkipReason(
-            f"no new corpus folders ({len(names)} known"
-            + (f", refused: {', '.join(sorted(refused))})" if refused else ")")
+def new_corpus_sensor_for(names: InstanceNames = DEFAULT) -> dg.SensorDefinition:
+    partitions = dg.DynamicPartitionsDefinition(name=names.name("corpus"))
+
+    def new_corpus_sensor(
+        context: dg.SensorEvaluationContext,
+        corpora: CorporaResource,
+        chat: ChatModelResource,
+        embeddings: EmbeddingModelResource,
+    ):
+        tags = budget_tags(chat, embeddings, corpora)
+        if isinstance(tags, dg.SkipReason):
+            return tags  # the folders stay new until there is a budget
+        names_found, refused = corpora.scan()
+        for folder, reason in refused.items():
+            context.log.warning(f"{corpora.root}/{folder} refused: {reason}")
+        known = set(context.instance.get_dynamic_partitions(partitions.name))
+        new = [name for name in names_found if name not in known]
+        if MAX_COST_TAG in tags:  # a paid model: each new corpus is estimated first, and one past the budget waits
+            over = _over_budget(new, float(tags[MAX_COST_TAG]), corpora, chat, embeddings)
+            for name, why in over.items():
+                context.log.warning(f"{corpora.root}/{name} not indexed: {why}")
+            new = [name for name in new if name not in over]
+            if not new and over:
+                return dg.SkipReason("; ".join(f"{name}: {why}" for name, why in over.items()))
+        if not new:
+            return dg.SkipReason(
+                f"no new corpus folders ({len(names_found)} known"
+                + (f", refused: {', '.join(sorted(refused))})" if refused else ")")
+            )
+        return dg.SensorResult(
+            run_requests=[dg.RunRequest(partition_key=name, run_key=f"new-corpus-{name}", tags=tags) for name in new],
+            dynamic_partitions_requests=[partitions.build_add_request(new)],
         )
-    return dg.SensorResult(
-        run_requests=[dg.RunRequest(partition_key=name, run_key=f"new-corpus-{name}", tags=tags) for name in new],
-        dynamic_partitions_requests=[corpus_partitions.build_add_request(new)],
-    )
+
+    return dg.sensor(
+        name=names.name("new_corpus_sensor"),
+        job_name=names.name(INDEX_JOB),
+        minimum_interval_seconds=30,
+        default_status=dg.DefaultSensorStatus.RUNNING,
+        description="Registers each new corpus folder as a corpus partition and requests its index run (with a "
+        "budget per run when the model is paid).",
+    )(renamed_resources(new_corpus_sensor, names, ("corpora", "chat", "embeddings")))
+
+
+new_corpus_sensor = new_corpus_sensor_for()
 
 
 def _over_budget(
@@ -122,74 +130,40 @@ def _over_budget(
 NIGHTLY = "0 2 * * *"
 
 
-def reindex_schedule(cron: str = NIGHTLY) -> dg.ScheduleDefinition:
+def reindex_schedule(cron: str = NIGHTLY, names: InstanceNames = DEFAULT) -> dg.ScheduleDefinition:
     """The schedule that re-indexes every registered corpus (at 02:00 UTC unless a dg component sets `schedule`)."""
+
+    def nightly_reindex(
+        context: dg.ScheduleEvaluationContext,
+        corpora: CorporaResource,
+        chat: ChatModelResource,
+        embeddings: EmbeddingModelResource,
+    ):
+        tags = budget_tags(chat, embeddings, corpora)
+        if isinstance(tags, dg.SkipReason):
+            return tags
+        registered = context.instance.get_dynamic_partitions(names.name("corpus"))
+        present = set(corpora.names())
+        for name in sorted(set(registered) - present):
+            context.log.warning(f"corpus {name!r} is no longer under {corpora.root}: not re-indexed")
+        found = [name for name in registered if name in present]
+        if not found:
+            return dg.SkipReason(f"no registered corpus is under {corpora.root}")
+        day = context.scheduled_execution_time.strftime("%Y-%m-%d")
+        return [dg.RunRequest(partition_key=name, run_key=f"nightly-{name}-{day}", tags=tags) for name in found]
+
     return dg.schedule(
-        job_name=INDEX_JOB,
+        job_name=names.name(INDEX_JOB),
         cron_schedule=cron,
-        name="nightly_reindex",
+        name=names.name("nightly_reindex"),
         execution_timezone="UTC",
         default_status=dg.DefaultScheduleStatus.RUNNING,
         description=f"Re-index every corpus ({cron}, UTC); unchanged documents cost no model call. A paid model "
         "needs a budget per run (GRAPHRAG_RUN_BUDGET_USD, or the component's budget).",
-    )(_reindex_every_corpus)
-
-
-def _reindex_every_corpus(
-    context: dg.ScheduleEvaluationContext,
-    corpora: CorporaResource,
-    chat: ChatModelResource,
-    embeddings: EmbeddingModelResource,
-):
-    tags = budget_tags(chat, embeddings, corpora)
-    if isinstance(tags, dg.SkipReason):
-        return tags
-    registered = context.instance.get_dynamic_partitions(corpus_partitions.name)
-    present = set(corpora.names())
-    for name in sorted(set(registered) - present):
-        context.log.warning(f"corpus {name!r} has no folder under data/ any more: not re-indexed")
-    names = [name for name in registered if name in present]
-    if not names:
-        return dg.SkipReason("no registered corpus has a folder under data/")
-    day = context.scheduled_execution_time.strftime("%Y-%m-%d")
-    return [dg.RunRequest(partition_key=name, run_key=f"nightly-{name}-{day}", tags=tags) for name in names]
+    )(renamed_resources(nightly_reindex, names, ("corpora", "chat", "embeddings")))
 
 
 nightly_reindex = reindex_schedule()
-
-
-def _reruns_of_changed(
-    context: dg.SensorEvaluationContext,
-    corpora: CorporaResource,
-    tags: dict[str, str] | dg.SkipReason,
-    digest_of: Callable[[Path], str],
-    what: str,
-    label: str,
-    selection: list[dg.AssetKey],
-) -> list[dg.RunRequest] | dg.SkipReason:
-    """A run of `selection` (run key `label-corpus-digest`) for each registered corpus whose digest of `what`
-    (digest_of(folder); "" when absent) changed since the sensor's last look, which its cursor keeps."""
-    if isinstance(tags, dg.SkipReason):
-        return tags  # the cursor stays: the changes are seen again once there is a budget
-    seen = json.loads(context.cursor) if context.cursor else {}
-    present = set(corpora.names())
-    current = {
-        name: digest_of(corpora.folder(name))
-        for name in sorted(n for n in context.instance.get_dynamic_partitions(corpus_partitions.name) if n in present)
-    }
-    context.update_cursor(json.dumps(current, sort_keys=True))
-    changed = [name for name, digest in current.items() if seen.get(name, "") != digest]
-    if not changed:
-        return dg.SkipReason(f"no {what} changed in {len(current)} corpora")
-    return [
-        dg.RunRequest(
-            partition_key=name,
-            run_key=f"{label}-{name}-{current[name] or 'removed'}",
-            asset_selection=selection,
-            tags=tags,
-        )
-        for name in changed
-    ]
 
 
 def _aliases_digest(folder: Path) -> str:
@@ -205,36 +179,69 @@ def _prompt_files_digest(folder: Path) -> str:
     return digest.hexdigest()[:16] if files else ""
 
 
-@dg.sensor(
-    job_name=INDEX_JOB,
-    minimum_interval_seconds=30,
-    default_status=dg.DefaultSensorStatus.RUNNING,
-    description="When a corpus's aliases.csv is added, edited or removed, re-runs entity_aliases and what is built "
-    "on it (communities, reports, embeddings, layouts, exports) for that corpus.",
-)
-def alias_overrides_sensor(
-    context: dg.SensorEvaluationContext,
-    corpora: CorporaResource,
-    chat: ChatModelResource,
-    embeddings: EmbeddingModelResource,
-):
-    tags = budget_tags(chat, embeddings, corpora)
-    return _reruns_of_changed(context, corpora, tags, _aliases_digest, ALIASES_FILE, "aliases", RESOLVED_GRAPH_ASSETS)
+# What a sensor of changed corpus files watches: (sensor, file described, run key label, digest, what it re-runs).
+_CHANGED_FILE_SENSORS = {
+    "alias_overrides_sensor": (
+        ALIASES_FILE,
+        "aliases",
+        _aliases_digest,
+        RESOLVED_GRAPH_ASSETS,
+        "When a corpus's aliases.csv is added, edited or removed, re-runs entity_aliases and what is built on it "
+        "(communities, reports, embeddings, layouts, exports) for that corpus.",
+    ),
+    "prompt_files_sensor": (
+        "prompt file",
+        "prompts",
+        _prompt_files_digest,
+        PROMPTED_ASSETS,
+        "When a prompt file in a corpus's prompts/ folder is added, edited or removed, re-runs index_prompts and "
+        "what is built with the prompts (the graph, claims, reports and all after them) for that corpus; model "
+        "calls whose prompt did not change are answered from the cache.",
+    ),
+}
 
 
-@dg.sensor(
-    job_name=INDEX_JOB,
-    minimum_interval_seconds=30,
-    default_status=dg.DefaultSensorStatus.RUNNING,
-    description="When a prompt file in a corpus's prompts/ folder is added, edited or removed, re-runs index_prompts "
-    "and what is built with the prompts (the graph, claims, reports and all after them) for that corpus; "
-    "model calls whose prompt did not change are answered from the cache.",
-)
-def prompt_files_sensor(
-    context: dg.SensorEvaluationContext,
-    corpora: CorporaResource,
-    chat: ChatModelResource,
-    embeddings: EmbeddingModelResource,
-):
-    tags = budget_tags(chat, embeddings, corpora)
-    return _reruns_of_changed(context, corpora, tags, _prompt_files_digest, "prompt file", "prompts", PROMPTED_ASSETS)
+def changed_files_sensor(sensor: str, names: InstanceNames = DEFAULT) -> dg.SensorDefinition:
+    """A run of what a changed file touches (run key `label-corpus-digest`) for each registered corpus whose digest
+    of the file (digest_of(folder); "" when absent) changed since the sensor's last look, which its cursor keeps."""
+    what, label, digest_of, selection, description = _CHANGED_FILE_SENSORS[sensor]
+    selection = [names.key(key.path[-1]) for key in selection]
+
+    def evaluate(
+        context: dg.SensorEvaluationContext,
+        corpora: CorporaResource,
+        chat: ChatModelResource,
+        embeddings: EmbeddingModelResource,
+    ):
+        tags = budget_tags(chat, embeddings, corpora)
+        if isinstance(tags, dg.SkipReason):
+            return tags  # the cursor stays: the changes are seen again once there is a budget
+        seen = json.loads(context.cursor) if context.cursor else {}
+        present = set(corpora.names())
+        registered = context.instance.get_dynamic_partitions(names.name("corpus"))
+        current = {name: digest_of(corpora.folder(name)) for name in sorted(n for n in registered if n in present)}
+        context.update_cursor(json.dumps(current, sort_keys=True))
+        changed = [name for name, digest in current.items() if seen.get(name, "") != digest]
+        if not changed:
+            return dg.SkipReason(f"no {what} changed in {len(current)} corpora")
+        return [
+            dg.RunRequest(
+                partition_key=name,
+                run_key=f"{label}-{name}-{current[name] or 'removed'}",
+                asset_selection=selection,
+                tags=tags,
+            )
+            for name in changed
+        ]
+
+    return dg.sensor(
+        name=names.name(sensor),
+        job_name=names.name(INDEX_JOB),
+        minimum_interval_seconds=30,
+        default_status=dg.DefaultSensorStatus.RUNNING,
+        description=description,
+    )(renamed_resources(evaluate, names, ("corpora", "chat", "embeddings")))
+
+
+alias_overrides_sensor = changed_files_sensor("alias_overrides_sensor")
+prompt_files_sensor = changed_files_sensor("prompt_files_sensor")

@@ -11,6 +11,8 @@ import socket
 import dagster as dg
 
 from ..assets.publication import discard_failed_stage
+from ..instance import renamed_resources
+from ..naming import DEFAULT, InstanceNames
 from ..resources import PUBLISHED_INDEX, DuckDBStoreResource
 
 PID_TAG = "graphrag/pid"
@@ -59,20 +61,28 @@ def abandoned_runs_sensor(context: dg.SensorEvaluationContext):
     return dg.SkipReason(f"{len(failed)} abandoned run(s) marked failed")
 
 
-@dg.run_failure_sensor(
-    default_status=dg.DefaultSensorStatus.RUNNING,
-    description="Drops the staged tables and exports of an index run that failed with no retry to follow.",
-)
-def failed_stages_sensor(context: dg.RunFailureSensorContext, duckdb: DuckDBStoreResource):
-    run = context.dagster_run
-    plan = (
-        context.instance.get_execution_plan_snapshot(run.execution_plan_snapshot_id)
-        if run.execution_plan_snapshot_id
-        else None
-    )
-    if plan is None or not any(step.key == PUBLISHED_INDEX for step in plan.steps):
-        return  # the run staged nothing (a question, one asset by hand): the store is not opened for it
-    with duckdb.get_connection() as conn:
-        stage = discard_failed_stage(conn, context.instance, context.dagster_run)
-    if stage:
-        context.log.info(f"dropped {stage}, staged by failed run {context.dagster_run.run_id}")
+def failed_stages_sensor_for(names: InstanceNames = DEFAULT) -> dg.SensorDefinition:
+    publishing_step = names.name(PUBLISHED_INDEX)
+
+    def failed_stages_sensor(context: dg.RunFailureSensorContext, duckdb: DuckDBStoreResource):
+        run = context.dagster_run
+        plan = (
+            context.instance.get_execution_plan_snapshot(run.execution_plan_snapshot_id)
+            if run.execution_plan_snapshot_id
+            else None
+        )
+        if plan is None or not any(step.key == publishing_step for step in plan.steps):
+            return  # the run staged nothing in this instance's store (a question, one asset by hand, another instance)
+        with duckdb.get_connection() as conn:
+            stage = discard_failed_stage(conn, context.instance, context.dagster_run)
+        if stage:
+            context.log.info(f"dropped {stage}, staged by failed run {context.dagster_run.run_id}")
+
+    return dg.run_failure_sensor(
+        name=names.name("failed_stages_sensor"),
+        default_status=dg.DefaultSensorStatus.RUNNING,
+        description="Drops the staged tables and exports of an index run that failed with no retry to follow.",
+    )(renamed_resources(failed_stages_sensor, names, ("duckdb",)))
+
+
+failed_stages_sensor = failed_stages_sensor_for()
