@@ -20,6 +20,7 @@ from .method.ingest.object_storage import is_object_storage
 from .method.prompts import prompts_dir, use_prompts_dir
 from .naming import InstanceNames
 from .project import ProjectSettings, graphrag_definitions
+from .store.document_query import DocumentQuery
 
 DEFAULT_PROMPTS_DIR = prompts_dir()
 _VARIABLE = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
@@ -35,6 +36,16 @@ attributes:
   # Object storage is read with the credentials its own tools read from the environment (AWS_*, GOOGLE_*, AZURE_*).
   # Text, Markdown, HTML, JSON/JSONL, CSV, PDF and Office files are read; a relative folder is the project's.
   documents: data
+  # Or the rows of a query, one document each, from a DuckDB file or PostgreSQL (tables as pg.<schema>.<table>):
+  # documents:
+  #   sql: SELECT ticket_id, subject, body, team FROM tickets
+  #   database: warehouse.duckdb          # or postgres_variable: HELPDESK_DSN (the variable, never the string)
+  #   corpus: support                     # or corpus_column: team, a corpus per value
+  # Which columns hold the text, title, id and metadata (a query's, or a CSV, JSON or parquet file's):
+  # columns: {{text: body, title: subject, id: ticket_id, metadata: [team]}}
+  # The assets of this project the documents come from: the index is downstream of them, and re-indexed
+  # (within the budget) when they are materialized again.
+  # upstream_assets: [tickets]
 
   # The index: a DuckDB file (relative to the project), or ducklake:<catalog> with the folder of its data files.
   store: .graphrag/{name}.duckdb
@@ -64,6 +75,44 @@ attributes:
 """
 
 
+class SqlDocuments(dg.Model):
+    """Documents from a query, one row each, instead of files."""
+
+    sql: str = Field(
+        description="The query; with postgres_variable set, it reads PostgreSQL's tables as pg.<schema>.<table>."
+    )
+    database: str | None = Field(None, description="A DuckDB file to run it in (relative to the project).")
+    postgres_variable: str | None = Field(
+        None, description="The environment variable holding a PostgreSQL connection string (never the string)."
+    )
+    corpus: str = Field("documents", description="The corpus (partition) all rows are indexed as.")
+    corpus_column: str | None = Field(None, description="Or a column whose values split the rows into corpora.")
+
+    @field_validator("postgres_variable")
+    @classmethod
+    def _variable(cls, value: str | None) -> str | None:
+        return _variable_name(value) if value else value
+
+
+class DocumentColumns(dg.Model):
+    """Which columns hold each document's text, title, id and metadata (a query's, or a CSV, JSON or parquet
+    file's)."""
+
+    text: str = "text"
+    title: str | None = "title"
+    id: str | None = None
+    metadata: list[str] = []
+
+
+_FILE_COLUMN_DEFAULTS = {"text_column": "text", "title_column": "title", "metadata_columns": []}
+
+
+def _variable_name(value: str) -> str:
+    if not _VARIABLE.fullmatch(value):
+        raise ValueError(f"{value!r} is not an environment variable's name (name the variable, not its value)")
+    return value
+
+
 class GraphRAGScaffolder(dg.Scaffolder):
     """Writes a defs.yaml with every attribute commented."""
 
@@ -81,8 +130,12 @@ class GraphRAG(dg.Component, dg.Model, dg.Resolvable):
     """GraphRAG (Microsoft Research's "From Local to Global") over the documents of a folder or an object-storage
     prefix: the index's assets in DuckDB, the query jobs, a sensor for new corpora and a nightly re-index."""
 
-    documents: str = Field(
-        "data", description="A folder of corpus folders, or an s3://, gs:// or az:// prefix of them."
+    documents: str | SqlDocuments = Field(
+        "data", description="A folder of corpus folders, an s3://, gs:// or az:// prefix of them, or a SQL query."
+    )
+    columns: DocumentColumns = Field(DocumentColumns(), description="The documents' columns (queries, tabular files).")
+    upstream_assets: list[str] = Field(
+        [], description="Keys of this project's assets the documents come from: the index is downstream of them."
     )
     store: str = Field(".graphrag/graphrag.duckdb", description="The index's DuckDB file, or ducklake:<catalog>.")
     ducklake_data_path: str | None = Field(None, description="Where a DuckLake store keeps its data files.")
@@ -109,10 +162,8 @@ class GraphRAG(dg.Component, dg.Model, dg.Resolvable):
 
     @field_validator("api_base_variable", "api_key_variable")
     @classmethod
-    def _variable_name(cls, value: str) -> str:
-        if not _VARIABLE.fullmatch(value):
-            raise ValueError(f"{value!r} is not an environment variable's name (name the variable, not its value)")
-        return value
+    def _variable(cls, value: str) -> str:
+        return _variable_name(value)
 
     @field_validator("schedule")
     @classmethod
@@ -125,8 +176,8 @@ class GraphRAG(dg.Component, dg.Model, dg.Resolvable):
 
     @field_validator("documents")
     @classmethod
-    def _documents(cls, value: str) -> str:
-        if "://" in value and not is_object_storage(value):
+    def _documents(cls, value: str | SqlDocuments) -> str | SqlDocuments:
+        if isinstance(value, str) and "://" in value and not is_object_storage(value):
             raise ValueError(f"{value!r}: documents are a local folder or an s3://, gs:// or az:// prefix")
         return value
 
@@ -136,10 +187,26 @@ class GraphRAG(dg.Component, dg.Model, dg.Resolvable):
         def local(path: str) -> str:
             return path if is_object_storage(path) or path.startswith("ducklake:") else str(project_root / path)
 
-        store = local(self.store)
+        store, documents = local(self.store), self.documents
+        query = None
+        if isinstance(documents, SqlDocuments):
+            query = DocumentQuery(
+                sql=documents.sql,
+                database=local(documents.database) if documents.database else None,
+                text_column=self.columns.text,
+                title_column=self.columns.title,
+                id_column=self.columns.id,
+                metadata_columns=tuple(self.columns.metadata),
+                corpus_column=documents.corpus_column,
+                corpus=documents.corpus,
+            )
         state = str(Path(store).parent) if not store.startswith("ducklake:") else str(project_root / ".graphrag")
         return ProjectSettings(
-            documents=local(self.documents),
+            documents=local(documents) if query is None else "sql",
+            documents_query=query,
+            postgres_variable=documents.postgres_variable if query is not None else None,
+            upstream_assets=tuple(self.upstream_assets),
+            file_columns=self._file_columns() if query is None else {},
             mirror_dir=f"{state}/mirrors",
             database=store,
             ducklake_data_path=self.ducklake_data_path,
@@ -154,6 +221,15 @@ class GraphRAG(dg.Component, dg.Model, dg.Resolvable):
             run_budget_usd=self.budget,
             key_prefix=self.key_prefix,
         )
+
+    def _file_columns(self) -> dict:
+        """The ingest settings for CSV, JSON and parquet files that `columns` changes from their defaults."""
+        chosen = {
+            "text_column": self.columns.text,
+            "title_column": self.columns.title,
+            "metadata_columns": [c for c in (self.columns.id, *self.columns.metadata) if c],
+        }
+        return {name: value for name, value in chosen.items() if value != _FILE_COLUMN_DEFAULTS[name]}
 
     def build_defs(self, context: dg.ComponentLoadContext) -> dg.Definitions:
         if self.prompts:

@@ -56,13 +56,19 @@ def _readdressed(item, names: InstanceNames):
     return item
 
 
-def renamed_assets(assets: list[dg.AssetsDefinition], names: InstanceNames) -> list[dg.AssetsDefinition]:
-    """The assets under the instance's keys, groups, op names, resource names and partition set."""
-    if not names.prefix:
+def renamed_assets(
+    assets: list[dg.AssetsDefinition],
+    names: InstanceNames,
+    upstream: dict[str, list[dg.AssetKey]] | None = None,
+) -> list[dg.AssetsDefinition]:
+    """The assets under the instance's keys, groups, op names, resource names and partition set; `upstream` adds
+    deps on assets of the user's project, by the bare name of the asset that reads them."""
+    upstream = upstream or {}
+    if not names.prefix and not upstream:
         return assets
     keys = {key: names.key(key.path[-1]) for assets_def in assets for key in assets_def.keys}
     partitions = dg.DynamicPartitionsDefinition(name=names.name("corpus"))
-    return [_renamed(assets_def, keys, partitions, names) for assets_def in assets]
+    return [_renamed(assets_def, keys, partitions, names, upstream) for assets_def in assets]
 
 
 def _renamed(
@@ -70,12 +76,16 @@ def _renamed(
     keys: dict[dg.AssetKey, dg.AssetKey],
     partitions: dg.PartitionsDefinition,
     names: InstanceNames,
+    upstream: dict[str, list[dg.AssetKey]],
 ) -> dg.AssetsDefinition:
     op = assets_def.op
     specs = [
         spec.replace_attributes(
             key=keys[spec.key],
-            deps=[dg.AssetDep(keys.get(dep.asset_key, dep.asset_key)) for dep in spec.deps],
+            deps=[
+                *(dg.AssetDep(keys.get(dep.asset_key, dep.asset_key)) for dep in spec.deps),
+                *upstream.get(spec.key.path[-1], ()),
+            ],
             group_name=names.group(spec.group_name),
             partitions_def=partitions if spec.partitions_def is not None else None,
         )

@@ -4,11 +4,17 @@
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import dagster as dg
 
-from .automation.corpora import NIGHTLY, changed_files_sensor, new_corpus_sensor_for, reindex_schedule
+from .automation.corpora import (
+    NIGHTLY,
+    changed_files_sensor,
+    new_corpus_sensor_for,
+    reindex_schedule,
+    upstream_changes_sensor,
+)
 from .automation.jobs import (
     estimate_assets,
     evaluation_assets,
@@ -20,7 +26,13 @@ from .automation.jobs import (
 from .automation.runs import abandoned_runs_sensor, failed_stages_sensor_for
 from .instance import renamed_assets
 from .naming import InstanceNames
-from .resources import ChatModelResource, CorporaResource, DuckDBStoreResource, EmbeddingModelResource
+from .resources import (
+    ChatModelResource,
+    CorporaResource,
+    DuckDBStoreResource,
+    EmbeddingModelResource,
+    QueryCorporaResource,
+)
 from .settings import (
     API_KEY_VARIABLE,
     DATA_DIR,
@@ -30,6 +42,7 @@ from .settings import (
     VECTOR_INDEX_DIR,
     endpoint_settings,
 )
+from .store.document_query import DocumentQuery
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -51,6 +64,10 @@ class ProjectSettings:
     schedule: str = NIGHTLY  # cron (UTC) of the re-index of every corpus
     run_budget_usd: float | None = None  # None: GRAPHRAG_RUN_BUDGET_USD
     key_prefix: str = ""  # a dg component instance's (naming.py); this repository's project has none
+    documents_query: DocumentQuery | None = None  # documents from SQL instead of `documents`' folders
+    postgres_variable: str | None = None  # the variable holding the connection string the query's `pg` attaches
+    upstream_assets: tuple[str, ...] = ()  # keys ("a/b") of the user's assets the documents come from
+    file_columns: dict = field(default_factory=dict)  # corpus_documents settings for CSV, JSON and parquet files
 
 
 def _forked_steps(config: dict) -> dict:
@@ -68,6 +85,25 @@ step_executor = dg.multi_or_in_process_executor.configured(
 )
 
 
+def corpora_for(settings: ProjectSettings) -> CorporaResource:
+    common = dict(mirror_dir=settings.mirror_dir, run_budget_usd=settings.run_budget_usd)
+    query = settings.documents_query
+    if query is None:
+        return CorporaResource(root=settings.documents, **common)
+    return QueryCorporaResource(
+        query=query.sql,
+        query_database=query.database,
+        postgres=dg.EnvVar(settings.postgres_variable) if settings.postgres_variable else None,
+        text_column=query.text_column,
+        title_column=query.title_column,
+        id_column=query.id_column,
+        metadata_columns=list(query.metadata_columns),
+        corpus_column=query.corpus_column,
+        corpus=query.corpus,
+        **common,
+    )
+
+
 def resources_for(settings: ProjectSettings) -> dict[str, dg.ConfigurableResource]:
     # EnvVar keeps the key out of the UI and the run config; it is read only where the run happens.
     key = dg.EnvVar(settings.api_key_variable)
@@ -78,9 +114,7 @@ def resources_for(settings: ProjectSettings) -> dict[str, dg.ConfigurableResourc
             ducklake_data_path=settings.ducklake_data_path,
             vector_index_dir=settings.vector_index_dir,
         ),
-        "corpora": CorporaResource(
-            root=settings.documents, mirror_dir=settings.mirror_dir, run_budget_usd=settings.run_budget_usd
-        ),
+        "corpora": corpora_for(settings),
         "chat": ChatModelResource(**endpoint_settings("chat", key, model=settings.chat_model, **endpoint)),
         # The evaluation's judge: the chat model unless GRAPHRAG_JUDGE_MODEL names another on the same endpoint.
         "judge": ChatModelResource(**endpoint_settings("judge", key, **endpoint))
@@ -100,13 +134,19 @@ def index_defaults(settings: ProjectSettings) -> dict | None:
     if settings.exports_dir:
         exports = {"config": {"folder": settings.exports_dir}}
         ops |= {names.name(step): exports for step in ("graphml_export", "parquet_export")}
+    query = settings.documents_query
+    ingest = {"metadata_columns": query.metadata()} if query is not None and query.metadata() else settings.file_columns
+    if ingest:
+        ops[names.name("corpus_documents")] = {"config": ingest}
     return {"ops": ops} if ops else None
 
 
 def graphrag_definitions(settings: ProjectSettings) -> dg.Definitions:
     """Assets, jobs, sensors, the schedule and resources of one GraphRAG deployment, under its names."""
     names = InstanceNames(settings.key_prefix)
-    index, queries = renamed_assets(index_assets, names), renamed_assets(query_assets, names)
+    upstream = [dg.AssetKey.from_user_string(key) for key in settings.upstream_assets]
+    index = renamed_assets(index_assets, names, {"documents": upstream} if upstream else None)
+    queries = renamed_assets(query_assets, names)
     others = renamed_assets([*evaluation_assets, *tuning_assets, *estimate_assets], names)
     # The CLI's runs of this host are this project's own: one sensor looks after them, not one per instance.
     host_runs = [] if names.prefix else [abandoned_runs_sensor]
@@ -118,6 +158,7 @@ def graphrag_definitions(settings: ProjectSettings) -> dg.Definitions:
             changed_files_sensor("alias_overrides_sensor", names),
             changed_files_sensor("prompt_files_sensor", names),
             failed_stages_sensor_for(names),
+            *([upstream_changes_sensor(upstream, names)] if upstream else []),
             *host_runs,
         ],
         schedules=[reindex_schedule(settings.schedule, names)],

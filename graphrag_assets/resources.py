@@ -2,7 +2,6 @@
 
 import asyncio
 import hashlib
-import re
 from collections.abc import Awaitable, Callable
 from contextlib import contextmanager
 from pathlib import Path
@@ -16,7 +15,7 @@ from dagster_duckdb import DuckDBResource
 from pydantic import Field, PrivateAttr
 
 from .failures import step_failure
-from .method.corpus_folder import graphrag_output
+from .method.corpus_folder import SAFE_CORPUS_NAME, graphrag_output
 from .method.ingest.documents import has_documents
 from .method.ingest.object_storage import corpus_names, is_object_storage, mirror
 from .models import EndpointError, ModelSettings, Usage
@@ -26,6 +25,7 @@ from .models.spending import BudgetReached
 from .naming import bare
 from .settings import RATE_LIMITS_FILE, SPENDING_FILE, STATE_DIR
 from .store.connection import connect, is_local_file
+from .store.document_query import DocumentQuery, write_corpora
 from .store.tables import stage_name, use_stage
 
 if TYPE_CHECKING:
@@ -52,9 +52,6 @@ def max_cost_of(tags: dict) -> float | None:
     if not budget > 0:
         raise dg.Failure(f"the run's {MAX_COST_TAG} tag is {value!r}: it must be a number of dollars above 0")
     return budget
-
-
-_SAFE_CORPUS_NAME = re.compile(r"[a-z0-9][a-z0-9_\-]{0,63}")  # fullmatch: "$" would let a trailing newline in
 
 
 class CorporaResource(dg.ConfigurableResource):
@@ -86,14 +83,18 @@ class CorporaResource(dg.ConfigurableResource):
         with diskcache.Cache(self.conversion_cache_dir) as cache:
             yield cache
 
-    def folder(self, corpus: str) -> Path:
-        """The corpus's folder: under a local root, itself; under an object-storage root, its mirror, brought up
-        to date."""
-        if not _SAFE_CORPUS_NAME.fullmatch(corpus):
+    @staticmethod
+    def _check_name(corpus: str) -> None:
+        if not SAFE_CORPUS_NAME.fullmatch(corpus):
             raise ValueError(
                 f"corpus name {corpus!r} is not a safe identifier: use lowercase letters, digits, '-' and '_' "
                 "(at most 64, starting with a letter or digit)"
             )
+
+    def folder(self, corpus: str) -> Path:
+        """The corpus's folder: under a local root, itself; under an object-storage root, its mirror, brought up
+        to date."""
+        self._check_name(corpus)
         if is_object_storage(self.root):
             return self._mirrored(corpus)
         root = Path(self.root).resolve()
@@ -141,6 +142,59 @@ class CorporaResource(dg.ConfigurableResource):
 
     def names(self) -> list[str]:
         return self.scan()[0]
+
+
+class QueryCorporaResource(CorporaResource):
+    """The corpora a SQL query returns: all its rows as one corpus, or a corpus per value of `corpus_column`. Each
+    is written as a parquet file in `mirror_dir` (rewritten only when its rows change) and indexed from there."""
+
+    root: str = Field("sql", description="What messages call the source (a query has no folder).")
+    query: str = Field(description="The SQL that returns the documents, one row each.")
+    query_database: str | None = Field(None, description="A DuckDB file to run it in (None: an in-memory DuckDB).")
+    postgres: str | None = Field(
+        None, description="A PostgreSQL connection string, attached as pg (the query reads pg.<schema>.<table>)."
+    )
+    text_column: str = "text"
+    title_column: str | None = "title"
+    id_column: str | None = None
+    metadata_columns: list[str] = []
+    corpus_column: str | None = None
+    corpus: str = Field("documents", description="The corpus all rows index as, without a corpus_column.")
+
+    _written: dict[str, Path] | None = PrivateAttr(default=None)
+    _returned: list[str] = PrivateAttr(default_factory=list)
+
+    def document_query(self) -> DocumentQuery:
+        return DocumentQuery(
+            sql=self.query,
+            database=self.query_database,
+            postgres=self.postgres,
+            text_column=self.text_column,
+            title_column=self.title_column,
+            id_column=self.id_column,
+            metadata_columns=tuple(self.metadata_columns),
+            corpus_column=self.corpus_column,
+            corpus=self.corpus,
+        )
+
+    def _corpora(self) -> dict[str, Path]:
+        """The corpora's folders, queried once per process (a step reads its corpus's folder more than once)."""
+        if self._written is None:
+            source = f"{self.query_database}\0{self.query}".encode()
+            folder = Path(self.mirror_dir) / "queries" / hashlib.sha256(source).hexdigest()[:16]
+            self._written, self._returned = write_corpora(self.document_query(), folder)
+        return self._written
+
+    def folder(self, corpus: str) -> Path:
+        self._check_name(corpus)
+        found = self._corpora().get(corpus)
+        if found is None:
+            raise FileNotFoundError(f"the documents' query returns no rows for corpus {corpus!r}")
+        return found
+
+    def _entries(self) -> list[str]:
+        self._corpora()
+        return self._returned  # with the names no folder may take, for scan() to refuse by name
 
 
 class DuckDBStoreResource(DuckDBResource):

@@ -160,3 +160,71 @@ def test_two_instances_load_side_by_side_and_each_indexes_into_its_own_store(tmp
     assert units > 0 and lineage[0] == "lazy" and "text_units" in lineage[1]  # read by its bare table names
     assert (project / ".graphrag" / "exports" / "notes" / "graph.graphml").is_file()  # beside its store, not ours
     assert not (project / ".graphrag" / "support.duckdb").exists()  # the other instance's store is untouched
+
+
+TICKETS_ASSET = '''
+import dagster as dg
+import duckdb
+
+
+@dg.asset
+def tickets() -> None:
+    """The platform's support tickets, as its own ingestion (dlt, Sling) would land them."""
+    with duckdb.connect("warehouse.duckdb") as conn:
+        conn.execute("CREATE OR REPLACE TABLE tickets (ticket_id INTEGER, subject VARCHAR, body VARCHAR, team VARCHAR)")
+        conn.execute(
+            "INSERT INTO tickets VALUES (1, 'Refund', 'Ada Lovelace asked Charles Babbage for a refund.', 'billing'),"
+            " (2, 'Login', 'Charles Babbage cannot log in to the Analytical Engine portal.', 'access')"
+        )
+'''
+
+
+@pytest.mark.slow
+def test_an_instance_reads_a_table_the_platforms_own_asset_makes_and_sits_downstream_of_it(tmp_path, monkeypatch):
+    project = platform_project(tmp_path)
+    monkeypatch.syspath_prepend(str(project / "src"))
+    monkeypatch.chdir(project)  # the platform's asset writes its warehouse where its runs start
+    defs_folder = project / "src" / "platform_project" / "defs"
+    (defs_folder / "warehouse.py").write_text(TICKETS_ASSET)
+    (defs_folder / "support").mkdir()
+    (defs_folder / "support" / "defs.yaml").write_text(
+        f"type: {TYPE}\n\nattributes:\n  documents:\n    sql: SELECT * FROM tickets\n    database: warehouse.duckdb\n"
+        "    corpus: support\n  columns: {text: body, title: subject, id: ticket_id, metadata: [team]}\n"
+        "  upstream_assets: [tickets]\n  store: .graphrag/support.duckdb\n  key_prefix: support\n  method: lazy\n"
+    )
+    defs = dg.Definitions.merge(dg.load_from_defs_folder(path_within_project=defs_folder))
+    repository = defs.get_repository_def()
+    graph = repository.asset_graph
+    assert dg.AssetKey("tickets") in graph.get(dg.AssetKey(["support", "documents"])).parent_keys
+    published = dg.AssetKey(["support", "published_index"])
+    downstream = dg.AssetSelection.assets("tickets").downstream().resolve(graph)
+    assert published in downstream
+
+    instance = dg.DagsterInstance.ephemeral()
+    upstream = repository.get_sensor_def("support__upstream_changes_sensor")
+    assert (
+        defs.resolve_job_def("__ASSET_JOB")
+        .execute_in_process(instance=instance, asset_selection=[dg.AssetKey("tickets")])
+        .success
+    )
+    with dg.build_sensor_context(instance=instance, resources=defs.resources) as context:
+        found = repository.get_sensor_def("support__new_corpus_sensor")(context)
+    assert [request.partition_key for request in found.run_requests] == ["support"]
+    instance.add_dynamic_partitions("support__corpus", ["support"])
+    with dg.build_sensor_context(instance=instance, resources=defs.resources) as context:
+        requests = upstream(context)
+        cursor = context.cursor
+    assert [request.partition_key for request in requests] == ["support"]
+    with dg.build_sensor_context(instance=instance, resources=defs.resources, cursor=cursor) as context:
+        assert isinstance(upstream(context), dg.SkipReason)  # nothing new since
+
+    result = defs.resolve_job_def("support__index_corpus").execute_in_process(
+        partition_key="support", instance=instance
+    )
+    assert result.success
+    with duckdb.connect(str(project / ".graphrag" / "support.duckdb"), read_only=True) as conn:
+        documents = conn.execute(
+            "SELECT title, metadata FROM documents WHERE corpus = 'support' ORDER BY title"
+        ).fetchall()
+    assert [title for title, _ in documents] == ["Login", "Refund"]
+    assert '"team": "billing"' in documents[1][1] and '"ticket_id": 1' in documents[1][1]

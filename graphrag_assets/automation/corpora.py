@@ -245,3 +245,44 @@ def changed_files_sensor(sensor: str, names: InstanceNames = DEFAULT) -> dg.Sens
 
 alias_overrides_sensor = changed_files_sensor("alias_overrides_sensor")
 prompt_files_sensor = changed_files_sensor("prompt_files_sensor")
+
+
+def upstream_changes_sensor(upstream: list[dg.AssetKey], names: InstanceNames = DEFAULT) -> dg.SensorDefinition:
+    """Re-indexes every registered corpus when an asset of the user's project that the documents come from is
+    materialized again (with the budget as the guard, as every automatic run)."""
+
+    def evaluate(
+        context: dg.SensorEvaluationContext,
+        corpora: CorporaResource,
+        chat: ChatModelResource,
+        embeddings: EmbeddingModelResource,
+    ):
+        tags = budget_tags(chat, embeddings, corpora)
+        if isinstance(tags, dg.SkipReason):
+            return tags  # the cursor stays: the new materializations are seen again once there is a budget
+        latest = {}
+        for key in upstream:
+            records = context.instance.fetch_materializations(key, limit=1).records
+            latest[key.to_user_string()] = records[0].storage_id if records else 0
+        seen = json.loads(context.cursor) if context.cursor else {}
+        context.update_cursor(json.dumps(latest, sort_keys=True))
+        changed = sorted(key for key, storage_id in latest.items() if storage_id and seen.get(key) != storage_id)
+        if not changed:
+            return dg.SkipReason(f"no new materialization of {', '.join(sorted(latest))}")
+        registered = context.instance.get_dynamic_partitions(names.name("corpus"))
+        present = set(corpora.names())
+        version = "-".join(str(latest[key]) for key in sorted(latest))
+        return [
+            dg.RunRequest(partition_key=name, run_key=f"upstream-{name}-{version}", tags=tags)
+            for name in registered
+            if name in present
+        ] or dg.SkipReason(f"{', '.join(changed)} changed, and no registered corpus to re-index yet")
+
+    return dg.sensor(
+        name=names.name("upstream_changes_sensor"),
+        job_name=names.name(INDEX_JOB),
+        minimum_interval_seconds=30,
+        default_status=dg.DefaultSensorStatus.RUNNING,
+        description=f"Re-indexes every corpus when {', '.join(k.to_user_string() for k in upstream)}, which the "
+        "documents come from, is materialized again (a paid model needs the budget per run).",
+    )(renamed_resources(evaluate, names, ("corpora", "chat", "embeddings")))

@@ -3,7 +3,11 @@ these, and the steps that read them find them here."""
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
+
+# A corpus's name is a folder's and a partition's: fullmatch, since "$" would let a trailing newline in.
+SAFE_CORPUS_NAME = re.compile(r"[a-z0-9][a-z0-9_\-]{0,63}")
 
 ALIASES_FILE = "aliases.csv"  # entity,canonical,action: aliases added or rejected by hand (graph/aliases.py)
 PROMPTS_FOLDER = "prompts"  # <name>.txt: the corpus's own prompt, in place of the file in prompts/

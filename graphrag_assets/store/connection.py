@@ -63,7 +63,7 @@ def extension_path(package: str) -> str:
     return str(link)
 
 
-def _literal(text: str) -> str:
+def sql_literal(text: str) -> str:
     """A SQL string literal (ATTACH takes no parameters)."""
     return "'" + text.replace("'", "''") + "'"
 
@@ -126,9 +126,8 @@ def connect(
         if "://" in data_path:
             _object_storage(conn)
         options = ", READ_ONLY" if read_only else ""
-        attach = (
-            f"ATTACH {_literal(DUCKLAKE_PREFIX + catalog)} AS {LAKE_ALIAS} (DATA_PATH {_literal(data_path)}{options})"
-        )
+        lake, data = sql_literal(DUCKLAKE_PREFIX + catalog), sql_literal(data_path)
+        attach = f"ATTACH {lake} AS {LAKE_ALIAS} (DATA_PATH {data}{options})"
         # Processes that find a new catalog together race to create its tables; the losers attach the winner's.
         for attempt in tenacity.Retrying(
             retry=tenacity.retry_if_exception_type(duckdb.Error),
@@ -164,7 +163,7 @@ def _object_storage(conn: duckdb.DuckDBPyConnection) -> None:
     endpoint = urlparse(os.environ.get("AWS_ENDPOINT_URL", ""))
     if endpoint.netloc:
         options |= {"ENDPOINT": endpoint.netloc, "URL_STYLE": "path"}
-    settings = ", ".join(f"{key} {_literal(value)}" for key, value in options.items())
+    settings = ", ".join(f"{key} {sql_literal(value)}" for key, value in options.items())
     use_ssl = ", USE_SSL false" if endpoint.scheme == "http" else ""
     conn.execute(f"CREATE SECRET graphrag_store (TYPE s3, {settings}{use_ssl})")
 
