@@ -15,6 +15,7 @@ from graphrag_assets.components import GraphRAG
 from graphrag_assets.project import graphrag_definitions
 
 from .conftest import REPO, SAMPLE_CORPUS
+from .test_cli import Cli
 
 DG = Path(sys.executable).parent / "dg"
 TYPE = "graphrag_assets.components.GraphRAG"
@@ -160,6 +161,14 @@ def test_two_instances_load_side_by_side_and_each_indexes_into_its_own_store(tmp
     assert units > 0 and lineage[0] == "lazy" and "text_units" in lineage[1]  # read by its bare table names
     assert (project / ".graphrag" / "exports" / "notes" / "graph.graphml").is_file()  # beside its store, not ours
     assert not (project / ".graphrag" / "support.duckdb").exists()  # the other instance's store is untouched
+
+    # The CLI answers from an instance's store once pointed at it.
+    state = project / ".graphrag"
+    asked = Cli(tmp_path, {"GRAPHRAG_DUCKDB": str(state / "search.duckdb")}).run(
+        "ask", "--corpus", "notes", "--method", "basic", "Who is Marley?"
+    )
+    assert asked.returncode == 0, asked.stderr
+    assert "Marley" in asked.stdout
 
 
 TICKETS_ASSET = '''
