@@ -116,6 +116,62 @@ def _run_tags() -> dict:
     }
 
 
+# The instance chosen with --instance in a dg project: its project's root, defs.yaml and attributes (empty: this
+# repository's own project, by GRAPHRAG_ variables).
+_CHOSEN: dict = {}
+
+
+def use_instance(name: str) -> None:
+    """Point the command at one GraphRAG instance of the dg project it runs in: its store, corpora and endpoint
+    become the GRAPHRAG_ variables, before anything reads them, and its jobs are the ones launched."""
+    from .instance_files import dg_project_root, instance_environment, instances
+
+    root = dg_project_root(Path.cwd())
+    if root is None:
+        raise UserError(
+            f"--instance {name}: {Path.cwd()} is in no dg project (a pyproject.toml with [tool.dg]); run it in the "
+            "project that holds the instance's defs.yaml, or leave --instance out for this repository's project"
+        )
+    found = instances(root)
+    if name not in found:
+        known = ", ".join(sorted(found)) or "none"
+        raise UserError(f"--instance {name}: the project at {root} has no GraphRAG instance of that name ({known})")
+    where, attributes = found[name]
+    os.chdir(root)
+    os.environ.update(instance_environment(attributes, root))
+    _CHOSEN.update(root=root, where=where, attributes=attributes)
+
+
+@functools.cache
+def _definitions():
+    """The Definitions the command launches runs of: this repository's, or the chosen instance's."""
+    if not _CHOSEN:
+        from .definitions import defs
+
+        return defs
+    import pydantic
+
+    from .components import GraphRAG
+    from .project import graphrag_definitions
+
+    try:
+        component = GraphRAG.model_validate(_CHOSEN["attributes"])
+    except pydantic.ValidationError as problem:
+        mistakes = "; ".join(f"{'.'.join(map(str, e['loc']))}: {e['msg']}" for e in problem.errors())
+        raise UserError(f"{_CHOSEN['where']}: {mistakes}") from None
+    return graphrag_definitions(component.settings(_CHOSEN["root"]))
+
+
+def _names():
+    from .naming import InstanceNames
+
+    return InstanceNames(_CHOSEN.get("attributes", {}).get("key_prefix", ""))
+
+
+def _resource(name: str):
+    return _definitions().resources[_names().name(name)]
+
+
 def _logging(verbose: bool) -> dict:
     return {"loggers": {"console": {"config": {"log_level": "INFO" if verbose else "CRITICAL"}}}}
 
@@ -285,12 +341,20 @@ def interrupted(result) -> bool:
 def execute(job_name: str, corpus: str, run_config: dict, verbose: bool, tags: dict[str, str] | None = None):
     import dagster as dg
 
-    from .definitions import DATABASE, defs
+    from .settings import DATABASE
     from .store.connection import is_local_file
 
     if is_local_file(DATABASE) and Path(DATABASE).exists():
         connect_when_free(Path(DATABASE).resolve()).close()
+    defs, names = _definitions(), _names()
+    job_name = names.name(job_name)
     job = defs.resolve_job_def(job_name)
+    run_config = {
+        section: {names.name(key): value for key, value in run_config[section].items()}
+        for section in ("ops", "resources")
+        if section in run_config
+    } | {key: value for key, value in run_config.items() if key not in ("ops", "resources")}
+    run_config = _merged(job.get_run_config_for_partition_key(corpus), run_config)  # the job's own defaults under
     check_settings(job, run_config)
     if run_config.get("resources"):
         run_config = {**run_config, "resources": resource_settings(defs, run_config["resources"])}
@@ -308,19 +372,27 @@ def execute(job_name: str, corpus: str, run_config: dict, verbose: bool, tags: d
         raise UserError(f"the settings are not valid for {job_name}: {details}. Steps of this job: {steps}") from None
 
 
+def _merged(defaults: dict, given: dict) -> dict:
+    """`given` over `defaults`, mapping by mapping: a setting given replaces that setting, not its step's others."""
+    merged = dict(defaults)
+    for key, value in given.items():
+        both = isinstance(value, dict) and isinstance(defaults.get(key), dict)
+        merged[key] = _merged(defaults[key], value) if both else value
+    return merged
+
+
 def estimate(corpora: list[str], run_config: dict, as_json: bool) -> int:
     """What indexing each corpus would cost, with no model request and no run."""
     from .assets.estimate import estimate_corpus, estimate_table
     from .assets.metadata import markdown
-    from .definitions import defs
     from .method.ingest.documents import has_documents
 
-    folders = defs.resources["corpora"]
+    folders = _resource("corpora")
     names = corpora or folders.scan()[0]
     for name in names:
         if not has_documents(folders.folder(name)):
             raise UserError(f"corpus folder {folders.root}/{name} holds no documents yet: add files to it")
-    chat, embeddings = defs.resources["chat"], defs.resources["embeddings"]
+    chat, embeddings = _resource("chat"), _resource("embeddings")
     if not chat.configured:
         print("no model is set: the offline engine indexes for nothing; the figures are what a model would be asked")
     for name in names:
@@ -351,13 +423,13 @@ def _dollars(value: str) -> float:
 def index(
     corpora: list[str], run_config: dict, verbose: bool, batch: bool | None = None, budget: float | None = None
 ) -> int:
-    from .definitions import DATABASE, defs
     from .method.ingest.documents import has_documents
     from .resources import BATCH_API_TAG, MAX_COST_TAG
+    from .settings import DATABASE
     from .store.connection import is_local_file, redacted
 
-    instance = _instance()
-    corpora_folders = defs.resources["corpora"]
+    instance, partitions = _instance(), _names().name("corpus")
+    corpora_folders = _resource("corpora")
     if corpora:
         names = corpora
         for name in names:  # a clear error for a name that is unsafe, has no folder, or nothing in it
@@ -369,7 +441,7 @@ def index(
             print(f"skipped {corpora_folders.root}/{folder}: {reason}", file=sys.stderr)
     if not names:
         raise UserError(f"no corpus to index under {corpora_folders.root}/: add one (<name>/*.txt) and try again")
-    instance.add_dynamic_partitions("corpus", [n for n in names if not instance.has_dynamic_partition("corpus", n)])
+    instance.add_dynamic_partitions(partitions, [n for n in names if not instance.has_dynamic_partition(partitions, n)])
     failed: dict[str, str] = {}
     for name in names:  # one corpus that fails does not keep the others from being indexed
         tags = {BATCH_API_TAG: str(batch).lower()} if batch is not None else {}
@@ -616,13 +688,12 @@ def new_key(name: str, corpora: list[str], per_minute: int | None) -> int:
 
 def tune(corpus: str, run_config: dict, verbose: bool) -> int:
     """Tune the corpus's prompts, then show what tuning found and how each prompt differs from prompts/."""
-    from .definitions import defs
     from .method.tuning import prompt_diff
 
-    defs.resources["corpora"].folder(corpus)  # a clear error for a name that is unsafe or has no folder
-    instance = _instance()
-    if not instance.has_dynamic_partition("corpus", corpus):
-        instance.add_dynamic_partitions("corpus", [corpus])
+    _resource("corpora").folder(corpus)  # a clear error for a name that is unsafe or has no folder
+    instance, partitions = _instance(), _names().name("corpus")
+    if not instance.has_dynamic_partition(partitions, corpus):
+        instance.add_dynamic_partitions(partitions, [corpus])
     result = execute("tune_prompts", corpus, run_config, verbose)
     if not result.success:
         from .failures import failure_message
@@ -655,14 +726,12 @@ def tune(corpus: str, run_config: dict, verbose: bool) -> int:
 
 
 def evaluate(corpus: str, run_config: dict, verbose: bool) -> int:
-    from .definitions import defs
-
-    if not defs.resources["chat"].configured:
+    if not _resource("chat").configured:
         raise UserError(
             "the evaluation needs a chat model to write questions, answer them and judge the answers, and none is "
             "set: export GRAPHRAG_API_BASE (and GRAPHRAG_API_KEY) and run it again"
         )
-    if not _instance().has_dynamic_partition("corpus", corpus):
+    if not _instance().has_dynamic_partition(_names().name("corpus"), corpus):
         raise UserError(
             f"corpus {corpus!r} was never indexed here: run `graphrag-assets index --corpus {corpus}` first"
         )
@@ -714,7 +783,7 @@ def build_parser() -> argparse.ArgumentParser:
     commands = parser.add_subparsers(dest="command", required=True)
     index_parser, ask_parser = _index_command(commands), _ask_command(commands)
     serve_parser = _serve_command(commands)
-    commands.add_parser("mcp", help="an MCP server on standard input and output, for desktop MCP clients")
+    mcp_parser = commands.add_parser("mcp", help="an MCP server on standard input and output, for desktop MCP clients")
     key_parser = commands.add_parser("key", help="make an API key for `serve` and print its keys-file entry")
     key_parser.add_argument("name", help="who the key is for: answers record it")
     key_parser.add_argument("--corpus", action="append", default=[], help="a corpus it may read; repeatable (all)")
@@ -746,6 +815,12 @@ def build_parser() -> argparse.ArgumentParser:
         )
     for sub in (index_parser, ask_parser, evaluate_parser, tune_parser, serve_parser):
         sub.add_argument("--verbose", action="store_true", default=argparse.SUPPRESS, help=argparse.SUPPRESS)
+    for sub in (index_parser, ask_parser, evaluate_parser, tune_parser, serve_parser, mcp_parser):
+        sub.add_argument(
+            "--instance",
+            metavar="NAME",
+            help="in a dg project: the GraphRAG component instance to use (its key_prefix, or its folder's name)",
+        )
     return parser
 
 
@@ -817,12 +892,15 @@ def _serve_command(commands) -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
-    enter_project()
+    if not getattr(args, "instance", None):
+        enter_project()
     if not args.verbose:  # verbose shows Dagster's log, progress included
         from .method.progress import PROGRESS_TO_TERMINAL
 
         os.environ[PROGRESS_TO_TERMINAL] = "1"
     try:
+        if getattr(args, "instance", None):
+            use_instance(args.instance)
         if args.command == "serve":
             return serve(
                 args.host, args.port, args.keys, args.cors_origin, args.poll_seconds, args.rate, args.question_budget

@@ -16,6 +16,7 @@ import dagster as dg
 from pydantic import Field, field_validator
 
 from .automation.corpora import NIGHTLY
+from .instance_files import DEFAULT_STORE, local, state_paths
 from .method.ingest.object_storage import is_object_storage
 from .method.prompts import prompts_dir, use_prompts_dir
 from .naming import InstanceNames
@@ -137,7 +138,7 @@ class GraphRAG(dg.Component, dg.Model, dg.Resolvable):
     upstream_assets: list[str] = Field(
         [], description="Keys of this project's assets the documents come from: the index is downstream of them."
     )
-    store: str = Field(".graphrag/graphrag.duckdb", description="The index's DuckDB file, or ducklake:<catalog>.")
+    store: str = Field(DEFAULT_STORE, description="The index's DuckDB file, or ducklake:<catalog>.")
     ducklake_data_path: str | None = Field(None, description="Where a DuckLake store keeps its data files.")
     vector_index_dir: str | None = Field(
         None, description="Where HNSW and keyword index files go (default: a folder beside the store)."
@@ -184,15 +185,11 @@ class GraphRAG(dg.Component, dg.Model, dg.Resolvable):
     def settings(self, project_root: Path) -> ProjectSettings:
         """The deployment's settings, with relative paths taken from the project's root."""
 
-        def local(path: str) -> str:
-            return path if is_object_storage(path) or path.startswith("ducklake:") else str(project_root / path)
-
-        store, documents = local(self.store), self.documents
-        query = None
+        documents, query = self.documents, None
         if isinstance(documents, SqlDocuments):
             query = DocumentQuery(
                 sql=documents.sql,
-                database=local(documents.database) if documents.database else None,
+                database=local(documents.database, project_root) if documents.database else None,
                 text_column=self.columns.text,
                 title_column=self.columns.title,
                 id_column=self.columns.id,
@@ -200,18 +197,18 @@ class GraphRAG(dg.Component, dg.Model, dg.Resolvable):
                 corpus_column=documents.corpus_column,
                 corpus=documents.corpus,
             )
-        state = str(Path(store).parent) if not store.startswith("ducklake:") else str(project_root / ".graphrag")
+        paths = state_paths(self.store, self.vector_index_dir, project_root)
         return ProjectSettings(
-            documents=local(documents) if query is None else "sql",
+            documents=local(documents, project_root) if query is None else "sql",
             documents_query=query,
             postgres_variable=documents.postgres_variable if query is not None else None,
             upstream_assets=tuple(self.upstream_assets),
             file_columns=self._file_columns() if query is None else {},
-            mirror_dir=f"{state}/mirrors",
-            database=store,
+            mirror_dir=paths.mirror_dir,
+            database=paths.store,
             ducklake_data_path=self.ducklake_data_path,
-            vector_index_dir=local(self.vector_index_dir) if self.vector_index_dir else f"{state}/vector-index",
-            exports_dir=f"{state}/exports",
+            vector_index_dir=paths.vector_index_dir,
+            exports_dir=paths.exports_dir,
             api_base_variable=self.api_base_variable,
             api_key_variable=self.api_key_variable,
             chat_model=self.chat_model,

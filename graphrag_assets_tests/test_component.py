@@ -162,13 +162,21 @@ def test_two_instances_load_side_by_side_and_each_indexes_into_its_own_store(tmp
     assert (project / ".graphrag" / "exports" / "notes" / "graph.graphml").is_file()  # beside its store, not ours
     assert not (project / ".graphrag" / "support.duckdb").exists()  # the other instance's store is untouched
 
-    # The CLI answers from an instance's store once pointed at it.
-    state = project / ".graphrag"
-    asked = Cli(tmp_path, {"GRAPHRAG_DUCKDB": str(state / "search.duckdb")}).run(
-        "ask", "--corpus", "notes", "--method", "basic", "Who is Marley?"
+    # The CLI takes an instance by name, from anywhere in the project: its store, documents and jobs.
+    cli = Cli(tmp_path)  # its GRAPHRAG_ variables name other places: the instance's win
+    indexed = cli.run("index", "--instance", "support", cwd=project / "src")
+    assert indexed.returncode == 0, indexed.stderr
+    assert "indexed billing" in indexed.stdout and str(project / ".graphrag" / "support.duckdb") in indexed.stdout
+    with duckdb.connect(str(project / ".graphrag" / "support.duckdb"), read_only=True) as conn:
+        method = conn.execute("SELECT settings->>'method' FROM lineage WHERE asset = 'entities'").fetchone()[0]
+    assert method == "fast"  # the instance's own method, from its job's defaults
+    asked = cli.run(
+        "ask", "--instance", "search", "--corpus", "notes", "--method", "basic", "Who is Marley?", cwd=project
     )
     assert asked.returncode == 0, asked.stderr
     assert "Marley" in asked.stdout
+    unknown = cli.run("ask", "--instance", "sales", "Who?", cwd=project)
+    assert unknown.returncode == 2 and "has no GraphRAG instance of that name (search, support)" in unknown.stderr
 
 
 TICKETS_ASSET = '''
