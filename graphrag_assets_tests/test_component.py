@@ -4,6 +4,7 @@ a platform's project indexes its documents through it."""
 import os
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import dagster as dg
@@ -14,7 +15,7 @@ from pydantic import ValidationError
 from graphrag_assets.components import GraphRAG
 from graphrag_assets.project import graphrag_definitions
 
-from .conftest import REPO, SAMPLE_CORPUS
+from .conftest import REPO, SAMPLE_CORPUS, open_instance
 from .test_cli import Cli
 
 DG = Path(sys.executable).parent / "dg"
@@ -245,3 +246,89 @@ def test_an_instance_reads_a_table_the_platforms_own_asset_makes_and_sits_downst
         ).fetchall()
     assert [title for title, _ in documents] == ["Login", "Refund"]
     assert '"team": "billing"' in documents[1][1] and '"ticket_id": 1' in documents[1][1]
+
+
+# Our partitioned assets only: the platform's tickets have no partitions to ask a status of.
+STALENESS = """query ($partition: String!, $keys: [AssetKeyInput!]) {
+    assetNodes(assetKeys: $keys) { assetKey { path } staleStatus(partition: $partition) } }"""
+
+
+@pytest.mark.slow
+def test_the_webserver_marks_the_index_stale_when_the_platforms_asset_is_materialized_again(tmp_path):
+    from dagster_graphql import DagsterGraphQLClient
+
+    from .test_webserver import INSTANCE_YAML, free_port
+
+    project = platform_project(tmp_path)
+    defs_folder = project / "src" / "platform_project" / "defs"
+    (defs_folder / "warehouse.py").write_text(TICKETS_ASSET)
+    (defs_folder / "support").mkdir()
+    (defs_folder / "support" / "defs.yaml").write_text(
+        f"type: {TYPE}\n\nattributes:\n  documents:\n    sql: SELECT * FROM tickets\n    database: warehouse.duckdb\n"
+        "    corpus: support\n  columns: {text: body, title: subject}\n  upstream_assets: [tickets]\n"
+        "  store: .graphrag/support.duckdb\n  key_prefix: support\n  method: lazy\n"
+    )
+    home = tmp_path / "dagster_home"
+    home.mkdir()
+    (home / "dagster.yaml").write_text(INSTANCE_YAML)  # runs launch at once, with no daemon
+    environment = {key: value for key, value in os.environ.items() if not key.startswith("GRAPHRAG_")}
+    environment |= {"DAGSTER_HOME": str(home), "PYTHONPATH": str(project / "src")}
+    port = free_port()
+    webserver = subprocess.Popen(
+        [
+            str(DG.parent / "dagster-webserver"),
+            "-h",
+            "127.0.0.1",
+            "-p",
+            str(port),
+            "-m",
+            "platform_project.definitions",
+        ],
+        cwd=project,
+        env=environment,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    try:
+        client = DagsterGraphQLClient("127.0.0.1", port_number=port, timeout=60)
+        deadline = time.monotonic() + 180
+        while True:
+            assert webserver.poll() is None, "the webserver exited"
+            try:
+                client._execute("{ version }")
+                break
+            except Exception:
+                assert time.monotonic() < deadline, "the webserver did not start in time"
+                time.sleep(1)
+
+        def run(job: str, tags: dict | None = None, assets: list[dg.AssetKey] | None = None) -> None:
+            run_id = client.submit_job_execution(
+                job, run_config={"execution": {"config": {"in_process": {}}}}, tags=tags, asset_selection=assets
+            )
+            deadline = time.monotonic() + 240
+            while (status := client.get_run_status(run_id)) not in (
+                dg.DagsterRunStatus.SUCCESS,
+                dg.DagsterRunStatus.FAILURE,
+            ):
+                assert time.monotonic() < deadline, f"{job} still {status}"
+                time.sleep(1)
+            assert status == dg.DagsterRunStatus.SUCCESS, f"{job} failed"
+
+        def staleness() -> dict[str, str]:
+            keys = [{"path": ["support", asset]} for asset in ("documents", "entities", "published_index")]
+            nodes = client._execute(STALENESS, {"partition": "support", "keys": keys})["assetNodes"]
+            return {"/".join(node["assetKey"]["path"]): node["staleStatus"] for node in nodes}
+
+        run("__ASSET_JOB", assets=[dg.AssetKey("tickets")])
+        with open_instance(home) as instance:
+            instance.add_dynamic_partitions("support__corpus", ["support"])
+        run("support__index_corpus", tags={"dagster/partition": "support"})
+        assert set(staleness().values()) == {"FRESH"}
+        run("__ASSET_JOB", assets=[dg.AssetKey("tickets")])  # the platform lands its tickets again
+        # Dagster marks stale what reads a changed asset directly; the steps after documents follow, each once the
+        # one before it has a new data version.
+        after = staleness()
+        assert after["support/documents"] == "STALE", after
+    finally:
+        webserver.terminate()
+        webserver.wait(timeout=30)
