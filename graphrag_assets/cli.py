@@ -601,7 +601,16 @@ def ask(args: argparse.Namespace, run_config: dict) -> int:
     settings = run_config.get("ops", {}).get(ANSWERING[name].asset, {}).get("config", {}) if name else {}
     try:
         found = service.ask(
-            Question(corpus, question, name, level, args.dynamic, None, follow_up, args.budget, settings),
+            Question(
+                corpus=corpus,
+                text=question,
+                method=name,
+                level=level,
+                dynamic=args.dynamic,
+                follow_up=follow_up,
+                max_cost_usd=args.budget,
+                settings=settings,
+            ),
             asked_by="cli",
         )
     except AnswerFailed as failure:

@@ -42,7 +42,8 @@ def _positive(kind: type) -> object:
     return read
 
 
-def _flag(value: str) -> bool:
+def flag(value: str) -> bool:
+    """A yes-or-no setting, from a variable or a run's tag: the one reading of both."""
     if value.strip().lower() not in ("1", "true", "yes", "on", "0", "false", "no", "off"):
         raise ValueError("use true or false")
     return value.strip().lower() in ("1", "true", "yes", "on")
@@ -56,7 +57,7 @@ _OPTIONAL_SETTINGS = {
     "tokens_per_minute": ("GRAPHRAG_TPM", _positive(int)),
     "rate_limits_file": ("GRAPHRAG_RATE_LIMITS_FILE", str),
     "timeout_seconds": ("GRAPHRAG_TIMEOUT_SECONDS", _positive(float)),
-    "batch_api": ("GRAPHRAG_BATCH_API", _flag),
+    "batch_api": ("GRAPHRAG_BATCH_API", flag),
 }
 
 

@@ -233,6 +233,19 @@ def test_a_run_tag_chooses_batch_mode_for_the_run(tmp_path, resource, tag, batch
     assert any(s.via == "batch" for s in server.served) == batched
 
 
+def test_a_run_tag_that_is_not_true_or_false_fails_the_step_in_one_line_and_sends_nothing(tmp_path):
+    workspace = sample(tmp_path)
+    with FakeOpenAIServer() as server:
+        resources = batch_resources(server, workspace, batch_api=False)
+        result = workspace.materialize(
+            SAMPLE_CORPUS, selection=GRAPH, tags={"graphrag/batch_api": "maybe"}, raise_on_error=False, **resources
+        )
+        sent = server.count()
+    failure = result.get_step_failure_events()[0].step_failure_data.user_failure_data.description
+    assert failure == "the run's tag graphrag/batch_api='maybe' is not true or false"
+    assert sent == 0
+
+
 def test_batch_and_synchronous_runs_share_one_response_cache(tmp_path):
     workspace = sample(tmp_path)
     with FakeOpenAIServer(batch_seconds=0.1) as server:

@@ -73,7 +73,9 @@ def answer_digests(workspace, chat=None, embeddings=None) -> dict[str, dict]:
     )
     found = {}
     for method in METHODS:
-        given = service.ask(Question(SAMPLE_CORPUS, QUESTION, method, level=0 if method == "global" else None))
+        given = service.ask(
+            Question(corpus=SAMPLE_CORPUS, text=QUESTION, method=method, level=0 if method == "global" else None)
+        )
         sources = [[source["kind"], str(source["id"])] for source in given.sources]
         found[method] = {
             "sha256": _digest([given.text, *sources]),

@@ -169,7 +169,7 @@ def test_the_server_holds_the_published_keyword_index_with_a_model_index_too(off
         keywords = service_for(workspace).loaded(SAMPLE_CORPUS).index.keywords
         assert keywords.built_from == stored(workspace, "keyword_index")["built_from"][0]  # its file, not memory
         assert keywords.search("text_unit", QUESTION, 1)
-    given = service_for(offline_index[0]).ask(Question(SAMPLE_CORPUS, QUESTION, "basic"))
+    given = service_for(offline_index[0]).ask(Question(corpus=SAMPLE_CORPUS, text=QUESTION, method="basic"))
     assert any("keyword" in source.get("retrieved_by", []) for source in given.sources)
 
 

@@ -1,6 +1,7 @@
 """Query assets against the test model server and offline, on the indexed sample corpus."""
 
 import asyncio
+import dataclasses
 import json
 import os
 import re
@@ -11,11 +12,14 @@ import duckdb
 import polars as pl
 import pytest
 
+from graphrag_assets.answers.options import ASKED
+from graphrag_assets.answers.options import METHODS as QUERY_METHODS
 from graphrag_assets.answers.published import load_index
 from graphrag_assets.answers.sources import cited
 from graphrag_assets.method.ingest.tokens import count_tokens
 from graphrag_assets.method.schema import records
 from graphrag_assets.method.search.global_search import reduce_points, select_communities
+from graphrag_assets.method.search.settings import BasicSearchSettings, settings_from
 from graphrag_assets_tests.model_server import FakeOpenAIServer
 
 from .conftest import SAMPLE_CORPUS, chat_resource, embedding_resource, materialization_metadata
@@ -30,6 +34,21 @@ METHODS = {
     "lazy_search": {"question": QUESTION},
     "question_generation": {"previous_questions": [QUESTION]},
 }
+
+
+@pytest.mark.parametrize("method", sorted(QUERY_METHODS))
+def test_a_methods_launch_options_are_its_settings_and_what_is_asked(method):
+    """Each launch-time option reaches the search: the config's fields are the settings' fields and the question."""
+    spec = QUERY_METHODS[method]
+    settings = {field.name for field in dataclasses.fields(spec.settings)}
+    assert set(spec.options.model_fields) - set(ASKED) == settings
+
+
+def test_an_option_with_no_place_in_the_settings_is_refused_not_dropped():
+    with pytest.raises(TypeError, match="BasicSearchSettings has no field for top_n"):
+        settings_from(BasicSearchSettings, {"top_k": 3, "max_context_tokens": 900, "keyword_weight": 1, "top_n": 2})
+    asked = {"question": "Who?", "response_type": "a line", "top_k": 3, "max_context_tokens": 900, "keyword_weight": 1}
+    assert settings_from(BasicSearchSettings, asked, besides=ASKED).top_k == 3
 
 
 @pytest.fixture(scope="module")

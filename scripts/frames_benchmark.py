@@ -46,7 +46,7 @@ service = AnswerService(str(root / "graphrag.duckdb"), data_path=None, vector_in
                         journal=AnswerJournal(root / f"answers-{time.time_ns()}.sqlite"))
 answers = {}
 for method in ("global", "local", "drift", "basic", "lazy"):
-    given = service.ask(Question("big", "What does Scrooge learn about Christmas?", method,
+    given = service.ask(Question(corpus="big", text="What does Scrooge learn about Christmas?", method=method,
                                  level=0 if method == "global" else None))
     answers[method] = len(given.sources)
 print(json.dumps({"seconds": time.perf_counter() - started, "sources": answers,

@@ -122,7 +122,7 @@ def check_embeddings(index: Index, embeddings_configured: bool) -> None:
         )
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class Question:
     """A question as an application asks it: of which corpus, by which method, at which level; `follow_up` (an
     answer id) continues a recorded conversation, `max_cost_usd` caps this answer, and `settings` are more of the

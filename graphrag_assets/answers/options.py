@@ -156,6 +156,10 @@ class QuestionGenerationConfig(LocalContextOptions):
     community_level: int = Field(0, ge=0, description="Level of the community reports in the context.")
 
 
+# The options that say what is asked, not how the method searches: no settings object holds them.
+ASKED = ("question", "conversation", "previous_questions")
+
+
 @dataclass(frozen=True)
 class Method:
     """A query method: its search function, its launch-time options (which build its settings object) and what it
@@ -175,7 +179,7 @@ class Method:
     def run(self, chat, embedder, index, options: QueryConfig | QuestionGenerationConfig):
         """The search with these options: a coroutine."""
         fields = options.model_dump()
-        settings = settings_from(self.settings, fields)
+        settings = settings_from(self.settings, fields, besides=ASKED)
         if isinstance(options, QuestionGenerationConfig):
             return self.search(chat, embedder, index, fields["previous_questions"], settings)
         return self.search(chat, embedder, index, fields["question"], settings, fields["conversation"])

@@ -6,6 +6,7 @@ from __future__ import annotations
 import dagster as dg
 import duckdb
 
+from ..failures import step_failure
 from ..method.plan import IndexPlan
 from ..method.prompts import DEFAULT_PROMPTS, PromptSet
 from ..naming import InstanceNames, bare
@@ -16,6 +17,7 @@ from ..resources import (
     DuckDBStoreResource,
     ModelEndpointResource,
 )
+from ..settings import flag
 from ..store.batch_ledger import DuckDBBatchLedger
 from ..store.tables import (
     last_settings,
@@ -35,7 +37,10 @@ def batch_ledger(
     for every model-calling step of the run, set in the launchpad's tags or by `graphrag-assets index --batch`.
     """
     tag = context.run.tags.get(BATCH_API_TAG)
-    wanted = tag.strip().lower() in ("1", "true", "yes", "on") if tag is not None else model.batch_api
+    try:
+        wanted = flag(tag) if tag is not None else model.batch_api
+    except ValueError:
+        raise step_failure(f"the run's tag {BATCH_API_TAG}={tag!r} is not true or false", retryable=False) from None
     if not (wanted and model.configured):
         return None
     labels = {"step": bare(context.op_handle.name), "corpus": context.partition_key, "run_id": context.run_id}

@@ -261,7 +261,13 @@ def answer_routes(service: AnswerService, settings: ServerSettings, asking, ask_
         caller = asking(request)
         cap = min(filter(None, (body.max_cost_usd, settings.question_budget)), default=None)
         question = Question(
-            body.corpus, body.question, body.method, body.level, body.dynamic, None, body.follow_up, cap
+            corpus=body.corpus,
+            text=body.question,
+            method=body.method,
+            level=body.level,
+            dynamic=body.dynamic,
+            follow_up=body.follow_up,
+            max_cost_usd=cap,
         )
         return answer_out(await run_in_threadpool(ask_now, caller, question))
 

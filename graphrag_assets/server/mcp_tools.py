@@ -75,7 +75,7 @@ def add_ask_tool(mcp: MCPServer, service: AnswerService, limits: RateLimits | No
         try:
             found = await anyio.to_thread.run_sync(
                 lambda: service.ask(
-                    Question(corpus, question, method, level, follow_up=follow_up),
+                    Question(corpus=corpus, text=question, method=method, level=level, follow_up=follow_up),
                     asked_by=caller.name,
                     allowed=caller.may_read,
                 )

@@ -135,7 +135,12 @@ def routes(
             caller = asking(request)
             conversation = [{"role": m.role, "content": m.text} for m in turns[:-1]]
             question = Question(
-                corpus, turns[-1].text, method, level, conversation=conversation, max_cost_usd=question_budget
+                corpus=corpus,
+                text=turns[-1].text,
+                method=method,
+                level=level,
+                conversation=conversation,
+                max_cost_usd=question_budget,
             )
             reply = answer_reply(await run_in_threadpool(ask_now, caller, question))
         if not body.stream:

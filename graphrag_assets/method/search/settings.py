@@ -79,6 +79,12 @@ class QuestionGenerationSettings(LocalContextSettings):
     question_count: int
 
 
-def settings_from(settings_class: type, fields: dict):
-    """A settings object from a config's fields (those it has of the same names)."""
-    return settings_class(**{f.name: fields[f.name] for f in dataclasses.fields(settings_class)})
+def settings_from(settings_class: type, fields: dict, besides: tuple[str, ...] = ()):
+    """A settings object from a config's fields of the same names. A field it has no place for, and that is not
+    one of `besides` (what is asked rather than how: the question, the conversation), is refused: a launch-time
+    option that silently did nothing would be worse than an error."""
+    names = {f.name for f in dataclasses.fields(settings_class)}
+    unplaced = sorted(set(fields) - names - set(besides))
+    if unplaced:
+        raise TypeError(f"{settings_class.__name__} has no field for {', '.join(unplaced)}")
+    return settings_class(**{name: fields[name] for name in names})
