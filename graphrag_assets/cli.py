@@ -581,8 +581,6 @@ def ask(args: argparse.Namespace, run_config: dict) -> int:
     corpus, method, question, level, follow_up = args.corpus, args.method, args.question, args.level, args.follow_up
     if not question.strip():
         raise UserError('the question is empty: ask something, for example `graphrag-assets ask "Who is Scrooge?"`')
-    if level is not None and level < 0:
-        raise UserError(f"--level {level} is not a community level: levels count from 0 (the root) down")
     instance = _instance()  # sweeps runs left behind by dead processes, and is where the answer is observed
     if not args.verbose:  # a failed answer ends in one line that says why; each failed call's warning is for --verbose
         logging.getLogger("graphrag_assets.models").setLevel(logging.ERROR)

@@ -92,7 +92,7 @@ def test_arguments_are_refused_in_one_line_before_any_run_starts(tmp_path):
     (tmp_path / "broken.yaml").write_text("entities:\n  max_gleanings: [1\n")
     index = ("index", "--corpus", "tiny")
     for args, words in (
-        (("ask", "--level", "-1", "Who?"), "--level -1 is not a community level"),
+        (("ask", "--level", "-1", "Who?"), "community level -1 does not exist: levels count from 0 (the root) down"),
         (("ask", "   "), "the question is empty"),
         (("evaluate", "--corpus", "tiny"), "the evaluation needs a chat model"),  # offline: nothing to judge with
         (("ask", "--corpus", "tiny", "Who?"), "corpus 'tiny' has no published index"),

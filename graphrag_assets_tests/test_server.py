@@ -139,6 +139,8 @@ def test_refusals_are_one_line_with_the_right_status(store):
         cases = [
             ({"corpus": "nowhere", "question": "Who?"}, 404, "corpus 'nowhere' has no published index"),
             ({"corpus": SAMPLE_CORPUS, "question": "Who?", "level": 9}, 422, "community level 9 does not exist"),
+            # the CLI's words for the same mistake (test_cli.py), from the one check
+            ({"corpus": SAMPLE_CORPUS, "question": "Who?", "level": -1}, 422, "levels count from 0 (the root) down"),
             ({"corpus": SAMPLE_CORPUS, "question": "  "}, 422, "the question is empty"),
             ({"corpus": SAMPLE_CORPUS, "question": "x" * 4001}, 422, "question: String should have at most 4000"),
             ({"corpus": SAMPLE_CORPUS, "question": "Who?", "method": "magic"}, 422, "method: Input should be"),

@@ -39,6 +39,13 @@ class AnswerFailed(RuntimeError):
         self.retryable = retryable
 
 
+def check_level(level: int | None) -> None:
+    """The one check of a community level as asked, the same for the CLI, the API, MCP and the OpenAI shape; whether
+    the corpus has that level is `check`'s, once its index is loaded."""
+    if level is not None and level < 0:
+        raise QuestionRefused(f"community level {level} does not exist: levels count from 0 (the root) down")
+
+
 def options_for(
     method: str,
     question: str,

@@ -32,7 +32,7 @@ from ..method import defaults
 from ..method.schema import records
 from ..method.search.context import Index, embed_query
 from ..store.connection import connect
-from .asking import Answer, Question, QuestionRefused, answer, check, options_for
+from .asking import Answer, Question, QuestionRefused, answer, check, check_level, options_for
 from .options import CONVERSATIONAL, METHODS
 from .published import Publication, load_index, publication, versions
 from .records import AnswerJournal, stored_answer
@@ -203,6 +203,7 @@ class AnswerService:
         conversation (its corpus, method and level unless the question gives them). Raises QuestionRefused,
         UnknownCorpus, UnknownAnswer or AnswerFailed."""
         q = question
+        check_level(q.level)
         corpus, method, level, conversation = q.corpus, q.method, q.level, q.conversation
         if q.follow_up:
             earlier = self.conversation_of(q.follow_up, allowed)

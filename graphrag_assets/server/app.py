@@ -138,7 +138,8 @@ class AskRequest(BaseModel):
     method: Literal["global", "local", "drift", "basic", "lazy"] | None = Field(
         None, description="global (the default), local, drift, basic or lazy; with follow_up, the followed answer's."
     )
-    level: int | None = Field(None, ge=0, description="Community level: 0 is the root, deeper is finer.")
+    # Checked with the CLI's and MCP's one check (answers/asking.py), so each says the same.
+    level: int | None = Field(None, description="Community level: 0 is the root, deeper is finer.")
     dynamic: bool = Field(False, description="Global search: rate reports from the root down, read relevant ones.")
     follow_up: str | None = Field(None, max_length=64, description="An answer id: continue its conversation.")
     max_cost_usd: float | None = Field(
