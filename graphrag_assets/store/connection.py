@@ -14,6 +14,7 @@ import logging
 import os
 import re
 import tempfile
+import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import TypeVar
@@ -178,3 +179,51 @@ def redacted(text: str) -> str:
         if os.environ.get(variable):
             text = text.replace(os.environ[variable], "***")
     return text
+
+
+# Whose lock it is: DuckDB names the holder's program and PID; a program of ours is waited for, any other named.
+_OUR_PROCESSES = re.compile(r"graphrag[_-]assets|dagster")
+LOCK_HOLDER = re.compile(r"Conflicting lock is held in (.*?) \(PID (\d+)\)")
+
+
+class StoreLocked(RuntimeError):
+    """Another process holds the DuckDB file; the message says who and what to do."""
+
+
+def _command_line(pid: int) -> str:
+    try:
+        return Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+    except OSError:
+        return ""
+
+
+def connect_when_free(database: Path, read_only: bool = False, wait_seconds: float = 120) -> duckdb.DuckDBPyConnection:
+    """Connect to a DuckDB file, waiting while one of our runs holds it; StoreLocked, with who holds it, when
+    anything else does.
+
+    Runs of this project hold the file only while they read or write, so one of them is waited for; any other
+    holder (a notebook's connection, even read-only) would make the run wait ~100 s and fail, so it is named now.
+    The connection itself is the check: a separate check before connecting leaves a gap another process can
+    take the lock in.
+    """
+    deadline = time.monotonic() + wait_seconds
+    while True:
+        try:
+            return duckdb.connect(str(database), read_only=read_only)
+        except duckdb.IOException as problem:
+            holder = LOCK_HOLDER.search(str(problem))
+            if holder and _OUR_PROCESSES.search(_command_line(int(holder.group(2)))) and time.monotonic() < deadline:
+                time.sleep(0.5)
+                continue
+            raise StoreLocked(lock_message(database, problem)) from None
+
+
+def lock_message(database: Path | str, problem: Exception) -> str:
+    """DuckDB's lock error as one paragraph a user can act on."""
+    holder = LOCK_HOLDER.search(str(problem))
+    who = f"process {holder.group(2)} ({holder.group(1)})" if holder else "another process"
+    return (
+        f"the DuckDB file {database} is locked by {who}. DuckDB allows one writer, and an open "
+        "connection (a notebook's, even read-only) blocks it: close that connection, or read a copy "
+        "of the file (see docs/internals.md, 'Reading the store while runs write it')"
+    )
