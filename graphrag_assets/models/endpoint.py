@@ -10,12 +10,9 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from contextvars import ContextVar
 from dataclasses import asdict, dataclass, field
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import Any, Protocol
 
 from .prices import Price, price_of
-
-if TYPE_CHECKING:
-    from .client import ModelClient
 
 
 class BatchLedger(Protocol):
@@ -152,9 +149,10 @@ _SCOPES: ContextVar[dict[int, Usage] | None] = ContextVar("usage_scopes", defaul
 
 
 @contextmanager
-def usage_scope(client: ModelClient) -> Iterator[Usage]:
+def usage_scope(client: object) -> Iterator[Usage]:
     """The calls, cache hits and tokens of `client`'s requests made inside the block and the tasks it starts
-    (one answer among many answered concurrently), counted apart from the client's total."""
+    (one answer among many answered concurrently), counted apart from the client's total. The client is known by
+    its identity alone: nothing here needs the client module, which imports this one."""
     usage = Usage()
     token = _SCOPES.set({**(_SCOPES.get() or {}), id(client): usage})
     try:
