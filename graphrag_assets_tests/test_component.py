@@ -23,7 +23,10 @@ TYPE = "graphrag_assets.components.GraphRAG"
 
 
 def platform_project(root: Path) -> Path:
-    """A Dagster platform's dg project as `dg scaffold project` lays it out, with documents of its own in data/."""
+    """A Dagster platform's dg project as `dg scaffold project` lays it out, with documents of its own in data/.
+    Each test's project is loaded afresh: Python keeps a module it imported, and an earlier test's is another's."""
+    for module in [name for name in sys.modules if name.split(".")[0] == "platform_project"]:
+        del sys.modules[module]
     package = root / "src" / "platform_project"
     (package / "defs").mkdir(parents=True)
     (root / "pyproject.toml").write_text(

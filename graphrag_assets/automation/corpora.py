@@ -55,18 +55,37 @@ def budget_tags(
     return {MAX_COST_TAG: str(budget)}
 
 
+# The resources every automatic index run is decided with.
+_DECIDED_WITH = ("corpora", "chat", "embeddings")
+
+
+def _within_budget(evaluate):
+    """The evaluation of a sensor or schedule that launches index runs, called only when automatic runs may spend
+    (with the budget tags each run carries): without a budget for a paid model it launches nothing, and says why."""
+
+    def decide(context, corpora: CorporaResource, chat: ChatModelResource, embeddings: EmbeddingModelResource):
+        tags = budget_tags(chat, embeddings, corpora)
+        if isinstance(tags, dg.SkipReason):
+            return tags  # a cursor stays where it is: what is new is seen again once there is a budget
+        return evaluate(context, corpora, chat, embeddings, tags)
+
+    return decide
+
+
+def _index_sensor(names: InstanceNames, name: str, description: str, evaluate) -> dg.SensorDefinition:
+    return dg.sensor(
+        name=names.name(name),
+        job_name=names.name(INDEX_JOB),
+        minimum_interval_seconds=30,
+        default_status=dg.DefaultSensorStatus.RUNNING,
+        description=description,
+    )(renamed_resources(_within_budget(evaluate), names, _DECIDED_WITH))
+
+
 def new_corpus_sensor_for(names: InstanceNames = DEFAULT) -> dg.SensorDefinition:
     partitions = dg.DynamicPartitionsDefinition(name=names.name("corpus"))
 
-    def new_corpus_sensor(
-        context: dg.SensorEvaluationContext,
-        corpora: CorporaResource,
-        chat: ChatModelResource,
-        embeddings: EmbeddingModelResource,
-    ):
-        tags = budget_tags(chat, embeddings, corpora)
-        if isinstance(tags, dg.SkipReason):
-            return tags  # the folders stay new until there is a budget
+    def new_corpus_sensor(context: dg.SensorEvaluationContext, corpora, chat, embeddings, tags: dict):
         names_found, refused = corpora.scan()
         for folder, reason in refused.items():
             context.log.warning(f"{corpora.root}/{folder} refused: {reason}")
@@ -89,14 +108,13 @@ def new_corpus_sensor_for(names: InstanceNames = DEFAULT) -> dg.SensorDefinition
             dynamic_partitions_requests=[partitions.build_add_request(new)],
         )
 
-    return dg.sensor(
-        name=names.name("new_corpus_sensor"),
-        job_name=names.name(INDEX_JOB),
-        minimum_interval_seconds=30,
-        default_status=dg.DefaultSensorStatus.RUNNING,
-        description="Registers each new corpus folder as a corpus partition and requests its index run (with a "
-        "budget per run when the model is paid).",
-    )(renamed_resources(new_corpus_sensor, names, ("corpora", "chat", "embeddings")))
+    return _index_sensor(
+        names,
+        "new_corpus_sensor",
+        "Registers each new corpus folder as a corpus partition and requests its index run (with a budget per run "
+        "when the model is paid).",
+        new_corpus_sensor,
+    )
 
 
 new_corpus_sensor = new_corpus_sensor_for()
@@ -133,15 +151,7 @@ NIGHTLY = "0 2 * * *"
 def reindex_schedule(cron: str = NIGHTLY, names: InstanceNames = DEFAULT) -> dg.ScheduleDefinition:
     """The schedule that re-indexes every registered corpus (at 02:00 UTC unless a dg component sets `schedule`)."""
 
-    def nightly_reindex(
-        context: dg.ScheduleEvaluationContext,
-        corpora: CorporaResource,
-        chat: ChatModelResource,
-        embeddings: EmbeddingModelResource,
-    ):
-        tags = budget_tags(chat, embeddings, corpora)
-        if isinstance(tags, dg.SkipReason):
-            return tags
+    def nightly_reindex(context: dg.ScheduleEvaluationContext, corpora, chat, embeddings, tags: dict):
         registered = context.instance.get_dynamic_partitions(names.name("corpus"))
         present = set(corpora.names())
         for name in sorted(set(registered) - present):
@@ -160,7 +170,7 @@ def reindex_schedule(cron: str = NIGHTLY, names: InstanceNames = DEFAULT) -> dg.
         default_status=dg.DefaultScheduleStatus.RUNNING,
         description=f"Re-index every corpus ({cron}, UTC); unchanged documents cost no model call. A paid model "
         "needs a budget per run (GRAPHRAG_RUN_BUDGET_USD, or the component's budget).",
-    )(renamed_resources(nightly_reindex, names, ("corpora", "chat", "embeddings")))
+    )(renamed_resources(_within_budget(nightly_reindex), names, _DECIDED_WITH))
 
 
 nightly_reindex = reindex_schedule()
@@ -207,15 +217,7 @@ def changed_files_sensor(sensor: str, names: InstanceNames = DEFAULT) -> dg.Sens
     what, label, digest_of, selection, description = _CHANGED_FILE_SENSORS[sensor]
     selection = [names.key(key.path[-1]) for key in selection]
 
-    def evaluate(
-        context: dg.SensorEvaluationContext,
-        corpora: CorporaResource,
-        chat: ChatModelResource,
-        embeddings: EmbeddingModelResource,
-    ):
-        tags = budget_tags(chat, embeddings, corpora)
-        if isinstance(tags, dg.SkipReason):
-            return tags  # the cursor stays: the changes are seen again once there is a budget
+    def changed_files(context: dg.SensorEvaluationContext, corpora, chat, embeddings, tags: dict):
         seen = json.loads(context.cursor) if context.cursor else {}
         present = set(corpora.names())
         registered = context.instance.get_dynamic_partitions(names.name("corpus"))
@@ -234,13 +236,7 @@ def changed_files_sensor(sensor: str, names: InstanceNames = DEFAULT) -> dg.Sens
             for name in changed
         ]
 
-    return dg.sensor(
-        name=names.name(sensor),
-        job_name=names.name(INDEX_JOB),
-        minimum_interval_seconds=30,
-        default_status=dg.DefaultSensorStatus.RUNNING,
-        description=description,
-    )(renamed_resources(evaluate, names, ("corpora", "chat", "embeddings")))
+    return _index_sensor(names, sensor, description, changed_files)
 
 
 alias_overrides_sensor = changed_files_sensor("alias_overrides_sensor")
@@ -251,15 +247,7 @@ def upstream_changes_sensor(upstream: list[dg.AssetKey], names: InstanceNames = 
     """Re-indexes every registered corpus when an asset of the user's project that the documents come from is
     materialized again (with the budget as the guard, as every automatic run)."""
 
-    def evaluate(
-        context: dg.SensorEvaluationContext,
-        corpora: CorporaResource,
-        chat: ChatModelResource,
-        embeddings: EmbeddingModelResource,
-    ):
-        tags = budget_tags(chat, embeddings, corpora)
-        if isinstance(tags, dg.SkipReason):
-            return tags  # the cursor stays: the new materializations are seen again once there is a budget
+    def upstream_changes(context: dg.SensorEvaluationContext, corpora, chat, embeddings, tags: dict):
         latest = {}
         for key in upstream:
             records = context.instance.fetch_materializations(key, limit=1).records
@@ -278,11 +266,10 @@ def upstream_changes_sensor(upstream: list[dg.AssetKey], names: InstanceNames = 
             if name in present
         ] or dg.SkipReason(f"{', '.join(changed)} changed, and no registered corpus to re-index yet")
 
-    return dg.sensor(
-        name=names.name("upstream_changes_sensor"),
-        job_name=names.name(INDEX_JOB),
-        minimum_interval_seconds=30,
-        default_status=dg.DefaultSensorStatus.RUNNING,
-        description=f"Re-indexes every corpus when {', '.join(k.to_user_string() for k in upstream)}, which the "
-        "documents come from, is materialized again (a paid model needs the budget per run).",
-    )(renamed_resources(evaluate, names, ("corpora", "chat", "embeddings")))
+    return _index_sensor(
+        names,
+        "upstream_changes_sensor",
+        f"Re-indexes every corpus when {', '.join(k.to_user_string() for k in upstream)}, which the documents come "
+        "from, is materialized again (a paid model needs the budget per run).",
+        upstream_changes,
+    )
