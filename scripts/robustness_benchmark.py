@@ -96,6 +96,8 @@ def _growth_index(work: Path) -> dict:
         if done.returncode:
             raise SystemExit(f"{step} failed: {done.stderr.strip().splitlines()[-1] if done.stderr else '?'}")
         figures[step] = json.loads(done.stdout.strip().splitlines()[-1])
+        # Each step as it ends: a run stopped part way (200 MB takes an hour) still leaves what it measured.
+        print(f"  {step}: {figures[step]['seconds']:.1f} s, {figures[step]['peak_rss_mib']:,.0f} MiB", flush=True)
     return figures
 
 
