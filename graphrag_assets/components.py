@@ -15,6 +15,7 @@ from typing import Literal
 import dagster as dg
 from pydantic import Field, field_validator
 
+from .assets.index_configs import IngestConfig
 from .automation.corpora import NIGHTLY
 from .instance_files import DEFAULT_STORE, local, state_paths
 from .method.ingest.object_storage import is_object_storage
@@ -105,7 +106,10 @@ class DocumentColumns(dg.Model):
     metadata: list[str] = []
 
 
-_FILE_COLUMN_DEFAULTS = {"text_column": "text", "title_column": "title", "metadata_columns": []}
+# What corpus_documents reads from tabular files unless told otherwise: its own settings' defaults.
+_FILE_COLUMN_DEFAULTS = {
+    name: IngestConfig.model_fields[name].default for name in ("text_column", "title_column", "metadata_columns")
+}
 
 
 def _variable_name(value: str) -> str:

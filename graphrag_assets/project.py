@@ -38,7 +38,6 @@ from .settings import (
     DATA_DIR,
     DATABASE,
     DUCKLAKE_DATA_PATH,
-    STATE_DIR,
     VECTOR_INDEX_DIR,
     endpoint_settings,
 )
@@ -51,7 +50,7 @@ class ProjectSettings:
     defaults are this repository's (from the GRAPHRAG_ variables, settings.py)."""
 
     documents: str = DATA_DIR  # a folder of corpus folders, or an s3://, gs://, az:// prefix of them
-    mirror_dir: str = f"{STATE_DIR}/mirrors"
+    mirror_dir: str | None = None  # None: the corpora resource's own default
     database: str = DATABASE  # a DuckDB file, or ducklake:<catalog>
     ducklake_data_path: str | None = DUCKLAKE_DATA_PATH
     vector_index_dir: str = VECTOR_INDEX_DIR
@@ -86,7 +85,9 @@ step_executor = dg.multi_or_in_process_executor.configured(
 
 
 def corpora_for(settings: ProjectSettings) -> CorporaResource:
-    common = dict(mirror_dir=settings.mirror_dir, run_budget_usd=settings.run_budget_usd)
+    common = dict(run_budget_usd=settings.run_budget_usd)
+    if settings.mirror_dir:
+        common["mirror_dir"] = settings.mirror_dir
     query = settings.documents_query
     if query is None:
         return CorporaResource(root=settings.documents, **common)
