@@ -10,7 +10,7 @@ import polars as pl
 
 from . import defaults
 from .graph.extraction import DEFAULT_ENTITY_TYPES, ExtractionStats, extract_graph
-from .graph.summaries import SummaryStats, summarize_descriptions
+from .graph.summaries import SummaryStats, joined_descriptions, summarize_descriptions
 from .graph.tables import finalize_graph
 from .model_interface import ChatModel
 from .offline.nlp_graph import extract_concept_graph, extract_nlp_graph, prune_concept_graph
@@ -72,37 +72,40 @@ async def build_entity_graph(
                 settings.concept_min_edge_weight,
             )
         stats = ExtractionStats(units=len(text_units))
+        (entities, entity_stats), (relationships, relationship_stats) = map(
+            joined_descriptions, (entities, relationships)
+        )
     else:
         entities, relationships, stats = await extract_graph(
             chat, text_units, settings.entity_types, settings.max_gleanings, progress, settings.prompts
         )
-    entity_summaries, relationship_summaries = await asyncio.gather(
-        summarize_descriptions(
-            chat,
-            list(zip(entities["title"], entities["descriptions"])),
-            settings.summary_max_input_tokens,
-            settings.summary_max_tokens,
-            settings.summarize_above_tokens,
-            settings.prompts,
-        ),
-        summarize_descriptions(
-            chat,
-            [
-                (f"the relationship between {s} and {t}", d)
-                for s, t, d in zip(relationships["source"], relationships["target"], relationships["descriptions"])
-            ],
-            settings.summary_max_input_tokens,
-            settings.summary_max_tokens,
-            settings.summarize_above_tokens,
-            settings.prompts,
-        ),
-    )
-    entities = entities.drop("descriptions").with_columns(description=pl.Series(entity_summaries[0], dtype=pl.String))
-    relationships = relationships.drop("descriptions").with_columns(
-        description=pl.Series(relationship_summaries[0], dtype=pl.String)
-    )
+        (entities, entity_stats), (relationships, relationship_stats) = await asyncio.gather(
+            _summarized(chat, entities, entities["title"], settings),
+            _summarized(
+                chat,
+                relationships,
+                [
+                    f"the relationship between {s} and {t}"
+                    for s, t in zip(relationships["source"], relationships["target"])
+                ],
+                settings,
+            ),
+        )
     entities, relationships, stats.orphan_relationships = finalize_graph(entities, relationships)
-    summary_stats = SummaryStats(
-        *(a + b for a, b in zip(astuple(entity_summaries[1]), astuple(relationship_summaries[1])))
-    )
+    summary_stats = SummaryStats(*(a + b for a, b in zip(astuple(entity_stats), astuple(relationship_stats))))
     return GraphBuild(entities, relationships, stats, summary_stats, pruned)
+
+
+async def _summarized(
+    chat: ChatModel, table: pl.DataFrame, names, settings: GraphSettings
+) -> tuple[pl.DataFrame, SummaryStats]:
+    """The table with one `description` in place of its `descriptions`, the model summarizing long lists."""
+    summaries, stats = await summarize_descriptions(
+        chat,
+        list(zip(names, table["descriptions"])),
+        settings.summary_max_input_tokens,
+        settings.summary_max_tokens,
+        settings.summarize_above_tokens,
+        settings.prompts,
+    )
+    return table.drop("descriptions").with_columns(description=pl.Series(summaries, dtype=pl.String)), stats

@@ -11,7 +11,9 @@ are only ever capitalised at the start of a sentence, and a book's headings and 
 from __future__ import annotations
 
 import re
+from array import array
 from collections import Counter
+from collections.abc import Callable, Iterable, Iterator
 from itertools import combinations
 
 import polars as pl
@@ -61,68 +63,101 @@ def candidate_phrases(sentence: str) -> list[tuple[str, bool]]:
     return found
 
 
-def _keywords(phrases_by_sentence: dict, sentences_by_unit: dict[str, list[str]]) -> set[str]:
-    """The most frequent words that are not stop words, as phrases of their sentences (filled in place)."""
-    words_by_sentence = {
-        key: [w for w in _KEYWORD.findall(sentences_by_unit[key[0]][key[1]].lower()) if w not in STOPWORDS]
-        for key in phrases_by_sentence
-    }
-    counts = Counter(w for words in words_by_sentence.values() for w in words)
-    chosen = {w for w, _ in sorted(counts.items(), key=lambda kv: (-kv[1], kv[0]))[:MAX_KEYWORDS]}
-    for key, words in words_by_sentence.items():
-        phrases_by_sentence[key] = [w for w in words if w in chosen]
-    return chosen
+class _Mentions:
+    """Every sentence's phrases as numbers: one integer a mention and one a sentence (0 ends it), negative where the
+    phrase opens its sentence. A tuple, a list and the sentence's text per sentence took more memory than the text
+    itself; the graph splits a unit's sentences again when it needs their words."""
+
+    def __init__(self, texts: Iterable[str], find: Callable[[str], list[tuple[str, bool]]]):
+        self.phrases: list[str] = [""]  # by number; 0 is no phrase
+        self.counts: Counter[int] = Counter()  # mentions by signed number
+        self.units: list[array] = []
+        numbers: dict[str, int] = {}
+        for text in texts:
+            codes = array("i")
+            for sentence in split_sentences(text):
+                for phrase, at_start in find(sentence):
+                    number = numbers.get(phrase)
+                    if number is None:
+                        number = numbers[phrase] = len(self.phrases)
+                        self.phrases.append(phrase)
+                    codes.append(-number if at_start else number)
+                codes.append(0)
+            self.counts.update(codes)
+            self.units.append(codes)
+        del self.counts[0]
+
+    def sentences(self, unit: int) -> Iterator[array]:
+        """The unit's sentences in order, each as the numbers of its phrases."""
+        codes, start = self.units[unit], 0
+        for end, code in enumerate(codes):
+            if code == 0:
+                yield codes[start:end]
+                start = end + 1
+
+    def total(self, phrase_of: Callable[[int], str]) -> Counter[str]:
+        """Mentions by phrase, where `phrase_of` says which phrase each signed number stands for."""
+        counted: Counter[str] = Counter()
+        for code, mentions in self.counts.items():
+            counted[phrase_of(code)] += mentions
+        return counted
+
+
+def _keyword_titles(texts: Iterable[str]) -> tuple[_Mentions, dict[int, str]]:
+    """The most frequent words that are not stop words, as the phrases of their sentences."""
+    words = _Mentions(texts, lambda s: [(w, False) for w in _KEYWORD.findall(s.lower()) if w not in STOPWORDS])
+    counted = words.total(lambda code: words.phrases[code])
+    chosen = {w for w, _ in sorted(counted.items(), key=lambda kv: (-kv[1], kv[0]))[:MAX_KEYWORDS]}
+    return words, {code: words.phrases[code].upper() for code in words.counts if words.phrases[code] in chosen}
 
 
 def extract_nlp_graph(text_units: pl.DataFrame, min_mentions: int = MIN_MENTIONS) -> tuple[pl.DataFrame, pl.DataFrame]:
     """Entities and relationships (merged across text units) from noun-phrase co-occurrence."""
-    sentences_by_unit = dict(zip(text_units["id"], map(split_sentences, text_units["text"]), strict=True))
-    found = {
-        (unit_id, number): candidate_phrases(sentence)
-        for unit_id, sentences in sentences_by_unit.items()
-        for number, sentence in enumerate(sentences)
-    }
+    mentions = _Mentions(text_units["text"], candidate_phrases)
     # A word capitalised only at sentence starts is an ordinary word ("Nothing", "Later").
-    mid_sentence_words = {w for phrases in found.values() for p, at_start in phrases if not at_start for w in p.split()}
+    mid_sentence_words = {w for code in mentions.counts if code > 0 for w in mentions.phrases[code].split()}
 
-    def without_ordinary_first_word(phrase: str, at_start: bool) -> str:
+    def phrase_of(code: int) -> str:
+        phrase = mentions.phrases[abs(code)]
         first, _, rest = phrase.partition(" ")
-        return rest if at_start and rest and first not in mid_sentence_words else phrase
+        return rest if code < 0 and rest and first not in mid_sentence_words else phrase
 
-    phrases_by_sentence = {
-        key: [without_ordinary_first_word(p, at_start) for p, at_start in phrases] for key, phrases in found.items()
-    }
-    mentions = Counter(p for phrases in phrases_by_sentence.values() for p in phrases)
-    keep = {p for p, n in mentions.items() if n >= min_mentions and (" " in p or p in mid_sentence_words)}
-    if not keep:
-        # A small or oddly written corpus: any capitalised phrase, else its most frequent content words.
-        keep = set(mentions) or _keywords(phrases_by_sentence, sentences_by_unit)
-    return _cooccurrence_graph(phrases_by_sentence, sentences_by_unit, keep)
+    counted = mentions.total(phrase_of)
+    keep = {p for p, n in counted.items() if n >= min_mentions and (" " in p or p in mid_sentence_words)}
+    if not keep and not counted:
+        # A corpus with no capitalised phrase at all: its most frequent content words.
+        return _cooccurrence_graph(text_units, *_keyword_titles(text_units["text"]))
+    keep = keep or set(counted)  # a small or oddly written corpus: any capitalised phrase
+    titles = {code: phrase.upper() for code in mentions.counts if (phrase := phrase_of(code)) in keep}
+    return _cooccurrence_graph(text_units, mentions, titles)
 
 
 def _cooccurrence_graph(
-    phrases_by_sentence: dict[tuple[str, int], list[str]], sentences_by_unit: dict[str, list[str]], keep: set[str]
+    text_units: pl.DataFrame, mentions: _Mentions, titles: dict[int, str]
 ) -> tuple[pl.DataFrame, pl.DataFrame]:
-    """Entities (the kept phrases, described by their first sentences) and relationships (two phrases in one
-    sentence), merged across text units as they are met.
+    """Entities (the phrases `titles` names, described by their first sentences) and relationships (two phrases in
+    one sentence), merged across text units as they are met.
 
     Merged as they go, in a few integers per phrase and pair rather than a record per mention: a record per mention
     and pair of a real corpus's sentences took 5 GB for 50 MB of text. The sentences a row keeps are the first
     MAX_DESCRIPTIONS, so the rest are never held."""
     entities: dict[str, _Merged] = {}
     pairs: dict[tuple[str, str], _Merged] = {}
-    for (unit_id, number), phrases in phrases_by_sentence.items():
-        present = sorted({p.upper() for p in phrases if p in keep})
-        if not present:
-            continue
-        sentence = " ".join(sentences_by_unit[unit_id][number].split())
-        for title in present:
-            # Entity descriptions are the first sentences that mention it, as the extractive summary.
-            row = entities.get(title) or entities.setdefault(title, _Merged())
-            row.mentioned(unit_id, sentence if row.described < MAX_DESCRIPTIONS else "")
-            row.described += row.described < MAX_DESCRIPTIONS
-        for pair in combinations(present, 2):
-            (pairs.get(pair) or pairs.setdefault(pair, _Merged())).mentioned(unit_id, sentence)
+    for unit, (unit_id, text) in enumerate(zip(text_units["id"], text_units["text"], strict=True)):
+        sentences = None
+        for number, codes in enumerate(mentions.sentences(unit)):
+            present = sorted({titles[code] for code in codes if code in titles})
+            if not present:
+                continue
+            sentences = sentences or split_sentences(text)
+            sentence = " ".join(sentences[number].split())
+            for title in present:
+                # Entity descriptions are the first sentences that mention it, as the extractive summary.
+                row = entities.get(title) or entities.setdefault(title, _Merged())
+                row.mentioned(unit_id, sentence if row.described < MAX_DESCRIPTIONS else "")
+                row.described += row.described < MAX_DESCRIPTIONS
+            for pair in combinations(present, 2):
+                (pairs.get(pair) or pairs.setdefault(pair, _Merged())).mentioned(unit_id, sentence)
     entity_frame = column_frame(
         {
             "title": list(entities),
@@ -211,15 +246,13 @@ def extract_concept_graph(
     """The fast and lazy methods' graph: the noun phrases that name something particular (see noun_phrases), found
     by a part-of-speech chunker, common nouns too, not only names; related when they share a sentence. Phrases
     mentioned fewer than `min_mentions` times are left out."""
-    sentences_by_unit = dict(zip(text_units["id"], map(split_sentences, text_units["text"]), strict=True))
-    phrases_by_sentence = {
-        (unit_id, number): [p.lower() for p in noun_phrases(sentence, particular_only=True)]
-        for unit_id, sentences in sentences_by_unit.items()
-        for number, sentence in enumerate(sentences)
-    }
-    mentions = Counter(p for phrases in phrases_by_sentence.values() for p in phrases)
-    keep = {p for p, n in mentions.items() if n >= min_mentions} or set(mentions)
-    return _cooccurrence_graph(phrases_by_sentence, sentences_by_unit, keep)
+    mentions = _Mentions(
+        text_units["text"], lambda s: [(p.lower(), False) for p in noun_phrases(s, particular_only=True)]
+    )
+    counted = mentions.total(lambda code: mentions.phrases[code])
+    keep = {p for p, n in counted.items() if n >= min_mentions} or set(counted)
+    titles = {code: mentions.phrases[code].upper() for code in mentions.counts if mentions.phrases[code] in keep}
+    return _cooccurrence_graph(text_units, mentions, titles)
 
 
 def prune_concept_graph(
