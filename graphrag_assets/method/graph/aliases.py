@@ -117,8 +117,15 @@ def candidate_pairs(entities: pl.DataFrame, min_overlap: float = 0.5, min_spelli
 
 def _description_overlap(a, b) -> float:
     """Share of the shorter description's content words found in the other (1 when either has none)."""
-    wa, wb = terms(str(a["description"])), terms(str(b["description"]))
+    wa, wb = _terms(a), _terms(b)
     return len(wa & wb) / min(len(wa), len(wb)) if wa and wb else 1.0
+
+
+def _terms(row: dict) -> set[str]:
+    """The row's description's content words, worked out once: a name is in many candidate pairs."""
+    if "_terms" not in row:
+        row["_terms"] = terms(str(row["description"]))
+    return row["_terms"]
 
 
 # Words before a name that do not make it another person's: "Old Marley", "Master Scrooge", "Uncle Scrooge".
