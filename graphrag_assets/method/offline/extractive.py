@@ -27,15 +27,23 @@ def central_sentences(texts: list[str], titles: set[str], limit: int = MAX_SUMMA
     A title is looked for only in sentences holding its first word: `\\bTitle\\b` cannot match elsewhere, and trying
     every title's pattern on every sentence made a large community's report quadratic (the root community of a real
     corpus has thousands of entities and all of its sentences)."""
-    by_first_word: dict[str, list[tuple[str, re.Pattern]]] = {}
+    by_first_word: dict[str, list[tuple[str, str]]] = {}
     everywhere = []  # titles without a word, or whose lower case changes their length: tried on every sentence
     for title in sorted(titles):
-        found = (title.casefold(), re.compile(rf"\b{re.escape(title)}\b", re.IGNORECASE))
+        found = (title.casefold(), title)
         first = _WORD.search(title)
         if first is None or len(first.group().lower()) != len(first.group()):
             everywhere.append(found)
         else:
             by_first_word.setdefault(first.group().lower(), []).append(found)
+    patterns: dict[str, re.Pattern] = {}  # compiled when a sentence first holds the title: most never do
+
+    def said(title: str, sentence: str) -> bool:
+        pattern = patterns.get(title)
+        if pattern is None:
+            pattern = patterns[title] = re.compile(rf"\b{re.escape(title)}\b", re.IGNORECASE)
+        return pattern.search(sentence) is not None
+
     scored, seen = [], set()
     for position, sentence in enumerate(s for text in texts for s in split_sentences(text)):
         sentence = " ".join(sentence.split())
@@ -45,7 +53,7 @@ def central_sentences(texts: list[str], titles: set[str], limit: int = MAX_SUMMA
         words, folded = set(_WORD.findall(sentence.lower())), sentence.casefold()
         candidates = [p for word in words & by_first_word.keys() for p in by_first_word[word]] + everywhere
         # A title the regex matches is in the sentence, both case-folded: the substring test is the cheap half.
-        hits = sum(1 for title, pattern in candidates if title in folded and pattern.search(sentence))
+        hits = sum(1 for folded_title, title in candidates if folded_title in folded and said(title, sentence))
         if hits:
             scored.append((-hits, position, sentence))
     return [sentence for _, _, sentence in sorted(scored)[:limit]]
