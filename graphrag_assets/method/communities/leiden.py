@@ -170,9 +170,10 @@ def build_communities(
 
     `previous`, an earlier communities table of the same corpus and settings, is where clustering starts.
     """
-    graph = networkx_graph(entities, relationships)
     start = previous_partition(previous, entities) if previous is not None else None
-    levels = cluster_graph(graph, max_cluster_size, seed, use_lcc, start)
+    # The graph is let go as soon as it is clustered: it held more memory than the rows made from it.
+    levels = cluster_graph(networkx_graph(entities, relationships), max_cluster_size, seed, use_lcc, start)
+    del start
     entity_by_title = {
         row["title"]: row for row in entities.select("title", "id", "text_unit_ids").iter_rows(named=True)
     }
