@@ -16,6 +16,7 @@ from graphrag_assets.method.embeddings.node2vec import random_walks, walk_length
 from graphrag_assets.method.graph.claims import check_claims_reply
 from graphrag_assets.method.graph.extraction import merge_entities, merge_relationships, records_to_graph
 from graphrag_assets.method.graph.records import parse_records
+from graphrag_assets.method.graph.summaries import joined_descriptions
 from graphrag_assets.method.graph.tables import finalize_graph, link_text_units
 from graphrag_assets.method.ingest.text_units import chunk_documents
 from graphrag_assets.method.ingest.tokens import chunk_text, count_tokens
@@ -163,6 +164,26 @@ def test_offline_extraction_finds_names_and_cooccurrences():
     assert set(entities["title"]) == {"SCROOGE", "FEZZIWIG"}  # "Nothing" and "The" start sentences only
     pair = relationships.filter((pl.col("source") == "FEZZIWIG") & (pl.col("target") == "SCROOGE")).row(0, named=True)
     assert pair["weight"] == 2.0 and sorted(pair["text_unit_ids"]) == ["u1", "u2"]
+
+
+def test_offline_extraction_of_a_corpus_with_no_capitalised_word_takes_its_frequent_words():
+    units = pl.DataFrame(
+        {"id": ["u1", "u2"], "text": ["the river floods the mill. the mill stops.", "a river runs past a mill."]}
+    )
+    entities, relationships = extract_nlp_graph(units)
+    assert {"RIVER", "MILL"} <= set(entities["title"])
+    mill = entities.filter(pl.col("title") == "MILL").row(0, named=True)
+    assert mill["descriptions"] == ["the river floods the mill.", "the mill stops.", "a river runs past a mill."]
+    assert mill["text_unit_ids"] == ["u1", "u2"] and mill["frequency"] == 2
+    pair = relationships.filter((pl.col("source") == "MILL") & (pl.col("target") == "RIVER")).row(0, named=True)
+    assert pair["weight"] == 2.0
+
+
+def test_offline_descriptions_are_joined_in_order_without_a_model():
+    table = pl.DataFrame({"title": ["A", "B", "C"], "descriptions": [["one.", "two."], ["only."], []]})
+    joined, stats = joined_descriptions(table)
+    assert joined["description"].to_list() == ["one. two.", "only.", ""]
+    assert "descriptions" not in joined.columns and stats.single_description == 2
 
 
 def test_text_units_know_what_was_extracted_from_them():
