@@ -11,7 +11,7 @@ import polars as pl
 import pytest
 
 from graphrag_assets.definitions import index_assets, query_assets
-from graphrag_assets.models.client import _ANSWERED, _PROBE_FAILED
+from graphrag_assets.models.probe import _ANSWERED, _PROBE_FAILED
 from graphrag_assets.resources import (
     ChatModelResource,
     CorporaResource,

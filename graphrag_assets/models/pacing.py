@@ -110,6 +110,25 @@ def sustainable_concurrency(limits_per_second: Mapping[str, float], seconds: flo
     return min(rooms) if rooms else None
 
 
+class TypicalRequest:
+    """The seconds and tokens of a request, as a moving average over the replies: steady enough to size the pool
+    by, quick to follow a change of step. `room` is what the tightest known limit sustains at them: `announced`,
+    the endpoint's own (per second), or `configured`, ours, whichever is lower."""
+
+    def __init__(self, configured: Mapping[str, float]):
+        self.configured = dict(configured)
+        self.typical: tuple[float, float] | None = None
+
+    def room(self, seconds: float, tokens: int, announced: dict[str, float]) -> float | None:
+        if self.typical is None:
+            self.typical = (seconds, float(tokens))
+        else:
+            self.typical = tuple(0.9 * old + 0.1 * new for old, new in zip(self.typical, (seconds, tokens)))
+        for unit, rate in self.configured.items():
+            announced[unit] = min(rate, announced.get(unit, rate))
+        return sustainable_concurrency(announced, *self.typical)
+
+
 class AdaptiveConcurrency:
     """A semaphore whose size moves between 1 and `ceiling` with what the endpoint's replies show.
 

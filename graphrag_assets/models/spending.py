@@ -13,9 +13,11 @@ import asyncio
 import math
 import sqlite3
 import threading
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 
 from .errors import EndpointError
+from .prices import Price
 
 
 class BudgetReached(EndpointError):
@@ -108,3 +110,44 @@ class SpendingBudget:
 
     def close(self) -> None:
         self._db.close()
+
+
+class RunCost:
+    """A client's side of the budget: each request's worst case held before it is sent, and settled when its reply
+    says what it cost. Without a budget (`spending` None) nothing is held and every amount is 0.0. When a request's
+    worst case does not fit, `stop` is told, so that every request still waiting stops too."""
+
+    def __init__(self, spending: SpendingBudget | None, price: Price | None, stop: Callable[[EndpointError], None]):
+        self.spending, self.price, self._stop = spending, price, stop
+
+    def reserve(self, prompt_tokens: int, max_tokens: int, batch: bool = False) -> Awaitable[float]:
+        """Hold the request's worst case: our count of the prompt, with room for the endpoint's own (message
+        framing), and every token it may answer (`max_tokens`; 0 for embeddings)."""
+        prompt = int(prompt_tokens * 1.1) + 50
+        return self.hold(lambda price: price.cost(prompt, max_tokens, *((prompt, max_tokens) if batch else (0, 0))))
+
+    async def hold(self, worst_of: Callable[[Price], float]) -> float:
+        if self.spending is None:
+            return 0.0
+        worst = worst_of(self.price)
+        try:
+            await self.spending.reserve(worst)
+        except BudgetReached as reached:
+            self._stop(reached)
+            raise
+        return worst
+
+    def settle(self, reserved: float, actual: float) -> None:
+        if self.spending is not None:
+            self.spending.settle(reserved, actual)
+
+    def cost(self, reserved: float, prompt_tokens: int, completion_tokens: int, batch: bool = False) -> float:
+        """What a reply cost, when a budget holds (0.0 without one, as nothing was reserved)."""
+        if not reserved:
+            return 0.0
+        batched = (prompt_tokens, completion_tokens) if batch else ()
+        return self.price.cost(prompt_tokens, completion_tokens, *batched)
+
+    def close(self) -> None:
+        if self.spending is not None:
+            self.spending.close()
