@@ -324,10 +324,10 @@ def test_a_cache_key_is_the_same_in_another_process():
     """The response cache outlives processes: a key that changed with the process (a set's order, hash
     randomization) would pay again for every call of a resumed run."""
     probe = (
-        "from graphrag_assets.models import ModelClient, ModelSettings\n"
-        "client = ModelClient(ModelSettings(model='m', base_url='http://127.0.0.1:9', cache_dir=None))\n"
-        "print(client._chat_request([{'role': 'user', 'content': 'Who?'}], {'temperature': 0.0, 'seed': 7})[1])\n"
-        "print(client._embedding_key('Who?'))"
+        "from graphrag_assets.models.endpoint import ModelSettings, chat_request, embedding_key\n"
+        "settings = ModelSettings(model='m', base_url='http://127.0.0.1:9', cache_dir=None)\n"
+        "print(chat_request(settings, [{'role': 'user', 'content': 'Who?'}], {'temperature': 0.0, 'seed': 7})[1])\n"
+        "print(embedding_key(settings, 'Who?'))"
     )
     keys = [
         subprocess.run(
