@@ -111,6 +111,19 @@ def test_drift_and_lazy_rank_with_keywords_too(index):
     assert sorted(fused) == sorted(by_vectors)  # every unit is still ranked
 
 
+def test_offline_lazy_search_counts_the_best_ranked_passage_relevant_though_it_shares_few_question_words(index):
+    from graphrag_assets.method.offline.answers import overlap_score
+    from graphrag_assets.method.search.lazy_search import OFFLINE_RELEVANT_OVERLAP
+
+    question = "What came from the crown of the first spirit's head?"
+    query = asyncio.run(embed_query(None, index, question))
+    best = rank_units(index, [query], [question], keyword_weight=2.0)[0]
+    assert "crown of its head" in index.texts([best])[best]
+    assert overlap_score(question, index.texts([best])[best]) < OFFLINE_RELEVANT_OVERLAP  # the word test alone misses
+    found = answer(SAMPLE_CORPUS, index, "lazy", options_for("lazy", question), None, None)
+    assert best in found.result.context["text_units"]
+
+
 def test_the_keyword_index_is_an_asset_whose_file_the_warm_index_opens(offline_index):
     workspace = offline_index[0]
     rows = stored(workspace, "keyword_index").sort("id")

@@ -40,8 +40,11 @@ from .context import (
 )
 from .settings import LazySearchSettings
 
-# Offline, a unit is relevant when it holds this share of a sub-question's content words.
+# Offline, a unit is relevant when it holds this share of a sub-question's content words, or when it is among the
+# units that the sub-questions' words and vectors rank highest: an answer often shares few of the question's words
+# ("what came from the crown of the first spirit's head?" is answered by a unit with two of five).
 OFFLINE_RELEVANT_OVERLAP = 0.5
+OFFLINE_TOP_RANKED = 3
 MAX_CONCEPTS_PER_SUB_QUESTION = 5
 MAX_CLAIMS_PER_COMMUNITY = 10
 OUTSIDE_COMMUNITIES = -1  # the walk's name for the text units no community holds
@@ -249,14 +252,17 @@ async def lazy_search(
     # A follow-up ("and what happens to him?") is split and ranked with the user's last turns, which name its subject.
     sub_questions = await _refine(chat, index, with_recent_turns(question, conversation), s.max_sub_questions)
     queries = [await embed_query(embedder, index, q) for q in sub_questions]
-    tree, top = community_tree(index, rank_units(index, queries, sub_questions, s.keyword_weight))
+    ranked = rank_units(index, queries, sub_questions, s.keyword_weight)
+    tree, top = community_tree(index, ranked)
+    top_ranked = set(ranked[:OFFLINE_TOP_RANKED])
 
     async def test(units: list[str]) -> set[str]:
         if chat is None:
             return {
                 u
                 for u in units
-                if max(overlap_score(q, unit_text[u]) for q in sub_questions) >= OFFLINE_RELEVANT_OVERLAP
+                if u in top_ranked
+                or max(overlap_score(q, unit_text[u]) for q in sub_questions) >= OFFLINE_RELEVANT_OVERLAP
             }
         by_number = {int(number[u]): u for u in units}
         passages = "\n".join(
