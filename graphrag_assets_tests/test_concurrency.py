@@ -4,7 +4,6 @@ import os
 import shutil
 import subprocess
 import sys
-from pathlib import Path
 
 import dagster as dg
 import pytest
@@ -13,7 +12,7 @@ import yaml
 from graphrag_assets_tests.corpora import split_sample
 from graphrag_assets_tests.model_server import FakeOpenAIServer
 
-from .conftest import SAMPLE_CORPUS, Workspace, open_instance
+from .workspaces import SAMPLE_CORPUS, Workspace, index_job, open_instance, repository_concurrency
 
 MODEL_STEPS = {"entity_graph", "covariates", "community_reports", "text_embeddings"}
 INSTANCE_YAML = """
@@ -103,19 +102,6 @@ def test_two_corpora_and_a_query_in_separate_processes(offline_index, tmp_path):
         intervals = sorted(i for run in runs for i in step_intervals(instance, run.run_id).values())
     assert len(runs) == 2 and len(intervals) == 2 * len(MODEL_STEPS)
     assert all(earlier[1] <= later[0] for earlier, later in zip(intervals, intervals[1:]))
-
-
-def repository_concurrency() -> dict:
-    """The repository's dagster.yaml concurrency settings (its storage paths are relative to the repo)."""
-    settings = yaml.safe_load((Path(__file__).resolve().parents[1] / "dagster.yaml").read_text())
-    return {"concurrency": settings["concurrency"], "telemetry": {"enabled": False}}
-
-
-def index_job() -> dg.JobDefinition:
-    """The index job, for a run whose steps start in processes of their own (dg.reconstructable)."""
-    from graphrag_assets.definitions import defs
-
-    return defs.resolve_job_def("index_corpus")
 
 
 @pytest.mark.slow

@@ -25,7 +25,7 @@ def _index(root: Path, batch: bool, args) -> dict:
     import duckdb
 
     from graphrag_assets.store.batch_ledger import recorded_batches
-    from graphrag_assets_tests.conftest import (
+    from graphrag_assets_tests.workspaces import (
         SAMPLE_CORPUS,
         Workspace,
         chat_resource,

@@ -28,7 +28,7 @@ def _index(root: Path, method: str, documents: int, phrases: str | None, full_re
     from scale_benchmark import synthetic_corpus
 
     from graphrag_assets.method.ingest.tokens import count_tokens
-    from graphrag_assets_tests.conftest import Workspace, chat_resource, embedding_resource
+    from graphrag_assets_tests.workspaces import Workspace, chat_resource, embedding_resource
     from graphrag_assets_tests.model_server import FakeOpenAIServer
 
     workspace = Workspace(root)
@@ -109,7 +109,7 @@ def _questions(workspace, corpus: str) -> dict:
 
 def _queries(workspace, server, root: Path, corpus: str) -> dict:
     """Chat requests and tokens of each query method on each question, each with a response cache of its own."""
-    from graphrag_assets_tests.conftest import chat_resource, embedding_resource
+    from graphrag_assets_tests.workspaces import chat_resource, embedding_resource
 
     figures = {}
     for name, (asset, config) in QUERIES.items():

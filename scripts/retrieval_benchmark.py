@@ -112,7 +112,7 @@ def _indexed(root: Path, corpus: str, endpoint: bool = False):
     from graphrag_assets.resources import EmbeddingModelResource
     from graphrag_assets.settings import API_KEY_VARIABLE, endpoint_settings
     from graphrag_assets.store.connection import connect
-    from graphrag_assets_tests.conftest import SAMPLE_CORPUS, Workspace
+    from graphrag_assets_tests.workspaces import SAMPLE_CORPUS, Workspace
 
     workspace = Workspace(root)
     if corpus == SAMPLE_CORPUS:
@@ -131,7 +131,7 @@ def _indexed(root: Path, corpus: str, endpoint: bool = False):
 
 
 def retrieval_benchmark(args) -> None:
-    from graphrag_assets_tests.conftest import SAMPLE_CORPUS
+    from graphrag_assets_tests.workspaces import SAMPLE_CORPUS
 
     corpora = [SAMPLE_CORPUS] + (["python-doc"] if (PYTHON_DOC / "tutorial").exists() else [])
     if len(corpora) == 1:

@@ -25,7 +25,7 @@ def _run(root: Path, documents: int, tuned: bool) -> dict:
     import dagster as dg
 
     from graphrag_assets.definitions import index_assets, tuning_assets
-    from graphrag_assets_tests.conftest import Workspace, chat_resource, embedding_resource
+    from graphrag_assets_tests.workspaces import Workspace, chat_resource, embedding_resource
     from graphrag_assets_tests.corpora import supply_contracts
     from graphrag_assets_tests.model_server import FakeOpenAIServer
 
