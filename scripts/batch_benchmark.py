@@ -25,6 +25,7 @@ def _index(root: Path, batch: bool, args) -> dict:
     import duckdb
 
     from graphrag_assets.store.batch_ledger import recorded_batches
+    from graphrag_assets_tests.model_server import FakeOpenAIServer
     from graphrag_assets_tests.workspaces import (
         SAMPLE_CORPUS,
         Workspace,
@@ -32,7 +33,6 @@ def _index(root: Path, batch: bool, args) -> dict:
         embedding_resource,
         materialization_metadata,
     )
-    from graphrag_assets_tests.model_server import FakeOpenAIServer
 
     root.mkdir()
     workspace = Workspace(root)

@@ -32,9 +32,8 @@ def _index(root: Path, args, ceiling: int | None) -> dict:
     from scale_benchmark import synthetic_corpus
 
     from graphrag_assets.failures import failure_message
-    from graphrag_assets_tests.workspaces import INDEX_ASSETS, Workspace
     from graphrag_assets_tests.model_server import FakeOpenAIServer
-    from graphrag_assets_tests.workspaces import index_job, repository_concurrency
+    from graphrag_assets_tests.workspaces import INDEX_ASSETS, Workspace, index_job, repository_concurrency
 
     root.mkdir()
     workspace = Workspace(root)

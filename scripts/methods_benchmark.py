@@ -28,8 +28,8 @@ def _index(root: Path, method: str, documents: int, phrases: str | None, full_re
     from scale_benchmark import synthetic_corpus
 
     from graphrag_assets.method.ingest.tokens import count_tokens
-    from graphrag_assets_tests.workspaces import Workspace, chat_resource, embedding_resource
     from graphrag_assets_tests.model_server import FakeOpenAIServer
+    from graphrag_assets_tests.workspaces import Workspace, chat_resource, embedding_resource
 
     workspace = Workspace(root)
     if documents:

@@ -218,8 +218,8 @@ def ingest_benchmark(args) -> None:
 
 def faults_benchmark(args) -> None:
     sys.path.insert(0, str(REPO))
-    from graphrag_assets_tests.workspaces import SAMPLE_CORPUS, index, table
     from graphrag_assets_tests.model_server import Faults
+    from graphrag_assets_tests.workspaces import SAMPLE_CORPUS, index, table
 
     work = Path(tempfile.mkdtemp(prefix="graphrag-bench-"))
     faults = Faults(

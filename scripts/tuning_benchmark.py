@@ -25,9 +25,9 @@ def _run(root: Path, documents: int, tuned: bool) -> dict:
     import dagster as dg
 
     from graphrag_assets.definitions import index_assets, tuning_assets
-    from graphrag_assets_tests.workspaces import Workspace, chat_resource, embedding_resource
     from graphrag_assets_tests.corpora import supply_contracts
     from graphrag_assets_tests.model_server import FakeOpenAIServer
+    from graphrag_assets_tests.workspaces import Workspace, chat_resource, embedding_resource
 
     workspace = Workspace(root)
     supply_contracts(workspace.data / CORPUS, documents)
