@@ -157,7 +157,12 @@ def test_search_reads_the_resolved_graph_and_a_variant_found_stands_for_its_cano
     assert nearest(asyncio.run(embed_query(None, index, question)), ids, matrix, 1)[0][0] == variant
     context = asyncio.run(
         local_context_for(
-            None, index, question, LocalContextSettings(0, 1, 4000, 0.25, 0.5, keyword_weight=0.0, question_units=0)
+            None,
+            index,
+            question,
+            LocalContextSettings(
+                0, 1, 4000, 0.25, 0.5, keyword_weight=0.0, question_units=0, question_passages=0, passage_tokens=200
+            ),
         )
     )
     assert context.ids["entities"] == [canonical]

@@ -19,8 +19,9 @@ from graphrag_assets.answers.asking import Question, answer, options_for
 from graphrag_assets.answers.published import load_index
 from graphrag_assets.answers.records import AnswerJournal
 from graphrag_assets.answers.service import AnswerService
+from graphrag_assets.method.ingest.tokens import count_tokens
 from graphrag_assets.method.offline.answers import best_sentences
-from graphrag_assets.method.search.context import RRF_K, embed_query, reciprocal_rank_fusion
+from graphrag_assets.method.search.context import RRF_K, embed_query, passage, reciprocal_rank_fusion
 from graphrag_assets.method.search.lazy_search import rank_units
 from graphrag_assets.store.keyword_index import KeywordIndex, index_path
 
@@ -97,6 +98,37 @@ def test_each_method_holds_the_keyword_best_passage_and_says_who_found_it(index,
     assert ANSWER in hybrid.result.answer  # the offline answer quotes the sentence that holds it
     source = next(s for s in hybrid.sources if s["id"] == answering)  # as the API and the record give it
     assert "keyword" in source["retrieved_by"]
+
+
+def test_a_passage_is_the_run_of_sentences_that_holds_most_of_the_question_words():
+    text = (
+        "Scrooge kept his office cold. "
+        "The clerk had a very small fire. "
+        "Scrooge asked the clerk what he wanted for Christmas Day. "
+        "A whole day off, said Bob, once a year. "
+        "Scrooge grumbled about the coal. "
+        "Nobody ever stopped him in the street."
+    )
+    found = passage(text, "What did the clerk want for Christmas?", 30)
+    # the run starts where the question's words are and goes on to the reply, which shares none of them
+    assert "what he wanted for Christmas Day" in found and "A whole day off" in found
+    assert found.startswith("… ") and found.endswith(" …") and count_tokens(found) <= 30 + 2
+    assert passage(text, "What did the clerk want for Christmas?", 1000) == text  # a short unit is its own passage
+    assert passage(text, "zebra", 12).startswith("Scrooge kept")  # no word of the question: the unit's beginning
+
+
+def test_local_search_packs_units_further_down_the_ranking_as_passages(index):
+    question, key = "What did Scrooge promise Bob Cratchit the day after Christmas?", "raise your salary"
+    whole_only = answer(SAMPLE_CORPUS, index, "local", options_for("local", question, question_passages=0), None, None)
+    assert not any(key in text for text in index.texts(whole_only.result.context["text_units"]).values())
+    found = answer(SAMPLE_CORPUS, index, "local", options_for("local", question), None, None)
+    context = found.result.context
+    answering = next(u for u, text in context["passages"].items() if key in text)
+    assert answering in context["text_units"] and "keyword" in context["retrieved_by"][answering]
+    assert count_tokens(context["passages"][answering]) < count_tokens(index.texts([answering])[answering])
+    source = next(s for s in found.sources if s["id"] == answering)  # the API and the record say what was read
+    assert source["passage"] == context["passages"][answering]
+    assert found.result.context_tokens <= options_for("local", question).max_context_tokens
 
 
 def test_drift_and_lazy_rank_with_keywords_too(index):

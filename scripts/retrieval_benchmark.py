@@ -88,7 +88,9 @@ def _method_rows(index, questions: list[dict], corpus: str, embeddings=None) -> 
                 options = options_for(method, q["question"], keyword_weight=weight)
                 found = answer(corpus, index, method, options, None, embeddings)
                 seconds += found.seconds
-                texts = list(index.texts(found.result.context.get("text_units", [])).values())
+                # What the context held: a unit whole, or the passage of it that was packed
+                context = found.result.context
+                texts = list((index.texts(context.get("text_units", [])) | context.get("passages", {})).values())
                 hit = _found(q["answer"], q["kind"], texts)
                 hits += hit
                 quoted += hit and _found(q["answer"], q["kind"], [found.result.answer])  # quoted from the context

@@ -87,6 +87,13 @@ class LocalContextOptions(dg.Config):
         description="Text units that best match the question itself (vectors and keywords), packed before the "
         "units the chosen entities come from.",
     )
+    question_passages: int = Field(
+        defaults.QUESTION_PASSAGES,
+        ge=0,
+        description="Text units that match the question next, each packed as its run of sentences holding most of "
+        "the question's words: a passage costs less than a unit, so more units are searched.",
+    )
+    passage_tokens: int = Field(defaults.PASSAGE_TOKENS, ge=20, description="Tokens of each such passage, at most.")
 
 
 class GlobalSearchConfig(LeveledQueryConfig, MapReduceOptions):

@@ -90,7 +90,8 @@ def _document_fields(index: Index, unit_ids: list[str]) -> list[dict]:
 def source_list(index: Index, result: SearchResult) -> list[dict]:
     """The answer's sources, each {kind, id, number, title, text, ...}: the records it cites first, then the rest of
     its context up to a limit per kind. Text units say their document, and the pages or heading they sit under;
-    a record that hybrid retrieval chose says which retrievers found it (`retrieved_by`)."""
+    a record that hybrid retrieval chose says which retrievers found it (`retrieved_by`), and a text unit of which
+    the context held only part says which part (`passage`)."""
     sources: list[dict] = []
     context = result.context
     if context.get("reports"):
@@ -136,8 +137,12 @@ def source_list(index: Index, result: SearchResult) -> list[dict]:
         shown = cited_first(context["text_units"], numbers, result.answer, "Sources")
         sources.extend(_document_fields(index, shown))
     found_by = context.get("retrieved_by") or {}
+    passages = context.get("passages") or {}
     return [
-        {**source, "retrieved_by": found_by[source["id"]]} if source["id"] in found_by else source for source in sources
+        source
+        | ({"retrieved_by": found_by[source["id"]]} if source["id"] in found_by else {})
+        | ({"passage": passages[source["id"]]} if source["id"] in passages else {})
+        for source in sources
     ]
 
 

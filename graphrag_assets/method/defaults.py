@@ -42,8 +42,11 @@ LAZY_PATIENCE = 3
 LAZY_SNIPPET_TOKENS = 80
 LAZY_CLAIM_PASSAGE_TOKENS = 240
 
-# Hybrid retrieval: a keyword (BM25) rank's weight against a vector rank's in reciprocal rank fusion, and the text
-# units that best match the question itself that local search packs before its entities' own. Measured with
-# answer keys (scripts/benchmark.py retrieval).
+# Hybrid retrieval: a keyword (BM25) rank's weight against a vector rank's in reciprocal rank fusion; the text
+# units that best match the question itself that local search packs whole before its entities' own, and the units
+# after them that it packs as passages of at most PASSAGE_TOKENS. Measured with answer keys (scripts/benchmark.py
+# retrieval).
 KEYWORD_WEIGHT = 2.0
 QUESTION_UNITS = 3
+QUESTION_PASSAGES = 13
+PASSAGE_TOKENS = 200

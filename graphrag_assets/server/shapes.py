@@ -27,7 +27,7 @@ class AnswerOut(BaseModel):
     sources: list[dict] = Field(
         description="Each source: kind, id, number (as the answer cites it), title, text; "
         "text units also document, document_id, pages, location; retrieved_by (vector, keyword) where hybrid "
-        "retrieval chose it."
+        "retrieval chose it; passage, where the context held only that part of a text unit."
     )
     usage: dict = Field(
         description="model_calls, cache_hits, prompt_tokens, completion_tokens, embedding_tokens, cost_usd "

@@ -68,6 +68,7 @@ async def drift_search(
         "text_units": [],
         "follow_ups": [],
         "retrieved_by": {i: by for i, by in found if i in primer_ids},
+        "passages": {},
     }
     primer, queue, headings = await _primer(
         chat, index, reports, primer_ids, primer_text, question, settings.follow_ups, conversation
@@ -120,6 +121,7 @@ async def _follow_up_rounds(
     """`settings.depth` rounds of follow-ups, each answered from its own local context (`context_for`); the
     context's ids and the intermediate answers grow in place. Returns the tokens of context read."""
     tokens = 0
+    whole: set[str] = set()  # units some follow-up packed whole: no passage of theirs is all the context held
 
     async def answer(follow_up: str):
         local = await context_for(follow_up)
@@ -133,6 +135,8 @@ async def _follow_up_rounds(
             for kind, found in local.ids.items():
                 context[kind] = sorted(set(context[kind]) | set(found))
             context["retrieved_by"] |= local.retrieved_by
+            whole |= {u for u in local.ids["text_units"] if u not in local.passages}
+            context["passages"] = {u: p for u, p in (context["passages"] | local.passages).items() if u not in whole}
             response = data.get("response") if isinstance(data, dict) else None
             context["follow_ups"].append({"query": follow_up, "depth": step + 1, "answered": bool(response)})
             if isinstance(response, str) and response.strip():

@@ -22,12 +22,10 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from ..graph.records import check_answer_text, parse_json_reply
-from ..ingest.tokens import count_tokens, truncate_to_tokens
 from ..model_interface import ChatModel, Embedder, InvalidReply
 from ..offline.answers import best_sentences, extractive_answer, overlap_score, terms_in_order
 from ..prompts import user_message
 from ..schema import records
-from ..words import split_sentences
 from .context import (
     NO_ANSWER,
     Index,
@@ -36,6 +34,7 @@ from .context import (
     embed_query,
     pack,
     reciprocal_rank_fusion,
+    snippet,
     with_recent_turns,
 )
 from .settings import LazySearchSettings
@@ -173,21 +172,6 @@ def community_tree(index: Index, ranked_units: list[str]) -> tuple[dict[int, Com
     if outside:
         tree[OUTSIDE_COMMUNITIES] = Community(OUTSIDE_COMMUNITIES, top_level, [], outside, position[outside[0]])
     return tree, [n for n, c in tree.items() if c.level == top_level]
-
-
-def snippet(text: str, questions: list[str], tokens: int) -> str:
-    """The sentences of a unit that share most words with the questions, in their order, within `tokens`: what a
-    relevance test reads instead of the whole unit."""
-    sentences = split_sentences(text)
-    scored = sorted(range(len(sentences)), key=lambda i: (-max(overlap_score(q, sentences[i]) for q in questions), i))
-    chosen, used = [], 0
-    for i in scored:
-        cost = count_tokens(sentences[i])
-        if chosen and used + cost > tokens:
-            break
-        chosen.append(i)
-        used += cost
-    return truncate_to_tokens(" ".join(" ".join(sentences[i].split()) for i in sorted(chosen)), tokens)
 
 
 def parse_sub_questions(reply: str, limit: int) -> list[str]:

@@ -16,7 +16,16 @@ from ..model_interface import ChatModel, Embedder
 from ..offline.answers import cited_sentences
 from ..prompts import user_message
 from ..schema import records
-from .context import Index, SearchResult, conversation_block, csv_line, embed_query, pack, with_recent_turns
+from .context import (
+    Index,
+    SearchResult,
+    conversation_block,
+    csv_line,
+    embed_query,
+    pack,
+    passage,
+    with_recent_turns,
+)
 from .settings import BasicSearchSettings, LocalContextSettings, LocalSearchSettings
 
 
@@ -26,6 +35,7 @@ class LocalContext:
     tokens: int
     ids: dict[str, list[str]]
     retrieved_by: dict[str, list[str]] = field(default_factory=dict)  # record id -> "vector", "keyword" or both
+    passages: dict[str, str] = field(default_factory=dict)  # unit id -> the part of it packed, where not whole
 
 
 Section = tuple[str, list[str]]  # a context table's text and the ids of the rows it holds
@@ -39,20 +49,26 @@ def build_local_context(
     community_prop: float = 0.25,
     text_unit_prop: float = 0.5,
     question_units: list[str] | None = None,
+    passages: dict[str, str] | None = None,
 ) -> LocalContext:
     """One context for the chosen entities, in the paper's proportions of the budget: their communities' reports,
     then the entities, relationships and claims, then the text units that best match the question itself
-    (`question_units`) and those the entities come from."""
+    (`question_units`; those in `passages` as the passage given) and those the entities come from."""
     if community_prop + text_unit_prop > 1:
         raise ValueError("community_prop + text_unit_prop must not exceed 1")
     entities = index.rows_of("entities", entity_ids)
     reports = _report_section(index, entity_ids, level, int(budget * community_prop))
     tables = _graph_sections(index, entities, int(budget * (1 - community_prop - text_unit_prop)))
-    sources = _source_section(index, entities, tables[1][1], int(budget * text_unit_prop), question_units or [])
+    passages = passages or {}
+    sources = _source_section(
+        index, entities, tables[1][1], int(budget * text_unit_prop), question_units or [], passages
+    )
     sections = [reports, *tables, sources]
     text = "\n\n".join(section for section, ids in sections if ids)
     kinds = ("reports", "entities", "relationships", "claims", "text_units")
-    return LocalContext(text, count_tokens(text), {kind: ids for kind, (_, ids) in zip(kinds, sections)})
+    ids = {kind: ids for kind, (_, ids) in zip(kinds, sections)}
+    packed = {unit: passage for unit, passage in passages.items() if unit in ids["text_units"]}
+    return LocalContext(text, count_tokens(text), ids, passages=packed)
 
 
 def _report_section(index: Index, entity_ids: list[str], level: int, budget: int) -> Section:
@@ -105,11 +121,17 @@ def _graph_sections(index: Index, entities: list[tuple], budget: int) -> tuple[S
 
 
 def _source_section(
-    index: Index, entities: list[tuple], relationship_ids: list[str], budget: int, question_units: list[str]
+    index: Index,
+    entities: list[tuple],
+    relationship_ids: list[str],
+    budget: int,
+    question_units: list[str],
+    passages: dict[str, str],
 ) -> Section:
-    """The units that best match the question, then the text units of the chosen entities, nearest entity first,
-    each entity's units holding more of the relationships first. An answer said once, in a passage none of the
-    nearest entities came from, is in the first group (benchmark.py retrieval)."""
+    """The units that best match the question (as their `passages` where given), then the text units of the
+    chosen entities, nearest entity first, each entity's units holding more of the relationships first. An answer
+    said once, in a passage none of the nearest entities came from, is in the first group (benchmark.py
+    retrieval); packing only a unit's best sentences makes room for more such units."""
     rel_units = {u for r in index.rows_of("relationships", relationship_ids) for u in r.text_unit_ids}
     ordered, seen = list(dict.fromkeys(question_units)), set(question_units)
     for units in (entity.text_unit_ids for entity in entities):
@@ -117,7 +139,7 @@ def _source_section(
             if unit not in seen:
                 seen.add(unit)
                 ordered.append(unit)
-    unit_text = index.texts(ordered)
+    unit_text = index.texts(ordered) | passages
     number = index.citation_numbers("text_units")
     text, ids, _ = pack(
         [(u, csv_line(number[u], unit_text[u])) for u in ordered if u in unit_text],
@@ -137,6 +159,7 @@ async def local_context_for(
     query = await embed_query(embedder, index, question)
     entities = index.hybrid("entity", query, question, s.top_k_entities, s.keyword_weight)
     units = [*units_first, *question_units(index, query, question, s)]
+    ranked = list(dict.fromkeys(u for u, _ in units))  # the first question_units whole, the rest as passages
     chosen = list(dict.fromkeys(index.aliases.get(i, i) for i, _ in entities))
     context = build_local_context(
         index,
@@ -145,7 +168,8 @@ async def local_context_for(
         s.max_context_tokens,
         s.community_prop,
         s.text_unit_prop,
-        [u for u, _ in units],
+        ranked,
+        {u: passage(text, question, s.passage_tokens) for u, text in index.texts(ranked[s.question_units :]).items()},
     )
     kept = {i for ids in context.ids.values() for i in ids}
     found = {index.aliases.get(i, i): by for i, by in entities} | dict(units)
@@ -154,15 +178,16 @@ async def local_context_for(
 
 
 def question_units(index: Index, query, question: str, settings: LocalContextSettings) -> list[tuple]:
-    """(unit, retrieved by) of the text units that best match the question itself, vectors and keywords fused."""
-    if not settings.question_units:
-        return []
-    return index.hybrid("text_unit", query, question, settings.question_units, settings.keyword_weight)
+    """(unit, retrieved by) of the text units that best match the question itself, vectors and keywords fused:
+    `question_units` to pack whole, then `question_passages` to pack as their best passage."""
+    count = settings.question_units + settings.question_passages
+    return index.hybrid("text_unit", query, question, count, settings.keyword_weight) if count else []
 
 
 def extractive_local_answer(index: Index, question: str, context: LocalContext) -> str:
+    """The best sentences of the sources as packed: a unit's passage where only that is in the context."""
     units = context.ids["text_units"]
-    return cited_sentences(index, question, "text_units", units, index.texts(units))
+    return cited_sentences(index, question, "text_units", units, index.texts(units) | context.passages)
 
 
 async def local_search(
@@ -191,7 +216,8 @@ async def local_search(
             parse=check_answer_text,
         )
         answer = answer or "The model call failed after retries; the context it would have read is recorded."
-    return SearchResult(answer, chat is None, context.tokens, context.ids | {"retrieved_by": context.retrieved_by})
+    found = context.ids | {"retrieved_by": context.retrieved_by, "passages": context.passages}
+    return SearchResult(answer, chat is None, context.tokens, found)
 
 
 async def basic_search(

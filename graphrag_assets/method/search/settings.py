@@ -39,6 +39,8 @@ class LocalContextSettings:
     text_unit_prop: float
     keyword_weight: float  # a keyword rank's weight in the fusion with vectors (0: vectors alone)
     question_units: int  # text units that best match the question itself, packed before the entities' own
+    question_passages: int  # units that match the question next, packed as their passages that best match it
+    passage_tokens: int  # the longest such passage
 
 
 @dataclass(frozen=True)
