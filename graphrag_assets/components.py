@@ -15,8 +15,8 @@ from typing import Literal
 import dagster as dg
 from pydantic import Field, field_validator
 
-from .assets.index_configs import IngestConfig
 from .automation.corpora import NIGHTLY
+from .configs.index import IngestConfig
 from .instance_files import DEFAULT_STORE, local, state_paths
 from .method.ingest.object_storage import is_object_storage
 from .method.prompts import prompts_dir, use_prompts_dir

@@ -131,17 +131,36 @@ def test_the_package_holds_its_frames_in_polars_not_pandas():
 
 def test_every_launchpad_setting_says_what_it_does():
     """Every field of every asset's config has a description, which the launchpad shows next to it."""
-    from graphrag_assets.assets import communities, embeddings, evaluation, exports, index, index_configs, query
+    from graphrag_assets.configs import evaluation, index, queries
 
     configs = {
         value
-        for module in (communities, embeddings, evaluation, exports, index, index_configs, query)
+        for module in (evaluation, index, queries)
         for value in vars(module).values()
         if isinstance(value, type) and issubclass(value, dg.Config) and value.__module__ == module.__name__
     }
     assert len(configs) > 15
     undescribed = [f"{c.__name__}.{name}" for c in configs for name, f in c.model_fields.items() if not f.description]
     assert undescribed == []
+
+
+def test_launch_time_settings_live_in_configs_and_docs_settings_md_lists_them_all():
+    """One home: no dg.Config outside graphrag_assets/configs/, and the reference is what the configs say now
+    (after a change to a setting: python -m graphrag_assets.settings_reference)."""
+    from graphrag_assets.settings_reference import DOCUMENT, reference, steps_by_config
+
+    elsewhere = [c.__qualname__ for c in steps_by_config() if not c.__module__.startswith("graphrag_assets.configs.")]
+    assert elsewhere == []
+    defined = re.compile(r"^class \w+\((?:dg\.Config|\w+Config|\w+Options)[,)]", re.M)
+    outside = [
+        p.name
+        for p in (REPO / "graphrag_assets").rglob("*.py")
+        if "configs" not in p.parts and defined.search(p.read_text())
+    ]
+    assert outside == []
+    assert DOCUMENT.read_text() == reference(), (
+        "docs/settings.md is stale: python -m graphrag_assets.settings_reference"
+    )
 
 
 def test_every_variable_the_docs_name_is_one_the_code_reads():

@@ -21,8 +21,9 @@ from graphrag_assets.answers.records import AnswerJournal
 from graphrag_assets.answers.service import AnswerService
 from graphrag_assets.method.ingest.tokens import count_tokens
 from graphrag_assets.method.offline.answers import best_sentences
-from graphrag_assets.method.search.context import RRF_K, embed_query, passage, reciprocal_rank_fusion
+from graphrag_assets.method.search.context import RRF_K, embed_query, reciprocal_rank_fusion
 from graphrag_assets.method.search.lazy_search import rank_units
+from graphrag_assets.method.search.passages import passage
 from graphrag_assets.store.keyword_index import KeywordIndex, index_path
 
 from .conftest import SAMPLE_CORPUS, stored

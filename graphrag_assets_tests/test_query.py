@@ -12,10 +12,10 @@ import duckdb
 import polars as pl
 import pytest
 
-from graphrag_assets.answers.options import ASKED
 from graphrag_assets.answers.options import METHODS as QUERY_METHODS
 from graphrag_assets.answers.published import load_index
 from graphrag_assets.answers.sources import cited
+from graphrag_assets.configs.queries import ASKED
 from graphrag_assets.method.ingest.tokens import count_tokens
 from graphrag_assets.method.schema import records
 from graphrag_assets.method.search.global_search import reduce_points, select_communities

@@ -13,11 +13,12 @@ from typing import TYPE_CHECKING
 
 import dagster as dg
 
+from ..configs.queries import Turn
 from ..method.search.context import Index, SearchResult
 from ..models.errors import EndpointError
 from ..models.interrupts import run_interruptibly
 from ..models.prices import total_cost
-from .options import CONVERSATIONAL, METHODS, Turn
+from .options import CONVERSATIONAL, METHODS
 from .sources import excerpt, source_list
 
 if TYPE_CHECKING:  # the model client imports openai: an offline answer does without it

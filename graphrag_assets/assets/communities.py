@@ -3,6 +3,7 @@
 import dagster as dg
 import polars as pl
 
+from ..configs.index import CommunityConfig, ReportConfig
 from ..method import graphrag_import as imported_index
 from ..method.communities.leiden import build_communities
 from ..method.communities.reports import (
@@ -18,7 +19,6 @@ from ..method.prompts import DEFAULT_PROMPTS
 from ..method.schema import UNIT_LINKS
 from ..resources import ChatModelResource, CorporaResource, DuckDBStoreResource
 from .common import MODEL_POOL, code_version, corpus_partitions
-from .index_configs import CommunityConfig, ReportConfig
 from .metadata import markdown, markdown_table, step_progress
 from .publishing import Step, from_graphrag
 

@@ -5,14 +5,13 @@ from collections import Counter
 import dagster as dg
 import polars as pl
 import pyarrow as pa
-from pydantic import Field
 
+from ..configs.index import LayoutConfig, Node2VecConfig, TextEmbeddingConfig
 from ..method.communities.leiden import networkx_graph
 from ..method.embeddings.layouts import layout_nodes, plot_layout
 from ..method.embeddings.node2vec import node2vec
 from ..method.embeddings.text import (
     EMBEDDING_MODEL_TABLES,
-    MAX_TERMS,
     LocalEmbedder,
     embed_with_model,
     embedding_inputs,
@@ -27,43 +26,6 @@ from ..store.tables import row_count, write_table
 from .common import MODEL_POOL, code_version, corpus_partitions
 from .metadata import png
 from .publishing import Step, lineage_for
-
-
-class TextEmbeddingConfig(dg.Config):
-    offline_dimensions: int = Field(
-        128, ge=2, description="Offline engine only: dimensions of its TF-IDF + SVD vectors (fewer on a tiny corpus)."
-    )
-    seed: int = Field(42, description="Offline engine only: the SVD's random seed.")
-    offline_max_terms: int = Field(
-        MAX_TERMS,
-        ge=2,
-        description="Offline engine only: the most frequent terms its TF-IDF keeps (a real corpus's vocabulary grows "
-        "with its size; the model's memory and storage grow with this).",
-    )
-    max_failed_fraction: float = Field(
-        0.05, ge=0, le=1, description="Share of texts whose embedding may fail before the step fails."
-    )
-    approximate_search_above: int = Field(
-        100_000,
-        ge=0,
-        description="A kind of vector (entity, text_unit, community_report) with more rows than this gets an HNSW "
-        "index for nearest-neighbour search; with fewer, queries scan them exactly.",
-    )
-
-
-class Node2VecConfig(dg.Config):
-    dimensions: int = Field(128, ge=2, description="Size of each entity's graph embedding.")
-    num_walks: int = Field(10, ge=1, description="Random walks started from every entity.")
-    walk_length: int = Field(40, ge=2, description="Steps of a walk (scaled by degree, as graspologic does).")
-    window_size: int = Field(2, ge=1, description="Word2Vec context window over a walk.")
-    iterations: int = Field(3, ge=1, description="Word2Vec training epochs.")
-    seed: int = Field(86, description="Seed of the walks and of Word2Vec: the same seed gives the same vectors.")
-
-
-class LayoutConfig(dg.Config):
-    n_neighbors: int = Field(15, ge=2, description="UMAP neighbours: larger keeps more of the global structure.")
-    min_dist: float = Field(0.75, ge=0, le=1, description="UMAP's minimum distance between points in the plot.")
-    seed: int = Field(42, description="UMAP's random seed: the same seed gives the same layout.")
 
 
 def vectors_check(

@@ -7,6 +7,15 @@ import dagster as dg
 import diskcache
 import polars as pl
 
+from ..configs.index import (
+    AliasConfig,
+    ClaimsConfig,
+    CommunityConfig,
+    GraphConfig,
+    IngestConfig,
+    ReportConfig,
+    step_config,
+)
 from ..method.corpus_folder import PROMPTS_FOLDER
 from ..method.estimate import (
     METHODS,
@@ -26,15 +35,6 @@ from ..resources import ChatModelResource, CorporaResource, EmbeddingModelResour
 from .common import corpus_partitions
 from .communities import report_settings
 from .index import graph_settings, read_documents
-from .index_configs import (
-    AliasConfig,
-    ClaimsConfig,
-    CommunityConfig,
-    GraphConfig,
-    IngestConfig,
-    ReportConfig,
-    step_config,
-)
 from .metadata import markdown_table
 
 ASSUMPTIONS = (

@@ -2,11 +2,10 @@
 
 import dagster as dg
 import polars as pl
-from pydantic import Field
 
+from ..configs.index import ExportConfig
 from ..method import exports
 from ..resources import DuckDBStoreResource
-from ..settings import STATE_DIR
 from .common import code_version, corpus_partitions
 from .publishing import Step
 
@@ -19,10 +18,6 @@ PARQUET_TABLES = (
     "communities",
     "community_reports",
 )
-
-
-class ExportConfig(dg.Config):
-    folder: str = Field(f"{STATE_DIR}/exports", description="Where the files go: <folder>/<corpus>/...")
 
 
 @dg.asset(

@@ -5,6 +5,7 @@ from collections import Counter
 import dagster as dg
 import polars as pl
 
+from ..configs.index import AliasConfig, ClaimsConfig, GraphConfig, IndexPromptsConfig, IngestConfig
 from ..failures import step_failure
 from ..method import graphrag_import as imported_index
 from ..method.corpus_folder import PROMPTS_FOLDER
@@ -23,7 +24,6 @@ from ..models.interrupts import run_interruptibly
 from ..resources import ChatModelResource, CorporaResource, DuckDBStoreResource
 from ..store.tables import last_settings, read_table, table_exists
 from .common import MODEL_POOL, code_version, corpus_partitions
-from .index_configs import AliasConfig, ClaimsConfig, GraphConfig, IndexPromptsConfig, IngestConfig
 from .metadata import markdown, markdown_table, step_progress, tell
 from .publishing import Step, from_graphrag
 

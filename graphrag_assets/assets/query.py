@@ -8,8 +8,11 @@ answer_sources view). The work is the answering path every caller shares (answer
 import dagster as dg
 
 from ..answers.asking import AnswerFailed, QuestionRefused, answer, check
-from ..answers.options import (
-    METHODS,
+from ..answers.options import METHODS
+from ..answers.published import INDEX_TABLES, NotIndexed, load_index, versions
+from ..answers.records import write_answers
+from ..answers.sources import sources_markdown
+from ..configs.queries import (
     BasicSearchConfig,
     DriftSearchConfig,
     GlobalSearchConfig,
@@ -18,9 +21,6 @@ from ..answers.options import (
     QuestionGenerationConfig,
     TextSummaryConfig,
 )
-from ..answers.published import INDEX_TABLES, NotIndexed, load_index, versions
-from ..answers.records import write_answers
-from ..answers.sources import sources_markdown
 from ..failures import step_failure
 from ..resources import ChatModelResource, DuckDBStoreResource, EmbeddingModelResource
 from .common import MODEL_POOL, code_version, corpus_partitions

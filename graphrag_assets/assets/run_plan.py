@@ -6,6 +6,7 @@ from __future__ import annotations
 import dagster as dg
 import duckdb
 
+from ..configs.index import AliasConfig, ClaimsConfig, GraphConfig, step_config
 from ..failures import step_failure
 from ..method.plan import IndexPlan
 from ..method.prompts import DEFAULT_PROMPTS, PromptSet
@@ -24,7 +25,6 @@ from ..store.tables import (
     read_table,
     table_exists,
 )
-from .index_configs import AliasConfig, ClaimsConfig, GraphConfig, step_config
 from .metadata import tell
 
 

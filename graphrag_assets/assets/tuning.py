@@ -1,12 +1,10 @@
 """Prompts tuned to a corpus, in a group of their own: materialized on request (`graphrag-assets tune`), never by an
 index run. An index uses them when its index_prompts step is set to prompts=tuned."""
 
-from typing import Literal
-
 import dagster as dg
 import polars as pl
-from pydantic import Field
 
+from ..configs.evaluation import TuningConfig
 from ..failures import step_failure
 from ..method import defaults
 from ..method.ingest.documents import read_corpus
@@ -27,23 +25,6 @@ from .common import MODEL_POOL, code_version, corpus_partitions
 from .publishing import Step
 
 GROUP = "prompt_tuning"
-
-
-class TuningConfig(dg.Config):
-    sampled_text_units: int = Field(12, ge=2, description="Text units the model reads to describe the corpus.")
-    sampling: Literal["random", "clusters"] = Field(
-        "random",
-        description="random: a random sample. clusters: one unit per cluster of text-unit embeddings, so that each "
-        "kind of document in the corpus is read (costs embedding calls for up to 20 units per sampled unit).",
-    )
-    seed: int = Field(0, description="Which text units are sampled.")
-    max_entity_types: int = Field(10, ge=2, description="Entity types the corpus may get at most.")
-    examples: int = Field(
-        2, ge=0, description="Extraction examples written from sampled units (one model call each) into the prompt."
-    )
-    excerpt_tokens: int = Field(
-        200, ge=50, description="Tokens of each sampled unit shown to the model, and of each example's text."
-    )
 
 
 def corpus_text_units(corpora: CorporaResource, corpus: str) -> pl.DataFrame:

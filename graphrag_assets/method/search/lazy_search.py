@@ -34,9 +34,9 @@ from .context import (
     embed_query,
     pack,
     reciprocal_rank_fusion,
-    snippet,
     with_recent_turns,
 )
+from .passages import snippet
 from .settings import LazySearchSettings
 
 # Offline, a unit is relevant when it holds this share of a sub-question's content words, or when it is among the

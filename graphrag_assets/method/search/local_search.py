@@ -23,9 +23,9 @@ from .context import (
     csv_line,
     embed_query,
     pack,
-    passage,
     with_recent_turns,
 )
+from .passages import passage
 from .settings import BasicSearchSettings, LocalContextSettings, LocalSearchSettings
 
 

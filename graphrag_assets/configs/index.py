@@ -1,5 +1,7 @@
-"""The index steps' launch-time settings, one `dg.Config` a step: what the launchpad shows and a run config's
-`ops.<step>.config` sets. Their defaults are in `method/defaults.py`; `step_config` reads one from a run config."""
+"""The index's launch-time settings, one `dg.Config` a step: what the launchpad shows and a run config's
+`ops.<step>.config` sets. Grouped as the pipeline runs: documents and prompts, the graph, communities and reports,
+embeddings and layouts, exports. Their defaults are in `method/defaults.py`; `step_config` reads one from a run
+config."""
 
 from typing import Literal
 
@@ -7,9 +9,11 @@ import dagster as dg
 from pydantic import Field
 
 from ..method import defaults
+from ..method.embeddings.text import MAX_TERMS
 from ..method.graph.claims import DEFAULT_CLAIM_DESCRIPTION
 from ..method.graph.extraction import DEFAULT_ENTITY_TYPES
 from ..method.ingest.conversion import ARCHIVE_EXPANSION, MB, Limits
+from ..settings import STATE_DIR
 
 
 class IngestConfig(dg.Config):
@@ -183,6 +187,47 @@ class ReportConfig(dg.Config):
     max_failed_fraction: float = Field(
         0.05, ge=0, le=1, description="Share of reports that may fail (and stay unwritten) before the step fails."
     )
+
+
+class TextEmbeddingConfig(dg.Config):
+    offline_dimensions: int = Field(
+        128, ge=2, description="Offline engine only: dimensions of its TF-IDF + SVD vectors (fewer on a tiny corpus)."
+    )
+    seed: int = Field(42, description="Offline engine only: the SVD's random seed.")
+    offline_max_terms: int = Field(
+        MAX_TERMS,
+        ge=2,
+        description="Offline engine only: the most frequent terms its TF-IDF keeps (a real corpus's vocabulary grows "
+        "with its size; the model's memory and storage grow with this).",
+    )
+    max_failed_fraction: float = Field(
+        0.05, ge=0, le=1, description="Share of texts whose embedding may fail before the step fails."
+    )
+    approximate_search_above: int = Field(
+        100_000,
+        ge=0,
+        description="A kind of vector (entity, text_unit, community_report) with more rows than this gets an HNSW "
+        "index for nearest-neighbour search; with fewer, queries scan them exactly.",
+    )
+
+
+class Node2VecConfig(dg.Config):
+    dimensions: int = Field(128, ge=2, description="Size of each entity's graph embedding.")
+    num_walks: int = Field(10, ge=1, description="Random walks started from every entity.")
+    walk_length: int = Field(40, ge=2, description="Steps of a walk (scaled by degree, as graspologic does).")
+    window_size: int = Field(2, ge=1, description="Word2Vec context window over a walk.")
+    iterations: int = Field(3, ge=1, description="Word2Vec training epochs.")
+    seed: int = Field(86, description="Seed of the walks and of Word2Vec: the same seed gives the same vectors.")
+
+
+class LayoutConfig(dg.Config):
+    n_neighbors: int = Field(15, ge=2, description="UMAP neighbours: larger keeps more of the global structure.")
+    min_dist: float = Field(0.75, ge=0, le=1, description="UMAP's minimum distance between points in the plot.")
+    seed: int = Field(42, description="UMAP's random seed: the same seed gives the same layout.")
+
+
+class ExportConfig(dg.Config):
+    folder: str = Field(f"{STATE_DIR}/exports", description="Where the files go: <folder>/<corpus>/...")
 
 
 def step_config(run_config: dict, config: type[dg.Config], step: str) -> dg.Config:
