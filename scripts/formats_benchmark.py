@@ -6,21 +6,21 @@ formats: a PDF of --pages pages and a DOCX of --docx-megabytes MB, both made of 
   read of each converted file through the conversion cache shows what a nightly re-index of unchanged files costs.
 """
 
-import json
 import shutil
-import subprocess
 import sys
 import tempfile
 import zipfile
 from pathlib import Path
 from xml.sax.saxutils import escape
 
+from harness import run_child
+
 REPO = Path(__file__).resolve().parents[1]
 BOOK = next((REPO / "data" / "a-christmas-carol").glob("*.txt"))
 MiB = 2**20
 
 _READ_CHILD = """
-import json, resource, sys, time
+import json, sys, time
 import diskcache
 from graphrag_assets.method.ingest.conversion import Limits
 from graphrag_assets.method.ingest.documents import read_corpus
@@ -35,24 +35,16 @@ units, _ = chunk_documents(read.documents)
 print(json.dumps({
     "read_s": read_s,
     "wall_s": time.perf_counter() - started,
-    "chars": int(read.documents["text"].str.len().sum()),
-    "pages": sum(kind == "page" for o in read.documents["outline"].dropna() for _, kind, _ in json.loads(o)),
+    "chars": int(read.documents["text"].str.len_chars().sum()),
+    "pages": sum(kind == "page" for o in read.documents["outline"].drop_nulls() for _, kind, _ in json.loads(o)),
     "units": len(units),
     "problems": [str(p) for p in read.problems],
-    "peak_rss_mib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
 }))
 """
 
 
 def _read(folder: Path, cache: Path | None = None) -> dict:
-    done = subprocess.run(
-        [sys.executable, "-c", _READ_CHILD, str(folder), str(cache or "")],
-        cwd=REPO,
-        check=True,
-        capture_output=True,
-        text=True,
-    )
-    return json.loads(done.stdout.strip().splitlines()[-1])
+    return run_child(["-c", _READ_CHILD, str(folder), str(cache or "")])
 
 
 def _book_paragraphs() -> list[str]:
@@ -161,3 +153,14 @@ def formats_benchmark(args) -> None:
         "(the baseline); x time, x RSS: converted against txt; cached s: the converted file read again with the "
         "conversion cache, as a nightly re-index of an unchanged file does."
     )
+
+
+def ingest_benchmark(args) -> None:
+    """A large text file read and cut (robustness_benchmark.py; --megabytes 0 skips it), then PDF and Word files
+    converted against plain text of the same size."""
+    if args.megabytes:
+        import robustness_benchmark
+
+        robustness_benchmark.ingest_benchmark(args)
+        print()
+    formats_benchmark(args)

@@ -7,13 +7,12 @@ published index (timed with its imports). The baseline commit runs from a git wo
 .venv, alternating with this checkout, so both see the same machine.
 """
 
-import json
 import shutil
 import subprocess
-import sys
 import tempfile
 from pathlib import Path
 
+from harness import run_child
 from robustness_benchmark import OFFLINE_INDEX_CHILD
 
 REPO = Path(__file__).resolve().parents[1]
@@ -25,9 +24,8 @@ _INDEX_CHILD = (
 steps = [k.to_user_string() for a in index_assets for k in a.keys if not k.to_user_string().endswith("export")]
 started = time.perf_counter()
 dg.materialize(index_assets, instance=instance, partition_key="big", resources=resources, selection=steps,
-               run_config={"loggers": {"console": {"config": {"log_level": "ERROR"}}}})
-print(json.dumps({"seconds": time.perf_counter() - started,
-                  "peak_rss_mib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024}))
+               run_config=QUIET)
+print(json.dumps({"seconds": time.perf_counter() - started}))
 """
 )
 
@@ -36,7 +34,7 @@ print(json.dumps({"seconds": time.perf_counter() - started,
 _QUERY_CHILD = """
 import time
 started = time.perf_counter()
-import json, resource, sys
+import json, sys
 from pathlib import Path
 from graphrag_assets.answers.asking import Question
 from graphrag_assets.answers.records import AnswerJournal
@@ -49,22 +47,14 @@ for method in ("global", "local", "drift", "basic", "lazy"):
     given = service.ask(Question(corpus="big", text="What does Scrooge learn about Christmas?", method=method,
                                  level=0 if method == "global" else None))
     answers[method] = len(given.sources)
-print(json.dumps({"seconds": time.perf_counter() - started, "sources": answers,
-                  "peak_rss_mib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024}))
+print(json.dumps({"seconds": time.perf_counter() - started, "sources": answers}))
 """
 
 
 def _child(script: str, tree: Path, work: Path) -> dict:
-    done = subprocess.run(
-        [sys.executable, "-c", script, str(work)],
-        cwd=tree,
-        env={"PATH": "/usr/bin:/bin", "PYTHONPATH": str(tree), "HOME": str(work)},
-        capture_output=True,
-        text=True,
+    return run_child(
+        ["-c", script, str(work)], cwd=tree, env={"PATH": "/usr/bin:/bin", "PYTHONPATH": str(tree), "HOME": str(work)}
     )
-    if done.returncode:
-        raise SystemExit(f"the benchmark child failed in {tree}:\n{done.stderr[-3000:]}")
-    return json.loads(done.stdout.strip().splitlines()[-1])
 
 
 def _corpus(work: Path, megabytes: float) -> int:

@@ -3,8 +3,6 @@
 import json
 import pickle
 import random
-import resource
-import subprocess
 import sys
 import tempfile
 import time
@@ -13,6 +11,7 @@ from pathlib import Path
 import duckdb
 import networkx as nx
 import polars as pl
+from harness import run_child
 
 REPO = Path(__file__).resolve().parents[1]
 # What DESIGN.md measured for the bare libraries on this kind of machine (8,564 nodes, 17k edges).
@@ -58,10 +57,7 @@ def synthetic_graph(nodes: int, edges: int, seed: int = 7) -> tuple[pl.DataFrame
 
 def _run_step(step: str, variant: str, data: Path) -> dict:
     """Run one step in a fresh interpreter so its peak RSS is its own."""
-    out = subprocess.run(
-        [sys.executable, __file__, step, variant, str(data)], capture_output=True, text=True, cwd=REPO, check=True
-    )
-    return json.loads(out.stdout.strip().splitlines()[-1])
+    return run_child([__file__, step, variant, str(data)])
 
 
 def _step(step: str, variant: str, data_path: str) -> None:
@@ -124,7 +120,7 @@ def _step(step: str, variant: str, data_path: str) -> None:
         else:
             LocalEmbedder.fit(texts, 128).embed(texts)
     wall = time.perf_counter() - started
-    print(json.dumps({"wall_s": wall, "peak_rss_mib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024}))
+    print(json.dumps({"wall_s": wall}))
 
 
 def sample_corpus_data() -> dict | None:

@@ -20,6 +20,7 @@ from collections import defaultdict
 from pathlib import Path
 
 import dagster as dg
+from harness import QUIET
 
 from graphrag_assets.definitions import index_assets, query_assets
 from graphrag_assets.method.ingest.tokens import count_tokens
@@ -29,7 +30,6 @@ from graphrag_assets_tests.model_server import FakeOpenAIServer
 REPO = Path(__file__).resolve().parents[1]
 PROMPTS = REPO / "prompts"
 CORPUS = "a-christmas-carol"
-QUIET = {"loggers": {"console": {"config": {"log_level": "ERROR"}}}}
 QUESTION = "What are the main themes of the story, and how does Scrooge change?"
 QUERIES = [
     ("global_search", {"question": QUESTION, "community_level": 1}),

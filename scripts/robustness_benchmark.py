@@ -10,20 +10,22 @@ faults: the index of the sample corpus against a misbehaving endpoint next to a 
   baseline): rows of every table, whether the tables are equal, and the requests each run sent.
 """
 
-import json
 import math
 import shutil
-import subprocess
 import sys
 import tempfile
 import time
 from pathlib import Path
 
+from harness import QUIET, run_child
+
 REPO = Path(__file__).resolve().parents[1]
 SAMPLE = REPO / "data" / "a-christmas-carol"
 
-_INGEST_CHILD = """
-import json, resource, sys, time
+_INGEST_CHILD = (
+    f"QUIET = {QUIET!r}\n"
+    """
+import json, sys, time
 import dagster as dg
 from graphrag_assets.definitions import index_assets
 from graphrag_assets.resources import ChatModelResource, CorporaResource, DuckDBStoreResource, EmbeddingModelResource
@@ -35,25 +37,23 @@ resources = {"duckdb": DuckDBStoreResource(database=root + "/graphrag.duckdb"),
              "embeddings": EmbeddingModelResource(cache_dir=root + "/cache")}
 started = time.perf_counter()
 result = dg.materialize(index_assets, instance=instance, partition_key=corpus, resources=resources,
-                        selection=["documents", "base_text_units"],
-                        run_config={"loggers": {"console": {"config": {"log_level": "ERROR"}}}})
+                        selection=["documents", "base_text_units"], run_config=QUIET)
 units = [e.materialization for e in result.get_asset_materialization_events()
          if e.materialization.asset_key.path == ["base_text_units"]]
-print(json.dumps({"wall_s": time.perf_counter() - started, "text_units": units[0].metadata["dagster/row_count"].value,
-                  "peak_rss_mib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024}))
+print(json.dumps({"wall_s": time.perf_counter() - started, "text_units": units[0].metadata["dagster/row_count"].value}))
 """
+)
 
 
 def _ingest(root: Path, corpus: str) -> dict:
-    done = subprocess.run(
-        [sys.executable, "-c", _INGEST_CHILD, str(root), corpus], cwd=REPO, check=True, capture_output=True, text=True
-    )
-    return json.loads(done.stdout.strip().splitlines()[-1])
+    return run_child(["-c", _INGEST_CHILD, str(root), corpus])
 
 
 # A child process's set-up for an offline index of corpus "big" under the folder given as its argument.
-OFFLINE_INDEX_CHILD = """
-import json, resource, sys, time
+OFFLINE_INDEX_CHILD = (
+    f"QUIET = {QUIET!r}\n"
+    """
+import json, sys, time
 import dagster as dg
 from graphrag_assets.definitions import index_assets
 from graphrag_assets.resources import ChatModelResource, CorporaResource, DuckDBStoreResource, EmbeddingModelResource
@@ -65,21 +65,20 @@ resources = {"duckdb": DuckDBStoreResource(database=root + "/graphrag.duckdb", v
              "corpora": CorporaResource(root=root + "/data"), "chat": ChatModelResource(cache_dir=cache),
              "embeddings": EmbeddingModelResource(cache_dir=cache), "judge": ChatModelResource(cache_dir=cache)}
 """
+)
 
 # One step of the offline index in a process of its own, as a run launched from the UI executes it: its own time and
 # peak memory. Arguments: the work folder, then the assets the step writes.
 _GROWTH_STEP_CHILD = (
     OFFLINE_INDEX_CHILD
     + """
-quiet = {"loggers": {"console": {"config": {"log_level": "ERROR"}}}}
 started = time.perf_counter()
 result = dg.materialize(index_assets, instance=instance, partition_key="big", resources=resources,
-                        selection=sys.argv[2:], run_config=quiet, raise_on_error=False)
+                        selection=sys.argv[2:], run_config=QUIET, raise_on_error=False)
 if not result.success:
     from graphrag_assets.failures import failure_message
     sys.exit(failure_message(result))
-print(json.dumps({"seconds": time.perf_counter() - started,
-                  "peak_rss_mib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024}))
+print(json.dumps({"seconds": time.perf_counter() - started}))
 """
 )
 
@@ -90,12 +89,9 @@ def _growth_index(work: Path) -> dict:
 
     figures = {}
     for step, assets in STEPS.items():
-        done = subprocess.run(
-            [sys.executable, "-c", _GROWTH_STEP_CHILD, str(work), *assets], cwd=REPO, capture_output=True, text=True
-        )
-        if done.returncode:
-            raise SystemExit(f"{step} failed: {done.stderr.strip().splitlines()[-1] if done.stderr else '?'}")
-        figures[step] = json.loads(done.stdout.strip().splitlines()[-1])
+        figures[step] = run_child(["-c", _GROWTH_STEP_CHILD, str(work), *assets], check=False)
+        if "failed" in figures[step]:
+            raise SystemExit(f"{step} failed: {figures[step]['failed']}")
         # Each step as it ends: a run stopped part way (200 MB takes an hour) still leaves what it measured.
         print(f"  {step}: {figures[step]['seconds']:.1f} s, {figures[step]['peak_rss_mib']:,.0f} MiB", flush=True)
     return figures

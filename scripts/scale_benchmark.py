@@ -6,15 +6,14 @@ so its wall time and peak RSS are its own; the figures and their growth from one
 printed against n log n.
 """
 
-import json
 import math
 import os
 import random
-import subprocess
-import sys
 import tempfile
 import time
 from pathlib import Path
+
+from harness import run_child
 
 REPO = Path(__file__).resolve().parents[1]
 # The index's steps in pipeline order, each with the assets it writes; exports are left out (they copy tables).
@@ -64,7 +63,7 @@ def synthetic_corpus(folder: Path, documents: int, seed: int = 11) -> int:
 
 
 STEP_RUNNER = """
-import json, resource, sys, time
+import json, sys, time
 import dagster as dg
 from graphrag_assets.definitions import defs, index_assets
 corpus, *assets = sys.argv[1:]
@@ -75,20 +74,19 @@ result = dg.materialize(
     index_assets, selection=assets, partition_key=corpus, instance=instance, resources=defs.resources,
     raise_on_error=False,
 )
-wall = time.perf_counter() - started
-rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
-print(json.dumps({"ok": result.success, "wall": wall, "rss": rss}))
+if not result.success:
+    from graphrag_assets.failures import failure_message
+    sys.exit(failure_message(result))
+print(json.dumps({"seconds": time.perf_counter() - started}))
 """
 
 
 def run_step(op: str, corpus: str, env: dict) -> dict:
-    out = subprocess.run(
-        [sys.executable, "-c", STEP_RUNNER, corpus, *STEPS[op]], env=env, cwd=REPO, capture_output=True, text=True
-    )
-    lines = [line for line in out.stdout.splitlines() if line.startswith("{")]
-    if out.returncode or not lines or not json.loads(lines[-1])["ok"]:
-        raise SystemExit(f"{op} failed on {corpus}:\n{out.stdout[-3000:]}\n{out.stderr[-3000:]}")
-    return json.loads(lines[-1])
+    """One step in a process of its own: its wall time from before its imports, and its peak memory."""
+    figures = run_child(["-c", STEP_RUNNER, corpus, *STEPS[op]], env=env, check=False)
+    if "failed" in figures:
+        raise SystemExit(f"{op} failed on {corpus}: {figures['failed']}")
+    return {"wall": figures["wall_s"], "rss": figures["peak_rss_mib"]}
 
 
 def scale_benchmark(args) -> None:

@@ -28,6 +28,7 @@ from pathlib import Path
 import dagster as dg
 import duckdb
 import httpx
+from harness import QUIET
 
 from graphrag_assets.answers.asking import answer
 from graphrag_assets.answers.service import AnswerService
@@ -37,7 +38,6 @@ from graphrag_assets_tests.model_server import FakeOpenAIServer
 
 REPO = Path(__file__).resolve().parents[1]
 CORPUS = "a-christmas-carol"
-QUIET = {"loggers": {"console": {"config": {"log_level": "ERROR"}}}}
 SUBJECTS = ("Scrooge", "Bob Cratchit", "Tiny Tim", "Marley", "Fred", "the Ghost of Christmas Past", "Belle", "Fezziwig")
 
 
@@ -230,6 +230,10 @@ def with_model(root: Path, count: int, latency: float) -> None:
         f"server p50 {p50:.0f} ms (p95 {p95:.0f}), in-process p50 {d50:.0f} ms (p95 {d95:.0f}): "
         f"the server adds {p50 - d50:.0f} ms at the median; peak memory {memory:.0f} MiB"
     )
+
+
+def serve_benchmark(args) -> None:
+    main(args.questions, args.clients, args.latency)
 
 
 def main(count: int, clients: int, latency: float) -> None:

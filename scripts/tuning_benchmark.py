@@ -11,12 +11,13 @@ tuning: a corpus of short fictional supply agreements (graphrag_assets_tests/cor
 """
 
 import multiprocessing
-import resource
 import tempfile
 import time
 from collections import Counter
 from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
+
+from harness import peak_rss_mib
 
 CORPUS = "contracts"
 
@@ -78,7 +79,7 @@ def _run(root: Path, documents: int, tuned: bool) -> dict:
         "types": dict(zip(types["type"], types["n"])),
         "entities": int(types["n"].sum()),
         "wall_s": wall,
-        "peak_mib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
+        "peak_mib": peak_rss_mib(),
     }
 
 

@@ -5,13 +5,13 @@ and noise around them. They are made in batches from a seed, so the index is bui
 top-k is found in one streaming pass, without holding every vector in memory twice.
 """
 
-import resource
 import statistics
 import tempfile
 import time
 from pathlib import Path
 
 import numpy as np
+from harness import peak_rss_mib
 
 from graphrag_assets.store import vector_index
 
@@ -43,10 +43,6 @@ def exact_top_k(count: int, dimensions: int, queries: np.ndarray, k: int) -> lis
         best_scores = np.take_along_axis(merged_scores, keep, axis=1)
         best_ids = np.take_along_axis(merged_ids, keep, axis=1)
     return [set(row) for row in best_ids]
-
-
-def peak_rss_mib() -> float:
-    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
 
 
 def vectors_benchmark(args) -> None:
