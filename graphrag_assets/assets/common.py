@@ -18,3 +18,19 @@ METHOD_VERSION = "3"  # 2: chunks start at paragraph and sentence boundaries; 3:
 
 def code_version(*prompt_names: str) -> str:
     return f"{METHOD_VERSION}-{prompts_version(*prompt_names)}" if prompt_names else METHOD_VERSION
+
+
+def corpus_asset(
+    group: str, *, prompts: tuple[str, ...] = (), kinds: set[str] | None = None, model: bool = False, **asset
+):
+    """`dg.asset` for one step of a corpus: partitioned by corpus, in `group`, versioned by the method and by the
+    `prompts` it sends, stored in DuckDB unless `kinds` says otherwise, and in the model pool when it calls a
+    `model` (dagster.yaml bounds how many such steps run at once). The rest (deps, checks, name) as dg.asset."""
+    return dg.asset(
+        partitions_def=corpus_partitions,
+        group_name=group,
+        code_version=code_version(*prompts),
+        kinds=kinds or {"duckdb"},
+        **({"pool": MODEL_POOL} if model else {}),
+        **asset,
+    )

@@ -18,7 +18,7 @@ from ..method.graph.aliases import resolve
 from ..method.prompts import DEFAULT_PROMPTS
 from ..method.schema import UNIT_LINKS
 from ..resources import ChatModelResource, CorporaResource, DuckDBStoreResource
-from .common import MODEL_POOL, code_version, corpus_partitions
+from .common import corpus_asset
 from .metadata import markdown, markdown_table, step_progress
 from .publishing import Step, from_graphrag
 
@@ -27,11 +27,9 @@ def per_level(df: pl.DataFrame, **aggregations: pl.Expr) -> dg.MetadataValue:
     return dg.MetadataValue.md(markdown(df.group_by("level").agg(**aggregations).sort("level")))
 
 
-@dg.asset(
+@corpus_asset(
+    "communities",
     deps=["entities", "relationships", "entity_aliases"],
-    partitions_def=corpus_partitions,
-    group_name="communities",
-    code_version=code_version(),
     kinds={"duckdb", "graspologic"},
     check_specs=[
         dg.AssetCheckSpec(
@@ -114,13 +112,11 @@ REPORTS_LEAVE_OUT = {
 }
 
 
-@dg.asset(
+@corpus_asset(
+    "communities",
     deps=["communities", "entities", "relationships", "covariates", "text_units", "entity_aliases", "index_prompts"],
-    partitions_def=corpus_partitions,
-    group_name="communities",
-    code_version=code_version(*REPORT_PROMPTS, *SOURCE_REPORT_PROMPTS),
-    kinds={"duckdb"},
-    pool=MODEL_POOL,
+    prompts=(*REPORT_PROMPTS, *SOURCE_REPORT_PROMPTS),
+    model=True,
     check_specs=[
         dg.AssetCheckSpec(
             "every_community_reported",

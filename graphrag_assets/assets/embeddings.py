@@ -23,7 +23,7 @@ from ..resources import DuckDBStoreResource, EmbeddingModelResource
 from ..store import keyword_index as keywords
 from ..store import vector_index
 from ..store.tables import row_count, write_table
-from .common import MODEL_POOL, code_version, corpus_partitions
+from .common import corpus_asset
 from .metadata import png
 from .publishing import Step, lineage_for
 
@@ -90,13 +90,10 @@ EMBEDDING_LEAVES_OUT = {
 }
 
 
-@dg.asset(
+@corpus_asset(
+    "embeddings",
     deps=["entities", "text_units", "community_reports"],
-    partitions_def=corpus_partitions,
-    group_name="embeddings",
-    code_version=code_version(),
-    kinds={"duckdb"},
-    pool=MODEL_POOL,
+    model=True,
     check_specs=[dg.AssetCheckSpec("text_embeddings_complete", asset="text_embeddings")],
 )
 def text_embeddings(
@@ -139,13 +136,7 @@ def text_embeddings(
     yield vectors_check("text_embeddings_complete", "text_embeddings", table, dimensions, set(inputs["id"]))
 
 
-@dg.asset(
-    deps=list(keywords.SOURCES),
-    partitions_def=corpus_partitions,
-    group_name="embeddings",
-    code_version=code_version(),
-    kinds={"duckdb"},
-)
+@corpus_asset("embeddings", deps=list(keywords.SOURCES))
 def keyword_index(context: dg.AssetExecutionContext, duckdb: DuckDBStoreResource) -> dg.MaterializeResult:
     """BM25 over text units, entities and community reports, for the methods' hybrid retrieval: a file beside the
     HNSW indexes, named by the data it was built from (the table's `built_from`)."""
@@ -203,12 +194,9 @@ def embedding_metadata(table: pl.DataFrame, failed: int, dimensions: int | None,
     }
 
 
-@dg.asset(
+@corpus_asset(
+    "embeddings",
     deps=["text_embeddings", "base_text_units"],
-    partitions_def=corpus_partitions,
-    group_name="embeddings",
-    code_version=code_version(),
-    kinds={"duckdb"},
     check_specs=[dg.AssetCheckSpec("document_embeddings_valid", asset="document_embeddings")],
 )
 def document_embeddings(context: dg.AssetExecutionContext, duckdb: DuckDBStoreResource):
@@ -220,11 +208,9 @@ def document_embeddings(context: dg.AssetExecutionContext, duckdb: DuckDBStoreRe
     yield vectors_check("document_embeddings_valid", "document_embeddings", table, None, set(units["document_id"]))
 
 
-@dg.asset(
+@corpus_asset(
+    "embeddings",
     deps=["entities", "relationships"],
-    partitions_def=corpus_partitions,
-    group_name="embeddings",
-    code_version=code_version(),
     kinds={"duckdb", "gensim"},
     check_specs=[dg.AssetCheckSpec("graph_embeddings_valid", asset="graph_embeddings")],
 )
@@ -257,11 +243,9 @@ def graph_embeddings(context: dg.AssetExecutionContext, config: Node2VecConfig, 
     yield vectors_check("graph_embeddings_valid", "graph_embeddings", table, config.dimensions)
 
 
-@dg.asset(
+@corpus_asset(
+    "embeddings",
     deps=["graph_embeddings", "document_embeddings", "communities", "entities", "documents"],
-    partitions_def=corpus_partitions,
-    group_name="embeddings",
-    code_version=code_version(),
     kinds={"duckdb", "umap"},
     check_specs=[dg.AssetCheckSpec("one_row_per_node", asset="layouts")],
 )

@@ -32,7 +32,7 @@ from ..method.tuning import index_prompt_rows
 from ..models.endpoint import chat_request, embedding_key
 from ..models.prices import total_cost
 from ..resources import ChatModelResource, CorporaResource, EmbeddingModelResource
-from .common import corpus_partitions
+from .common import corpus_asset
 from .communities import report_settings
 from .index import graph_settings, read_documents
 from .metadata import markdown_table
@@ -217,7 +217,7 @@ def estimate_table(estimate: dict) -> pl.DataFrame:
     return pl.DataFrame(rows)
 
 
-@dg.asset(partitions_def=corpus_partitions, group_name="estimate", kinds={"python"})
+@corpus_asset("estimate", kinds={"python"})
 def index_estimate(
     context: dg.AssetExecutionContext,
     corpora: CorporaResource,

@@ -47,7 +47,7 @@ from ..resources import (
     run_with_models,
 )
 from ..store.schema import TABLES
-from .common import MODEL_POOL, code_version, corpus_partitions
+from .common import corpus_asset
 from .metadata import markdown, markdown_table, percent_table, png
 from .publishing import Step
 
@@ -109,11 +109,10 @@ def row_id(*parts: object) -> str:
     return hashlib.sha256("\n".join(map(str, parts)).encode()).hexdigest()[:24]
 
 
-@dg.asset(
+@corpus_asset(
+    GROUP,
     deps=["community_reports", "text_units"],
-    partitions_def=corpus_partitions,
-    group_name=GROUP,
-    code_version=code_version(
+    prompts=(
         "evaluation_corpus",
         "evaluation_personas",
         "evaluation_tasks",
@@ -122,8 +121,7 @@ def row_id(*parts: object) -> str:
         "evaluation_data_local",
         "evaluation_data_global",
     ),
-    kinds={"duckdb"},
-    pool=MODEL_POOL,
+    model=True,
 )
 def evaluation_questions(
     context: dg.AssetExecutionContext,
@@ -254,13 +252,11 @@ def question_table(rows: list[dict], description: str | None) -> pl.DataFrame:
     return pl.DataFrame(list(questions.values()))
 
 
-@dg.asset(
+@corpus_asset(
+    GROUP,
     deps=["evaluation_questions", "community_reports", "text_units", "text_embeddings"],
-    partitions_def=corpus_partitions,
-    group_name=GROUP,
-    code_version=code_version("global_search_map", "global_search_reduce", "basic_search"),
-    kinds={"duckdb"},
-    pool=MODEL_POOL,
+    prompts=("global_search_map", "global_search_reduce", "basic_search"),
+    model=True,
 )
 def evaluation_answers(
     context: dg.AssetExecutionContext,
@@ -354,14 +350,7 @@ async def answer_rows(chat, embedder, index, questions: pl.DataFrame, conditions
     return await asyncio.gather(*(one(q, c) for q in questions.iter_rows(named=True) for c in conditions))
 
 
-@dg.asset(
-    deps=["evaluation_answers", "evaluation_questions"],
-    partitions_def=corpus_partitions,
-    group_name=GROUP,
-    code_version=code_version("evaluation_judge"),
-    kinds={"duckdb"},
-    pool=MODEL_POOL,
-)
+@corpus_asset(GROUP, deps=["evaluation_answers", "evaluation_questions"], prompts=("evaluation_judge",), model=True)
 def pairwise_judgements(
     context: dg.AssetExecutionContext,
     config: PairwiseJudgementsConfig,
@@ -417,13 +406,7 @@ def judgement_table(planned: list[ev.Comparison], verdicts: list[dict | None]) -
     )
 
 
-@dg.asset(
-    deps=["pairwise_judgements", "evaluation_questions"],
-    partitions_def=corpus_partitions,
-    group_name=GROUP,
-    code_version=code_version(),
-    kinds={"duckdb"},
-)
+@corpus_asset(GROUP, deps=["pairwise_judgements", "evaluation_questions"])
 def win_rates(context: dg.AssetExecutionContext, duckdb: DuckDBStoreResource) -> dg.MaterializeResult:
     """Per criterion, how often the row condition beats the column condition (paper figure 4), with sign tests:
     over all questions (question_class "all") and per question class."""
@@ -463,14 +446,7 @@ def win_rates(context: dg.AssetExecutionContext, duckdb: DuckDBStoreResource) ->
     return step.publish("win_rates", table, engine="scipy", metadata=metadata)
 
 
-@dg.asset(
-    deps=["evaluation_answers", "evaluation_questions"],
-    partitions_def=corpus_partitions,
-    group_name=GROUP,
-    code_version=code_version("evaluation_assertion"),
-    kinds={"duckdb"},
-    pool=MODEL_POOL,
-)
+@corpus_asset(GROUP, deps=["evaluation_answers", "evaluation_questions"], prompts=("evaluation_assertion",), model=True)
 def assertion_scores(
     context: dg.AssetExecutionContext,
     config: AssertionScoresConfig,
@@ -506,13 +482,7 @@ def assertion_scores(
     )
 
 
-@dg.asset(
-    deps=["assertion_scores"],
-    partitions_def=corpus_partitions,
-    group_name=GROUP,
-    code_version=code_version(),
-    kinds={"duckdb"},
-)
+@corpus_asset(GROUP, deps=["assertion_scores"])
 def assertion_accuracy(context: dg.AssetExecutionContext, duckdb: DuckDBStoreResource) -> dg.MaterializeResult:
     """Per question class and condition, the mean assertion accuracy with a 95% interval, and a paired test
     against the class's best condition; a chart per class."""
@@ -536,14 +506,7 @@ def assertion_accuracy(context: dg.AssetExecutionContext, duckdb: DuckDBStoreRes
     return step.publish("assertion_accuracy", table, engine="scipy", metadata=metadata)
 
 
-@dg.asset(
-    deps=["evaluation_answers", "pairwise_judgements"],
-    partitions_def=corpus_partitions,
-    group_name=GROUP,
-    code_version=code_version("evaluation_claims"),
-    kinds={"duckdb"},
-    pool=MODEL_POOL,
-)
+@corpus_asset(GROUP, deps=["evaluation_answers", "pairwise_judgements"], prompts=("evaluation_claims",), model=True)
 def claim_metrics(
     context: dg.AssetExecutionContext, config: ClaimMetricsConfig, chat: ChatModelResource, duckdb: DuckDBStoreResource
 ) -> dg.MaterializeResult:

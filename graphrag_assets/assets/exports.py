@@ -6,7 +6,7 @@ import polars as pl
 from ..configs.index import ExportConfig
 from ..method import exports
 from ..resources import DuckDBStoreResource
-from .common import code_version, corpus_partitions
+from .common import corpus_asset
 from .publishing import Step
 
 PARQUET_TABLES = (
@@ -20,13 +20,7 @@ PARQUET_TABLES = (
 )
 
 
-@dg.asset(
-    deps=["entities", "relationships", "communities", "layouts"],
-    partitions_def=corpus_partitions,
-    group_name="exports",
-    code_version=code_version(),
-    kinds={"graphml"},
-)
+@corpus_asset("exports", deps=["entities", "relationships", "communities", "layouts"], kinds={"graphml"})
 def graphml_export(context: dg.AssetExecutionContext, config: ExportConfig, duckdb: DuckDBStoreResource):
     """The entity graph as GraphML, with community ids per level and layout positions as node attributes."""
     step, corpus = Step(context, duckdb), context.partition_key
@@ -49,13 +43,7 @@ def graphml_export(context: dg.AssetExecutionContext, config: ExportConfig, duck
     )
 
 
-@dg.asset(
-    deps=[*PARQUET_TABLES, "text_embeddings"],
-    partitions_def=corpus_partitions,
-    group_name="exports",
-    code_version=code_version(),
-    kinds={"parquet"},
-)
+@corpus_asset("exports", deps=[*PARQUET_TABLES, "text_embeddings"], kinds={"parquet"})
 def parquet_export(context: dg.AssetExecutionContext, config: ExportConfig, duckdb: DuckDBStoreResource):
     """Every index table as a parquet file in Microsoft GraphRAG 3.x's output schema: `graphrag query --data <folder>`
     answers from it. The text embeddings go to `text_embeddings.parquet` and, with the `lancedb` extra installed,

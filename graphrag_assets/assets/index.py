@@ -23,7 +23,7 @@ from ..method.tuning import INDEX_PROMPTS, PromptFileError, index_prompt_rows, p
 from ..models.interrupts import run_interruptibly
 from ..resources import ChatModelResource, CorporaResource, DuckDBStoreResource
 from ..store.tables import last_settings, read_table, table_exists
-from .common import MODEL_POOL, code_version, corpus_partitions
+from .common import MODEL_POOL, code_version, corpus_asset, corpus_partitions
 from .metadata import markdown, markdown_table, step_progress, tell
 from .publishing import Step, from_graphrag
 
@@ -143,13 +143,7 @@ def graph_settings(config: GraphConfig, prompts: PromptSet = DEFAULT_PROMPTS) ->
     )
 
 
-@dg.asset(
-    deps=["tuned_prompts"],
-    partitions_def=corpus_partitions,
-    group_name="ingest",
-    code_version=code_version(*INDEX_PROMPTS),
-    kinds={"duckdb"},
-)
+@corpus_asset("ingest", deps=["tuned_prompts"], prompts=INDEX_PROMPTS)
 def index_prompts(
     context: dg.AssetExecutionContext, config: IndexPromptsConfig, corpora: CorporaResource, duckdb: DuckDBStoreResource
 ) -> dg.MaterializeResult:
@@ -350,14 +344,7 @@ def relationship_endpoints_are_entities(
     )
 
 
-@dg.asset(
-    deps=["entities"],
-    partitions_def=corpus_partitions,
-    group_name="graph",
-    code_version=code_version("resolve_entities"),
-    kinds={"duckdb"},
-    pool=MODEL_POOL,
-)
+@corpus_asset("graph", deps=["entities"], prompts=("resolve_entities",), model=True)
 def entity_aliases(
     context: dg.AssetExecutionContext,
     config: AliasConfig,
@@ -407,14 +394,7 @@ def alias_metadata(table: pl.DataFrame, entities: pl.DataFrame, overrides: int, 
     }
 
 
-@dg.asset(
-    deps=["base_text_units", "index_prompts"],
-    partitions_def=corpus_partitions,
-    group_name="graph",
-    code_version=code_version(*CLAIM_PROMPTS),
-    kinds={"duckdb"},
-    pool=MODEL_POOL,
-)
+@corpus_asset("graph", deps=["base_text_units", "index_prompts"], prompts=CLAIM_PROMPTS, model=True)
 def covariates(
     context: dg.AssetExecutionContext,
     config: ClaimsConfig,
@@ -462,13 +442,7 @@ LINKING_LEAVES_OUT = {
 }
 
 
-@dg.asset(
-    deps=["base_text_units", "entities", "relationships", "covariates"],
-    partitions_def=corpus_partitions,
-    group_name="graph",
-    code_version=code_version(),
-    kinds={"duckdb"},
-)
+@corpus_asset("graph", deps=["base_text_units", "entities", "relationships", "covariates"])
 def text_units(context: dg.AssetExecutionContext, duckdb: DuckDBStoreResource) -> dg.MaterializeResult:
     """Text units with the ids of the entities, relationships and claims extracted from each."""
     step = Step(context, duckdb)

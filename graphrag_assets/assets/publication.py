@@ -26,7 +26,7 @@ from ..store.tables import (
     usage_totals,
 )
 from . import communities, embeddings, exports, index
-from .common import code_version, corpus_partitions
+from .common import corpus_asset
 from .metadata import markdown_table, png
 
 
@@ -40,14 +40,7 @@ def _index_keys() -> list[dg.AssetKey]:
     ]
 
 
-@dg.asset(
-    name=PUBLISHED_INDEX,
-    deps=_index_keys(),
-    partitions_def=corpus_partitions,
-    group_name="exports",
-    code_version=code_version(),
-    kinds={"duckdb"},
-)
+@corpus_asset("exports", name=PUBLISHED_INDEX, deps=_index_keys())
 def published_index(context: dg.AssetExecutionContext, duckdb: DuckDBStoreResource) -> dg.MaterializeResult:
     """Publish the run's staged tables as the corpus's index in one transaction, once every index step succeeded."""
     if duckdb.stage is None:

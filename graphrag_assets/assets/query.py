@@ -23,7 +23,7 @@ from ..configs.queries import (
 )
 from ..failures import step_failure
 from ..resources import ChatModelResource, DuckDBStoreResource, EmbeddingModelResource
-from .common import MODEL_POOL, code_version, corpus_partitions
+from .common import corpus_asset
 from .metadata import cost_value
 
 
@@ -78,15 +78,13 @@ def answer_query(
 
 def query_asset(method: str):
     spec = METHODS[method]
-    return dg.asset(
+    return corpus_asset(
+        "query",
         name=spec.asset,
         deps=list(INDEX_TABLES),
-        partitions_def=corpus_partitions,
-        group_name="query",
-        code_version=code_version(*spec.prompts),
-        kinds={"duckdb"},
+        prompts=spec.prompts,
         description=spec.description,
-        pool=MODEL_POOL,
+        model=True,
     )
 
 

@@ -21,7 +21,7 @@ from ..method.tuning import (
     tuned_templates,
 )
 from ..resources import ChatModelResource, CorporaResource, DuckDBStoreResource, EmbeddingModelResource, run_with_models
-from .common import MODEL_POOL, code_version, corpus_partitions
+from .common import corpus_asset
 from .publishing import Step
 
 GROUP = "prompt_tuning"
@@ -43,13 +43,7 @@ def corpus_text_units(corpora: CorporaResource, corpus: str) -> pl.DataFrame:
     return units
 
 
-@dg.asset(
-    partitions_def=corpus_partitions,
-    group_name=GROUP,
-    code_version=code_version(*TUNING_PROMPTS, *TUNED_PROMPTS),
-    kinds={"duckdb"},
-    pool=MODEL_POOL,
-)
+@corpus_asset(GROUP, prompts=(*TUNING_PROMPTS, *TUNED_PROMPTS), model=True)
 def tuned_prompts(
     context: dg.AssetExecutionContext,
     config: TuningConfig,
