@@ -31,7 +31,7 @@ from .entity_graph import INDEX_METHODS, GraphSettings, build_entity_graph
 from .graph import aliases
 from .graph.claims import DEFAULT_CLAIM_DESCRIPTION, claims_prompt
 from .graph.extraction import DEFAULT_ENTITY_TYPES, extraction_prompt
-from .graph.records import COMPLETION_DELIMITER, RECORD_DELIMITER, TUPLE_DELIMITER
+from .graph.records import DELIMITERS
 from .ingest.tokens import count_tokens
 from .prompts import DEFAULT_PROMPTS, PromptSet
 from .schema import frame
@@ -103,9 +103,7 @@ class IndexSettings:
 def _continue_tokens(prompts: PromptSet, name: str) -> int:
     return count_tokens(
         prompts[name].format(
-            tuple_delimiter=TUPLE_DELIMITER,
-            record_delimiter=RECORD_DELIMITER,
-            completion_delimiter=COMPLETION_DELIMITER,
+            **DELIMITERS,
         )
     )
 

@@ -23,7 +23,7 @@ from .communities.reports import REPORT_PROMPTS, SOURCE_REPORT_PROMPTS
 from .embeddings.text import LocalEmbedder, embed_with_model
 from .graph.claims import CLAIM_PROMPTS
 from .graph.extraction import DEFAULT_ENTITY_TYPES, EXTRACTION_PROMPTS, check_graph_reply, records_to_graph
-from .graph.records import COMPLETION_DELIMITER, RECORD_DELIMITER, TUPLE_DELIMITER, parse_json_reply
+from .graph.records import COMPLETION_DELIMITER, DELIMITERS, RECORD_DELIMITER, TUPLE_DELIMITER, parse_json_reply
 from .ingest.tokens import count_tokens, truncate_to_tokens
 from .model_interface import ChatModel, InvalidReply
 from .prompts import Prompt, load_prompt, user_message
@@ -275,9 +275,7 @@ async def profile_corpus(
 
     async def example(unit_id: str, text: str) -> Example | None:
         prompt = Prompt("extract_graph", frame).format(
-            tuple_delimiter=TUPLE_DELIMITER,
-            record_delimiter=RECORD_DELIMITER,
-            completion_delimiter=COMPLETION_DELIMITER,
+            **DELIMITERS,
             input_text=text,
         )
         records = await chat.complete([{"role": "user", "content": prompt}], parse=example_records(text, types))

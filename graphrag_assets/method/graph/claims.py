@@ -14,9 +14,7 @@ from ..prompts import DEFAULT_PROMPTS, PromptSet
 from ..schema import columns, frame
 from .extraction import ExtractionStats
 from .records import (
-    COMPLETION_DELIMITER,
-    RECORD_DELIMITER,
-    TUPLE_DELIMITER,
+    DELIMITERS,
     check_records_reply,
     complete_with_gleaning,
     parse_records,
@@ -93,9 +91,7 @@ def claims_prompt(
     return prompts["extract_claims"].format(
         entity_specs=", ".join(entity_specs),
         claim_description=claim_description,
-        tuple_delimiter=TUPLE_DELIMITER,
-        record_delimiter=RECORD_DELIMITER,
-        completion_delimiter=COMPLETION_DELIMITER,
+        **DELIMITERS,
         input_text=text,
     )
 
@@ -110,7 +106,7 @@ async def extract_claims(
     prompts: PromptSet = DEFAULT_PROMPTS,
 ) -> tuple[pl.DataFrame, ExtractionStats]:
     continue_prompt = prompts["extract_claims_continue"].format(
-        tuple_delimiter=TUPLE_DELIMITER, record_delimiter=RECORD_DELIMITER, completion_delimiter=COMPLETION_DELIMITER
+        **DELIMITERS,
     )
     loop_prompt = prompts["gleaning_loop"].template
 

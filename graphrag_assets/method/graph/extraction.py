@@ -14,9 +14,7 @@ from ..model_interface import ChatModel
 from ..progress import Progress
 from ..prompts import DEFAULT_PROMPTS, PromptSet
 from .records import (
-    COMPLETION_DELIMITER,
-    RECORD_DELIMITER,
-    TUPLE_DELIMITER,
+    DELIMITERS,
     check_records_reply,
     complete_with_gleaning,
     parse_records,
@@ -171,9 +169,7 @@ def merge_relationships(per_unit: list[tuple[str, list[dict]]]) -> pl.DataFrame:
 def extraction_prompt(text: str, entity_types: tuple[str, ...], prompts: PromptSet = DEFAULT_PROMPTS) -> str:
     return prompts["extract_graph"].format(
         entity_types=",".join(entity_types),
-        tuple_delimiter=TUPLE_DELIMITER,
-        record_delimiter=RECORD_DELIMITER,
-        completion_delimiter=COMPLETION_DELIMITER,
+        **DELIMITERS,
         input_text=text,
     )
 
@@ -188,7 +184,7 @@ async def extract_graph(
 ) -> tuple[pl.DataFrame, pl.DataFrame, ExtractionStats]:
     """Extract and merge entities and relationships from every text unit, concurrently."""
     continue_prompt = prompts["extract_graph_continue"].format(
-        tuple_delimiter=TUPLE_DELIMITER, record_delimiter=RECORD_DELIMITER, completion_delimiter=COMPLETION_DELIMITER
+        **DELIMITERS,
     )
     loop_prompt = prompts["gleaning_loop"].template
 

@@ -22,6 +22,12 @@ from ..model_interface import ChatModel, InvalidReply
 TUPLE_DELIMITER = "<|>"
 RECORD_DELIMITER = "##"
 COMPLETION_DELIMITER = "<|COMPLETE|>"
+# The delimiters as the extraction prompts name them: every prompt that asks for records formats them in.
+DELIMITERS = {
+    "tuple_delimiter": TUPLE_DELIMITER,
+    "record_delimiter": RECORD_DELIMITER,
+    "completion_delimiter": COMPLETION_DELIMITER,
+}
 _RECORD = re.compile(r"^\s*\((.*)\)\s*$", re.DOTALL)
 
 

@@ -10,7 +10,9 @@ import numpy as np
 import polars as pl
 
 from ..embeddings.text import LocalEmbedder
+from ..graph.records import check_answer_text
 from ..ingest.tokens import count_tokens, truncate_to_tokens
+from ..prompts import user_message
 from ..schema import records, vector_matrix
 
 EXTRACTIVE_LABEL = "**Extractive answer (offline engine: no model wrote this; sentences are quoted from the index).**"
@@ -214,6 +216,27 @@ def windows(records: list[tuple[str, str]], header: str, budget: int) -> list[tu
         result.append((text, ids, used))
         start += len(ids)
     return result
+
+
+# What an answer says when the model calls that would have written it failed: the context is still recorded.
+MODEL_FAILED = "The model call failed after retries; the context it would have read is recorded."
+
+
+async def written_answer(
+    chat, prompt: str, context_data: str, question: str, response_type: str, conversation: list[dict] | None
+) -> str | None:
+    """The model's answer from one context, as the local, basic and DRIFT reduce prompts ask for it: the checked
+    text, or None when the calls failed."""
+    return await chat.complete(
+        user_message(
+            prompt,
+            context_data=context_data,
+            question=question,
+            response_type=response_type,
+            conversation=conversation_block(conversation),
+        ),
+        parse=check_answer_text,
+    )
 
 
 def conversation_block(conversation: list[dict] | None) -> str:

@@ -7,7 +7,7 @@ import asyncio
 import re
 from collections.abc import Awaitable, Callable
 
-from ..graph.records import check_answer_text, parse_json_reply
+from ..graph.records import parse_json_reply
 from ..model_interface import ChatModel, Embedder, InvalidReply
 from ..prompts import user_message
 from ..schema import records
@@ -21,6 +21,7 @@ from .context import (
     embed_query,
     pack,
     with_recent_turns,
+    written_answer,
 )
 from .local_search import LocalContext, extractive_local_answer, local_context_for, question_units
 from .settings import DriftSearchSettings
@@ -95,16 +96,7 @@ async def drift_search(
         body = extractive_sections([(headings.get(q, q), a) for q, a in intermediate])
         return SearchResult(f"{EXTRACTIVE_LABEL}\n\n{body}", True, tokens, context, details)
     reduce_text = "\n\n".join(f"----{q}----\n{a}" for q, a in intermediate)
-    answer = await chat.complete(
-        user_message(
-            "drift_reduce",
-            context_data=reduce_text,
-            question=question,
-            response_type=settings.response_type,
-            conversation=conversation_block(conversation),
-        ),
-        parse=check_answer_text,
-    )
+    answer = await written_answer(chat, "drift_reduce", reduce_text, question, settings.response_type, conversation)
     return SearchResult(answer or reduce_text, False, tokens, context, details)
 
 

@@ -10,20 +10,19 @@ from dataclasses import dataclass, field
 
 import polars as pl
 
-from ..graph.records import check_answer_text
 from ..ingest.tokens import count_tokens
 from ..model_interface import ChatModel, Embedder
 from ..offline.answers import cited_sentences
-from ..prompts import user_message
 from ..schema import records
 from .context import (
+    MODEL_FAILED,
     Index,
     SearchResult,
-    conversation_block,
     csv_line,
     embed_query,
     pack,
     with_recent_turns,
+    written_answer,
 )
 from .passages import passage
 from .settings import BasicSearchSettings, LocalContextSettings, LocalSearchSettings
@@ -205,17 +204,10 @@ async def local_search(
     if chat is None:
         answer = extractive_local_answer(index, asked, context)
     else:
-        answer = await chat.complete(
-            user_message(
-                "local_search",
-                context_data=context.text,
-                question=question,
-                response_type=settings.response_type,
-                conversation=conversation_block(conversation),
-            ),
-            parse=check_answer_text,
+        answer = await written_answer(
+            chat, "local_search", context.text, question, settings.response_type, conversation
         )
-        answer = answer or "The model call failed after retries; the context it would have read is recorded."
+        answer = answer or MODEL_FAILED
     found = context.ids | {"retrieved_by": context.retrieved_by, "passages": context.passages}
     return SearchResult(answer, chat is None, context.tokens, found)
 
@@ -242,15 +234,6 @@ async def basic_search(
     if chat is None:
         answer = cited_sentences(index, asked, "text_units", packed, units)
     else:
-        answer = await chat.complete(
-            user_message(
-                "basic_search",
-                context_data=text,
-                question=question,
-                response_type=settings.response_type,
-                conversation=conversation_block(conversation),
-            ),
-            parse=check_answer_text,
-        )
-        answer = answer or "The model call failed after retries; the context it would have read is recorded."
+        answer = await written_answer(chat, "basic_search", text, question, settings.response_type, conversation)
+        answer = answer or MODEL_FAILED
     return SearchResult(answer, chat is None, tokens, context)
