@@ -168,12 +168,19 @@ async def local_context_for(
         s.community_prop,
         s.text_unit_prop,
         ranked,
-        {u: passage(text, question, s.passage_tokens) for u, text in index.texts(ranked[s.question_units :]).items()},
+        _passages(index, ranked[s.question_units :], question, s.passage_tokens),
     )
     kept = {i for ids in context.ids.values() for i in ids}
     found = {index.aliases.get(i, i): by for i, by in entities} | dict(units)
     context.retrieved_by = {i: by for i, by in found.items() if i in kept}
     return context
+
+
+def _passages(index: Index, units: list[str], question: str, tokens: int) -> dict[str, str]:
+    """Unit -> its passage that best matches the question, for the units longer than `tokens`."""
+    texts = index.texts(units)
+    found = {unit: passage(text, question, tokens) for unit, text in texts.items()}
+    return {unit: part for unit, part in found.items() if part != texts[unit]}
 
 
 def question_units(index: Index, query, question: str, settings: LocalContextSettings) -> list[tuple]:
