@@ -140,6 +140,12 @@ BENCHMARKS = (
             argument("--latency", type=float, default=0.4, help="seconds per request"),
             argument("--token-latency", type=float, default=0.03, help="and per completion token"),
             argument("--runs", type=int, default=1, help="runs with the default settings (each run's cause if red)"),
+            argument(
+                "--no-baseline",
+                dest="baseline",
+                action="store_false",
+                help="skip the run at a fixed 64 requests in flight (each run is still measured against the bound)",
+            ),
         ),
     ),
     Benchmark(
