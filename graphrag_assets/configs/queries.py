@@ -67,8 +67,8 @@ class LocalContextOptions(dg.Config):
     question_units: int = Field(
         defaults.QUESTION_UNITS,
         ge=0,
-        description="Text units that best match the question itself (vectors and keywords), packed before the "
-        "units the chosen entities come from.",
+        description="Text units that best match the question itself (vectors and keywords), packed whole before "
+        "the units the chosen entities come from.",
     )
     question_passages: int = Field(
         defaults.QUESTION_PASSAGES,
