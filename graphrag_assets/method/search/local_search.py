@@ -130,7 +130,7 @@ def _source_section(
     """The units that best match the question (as their `passages` where given), then the text units of the
     chosen entities, nearest entity first, each entity's units holding more of the relationships first. An answer
     said once, in a passage none of the nearest entities came from, is in the first group (benchmark.py
-    retrieval); packing only a unit's best sentences makes room for more such units."""
+    retrieval); packing only a unit's passage makes room for more such units."""
     rel_units = {u for r in index.rows_of("relationships", relationship_ids) for u in r.text_unit_ids}
     ordered, seen = list(dict.fromkeys(question_units)), set(question_units)
     for units in (entity.text_unit_ids for entity in entities):
