@@ -5,6 +5,7 @@ import json
 import re
 from pathlib import Path
 
+import duckdb
 import networkx as nx
 import numpy as np
 import polars as pl
@@ -17,7 +18,7 @@ from graphrag_assets.method.graph.claims import check_claims_reply
 from graphrag_assets.method.graph.extraction import merge_entities, merge_relationships, records_to_graph
 from graphrag_assets.method.graph.records import parse_records
 from graphrag_assets.method.graph.summaries import joined_descriptions
-from graphrag_assets.method.graph.tables import finalize_graph, link_text_units
+from graphrag_assets.method.graph.tables import LINKED_TEXT_UNITS, finalize_graph
 from graphrag_assets.method.ingest.text_units import chunk_documents
 from graphrag_assets.method.ingest.tokens import chunk_text, count_tokens
 from graphrag_assets.method.model_interface import InvalidReply
@@ -187,14 +188,29 @@ def test_offline_descriptions_are_joined_in_order_without_a_model():
 
 
 def test_text_units_know_what_was_extracted_from_them():
-    units = pl.DataFrame({"id": ["u1", "u2"], "text": ["a", "b"], "pages": [None, [3]]})
-    linked = link_text_units(
-        units,
-        pl.DataFrame({"id": ["e1"], "text_unit_ids": [["u1", "u2"]]}),
-        pl.DataFrame({"id": ["r1"], "text_unit_ids": [["u2"]]}),
-        pl.DataFrame({"id": ["c1"], "text_unit_id": ["u1"]}),
-    )
-    assert linked["entity_ids"].to_list() == [["e1"], ["e1"]]
+    """The linking query over a corpus's tables, beside another corpus's rows that it must not read."""
+    tables = {
+        "base_text_units": pl.DataFrame(
+            {
+                "id": ["u1", "u2", "u1"],
+                "text": ["a", "b", "other"],
+                "pages": [None, [3], None],
+                "corpus": ["c", "c", "d"],
+            }
+        ),
+        "entities": pl.DataFrame(
+            {"id": ["e2", "e1", "x"], "text_unit_ids": [["u1"], ["u1", "u2"], ["u2"]], "corpus": ["c", "c", "d"]}
+        ),
+        "relationships": pl.DataFrame({"id": ["r1"], "text_unit_ids": [["u2"]], "corpus": ["c"]}),
+        "covariates": pl.DataFrame({"id": ["c1"], "text_unit_id": ["u1"], "corpus": ["c"]}),
+    }
+    conn = duckdb.connect()
+    for name, rows in tables.items():
+        conn.register("rows", rows)
+        conn.execute(f"CREATE TABLE {name} AS SELECT * FROM rows")
+    linked = conn.execute(f"SELECT * FROM ({LINKED_TEXT_UNITS}) ORDER BY id", {"corpus": "c"}).pl()
+    assert linked["text"].to_list() == ["a", "b"]
+    assert linked["entity_ids"].to_list() == [["e1", "e2"], ["e1"]]  # in id order, as the lists were always kept
     assert linked["relationship_ids"].to_list() == [[], ["r1"]]
     assert linked["covariate_ids"].to_list() == [["c1"], []]
     assert linked["pages"].to_list() == [[], [3]]

@@ -12,7 +12,16 @@ import pytest
 from graphrag_assets.automation.runs import failed_stages_sensor
 from graphrag_assets.method.embeddings.text import EMBEDDING_MODEL_TABLES, LocalEmbedder
 from graphrag_assets.resources import DuckDBStoreResource
-from graphrag_assets.store.tables import Lineage, StageDropped, read_table, stage_name, use_stage, write_table
+from graphrag_assets.store.tables import (
+    Lineage,
+    StageDropped,
+    read_table,
+    row_count,
+    stage_name,
+    use_stage,
+    write_table,
+    write_table_from_query,
+)
 from graphrag_assets_tests.model_server import FakeOpenAIServer, Faults
 
 from .conftest import Workspace, chat_resource, embedding_resource
@@ -215,3 +224,25 @@ def test_a_large_offline_model_is_stored_in_bounded_pieces(tmp_path):
             write_table(conn, table, "big", rows, Lineage(table, "big", "run", "1", "offline"))
         again = LocalEmbedder.from_tables(*(read_table(conn, table, "big") for table in EMBEDDING_MODEL_TABLES))
     assert again.vocabulary == model.vocabulary and np.array_equal(again.components, model.components)
+
+
+def test_a_table_written_by_a_query_has_the_version_of_the_same_rows_written_as_a_frame(tmp_path):
+    """A step that only joins stored tables has DuckDB write its rows (they never pass through the process); its data
+    version is read back a slice at a time and equals the version of the same rows published as a frame, across
+    the hashed slices' boundaries. Another corpus's rows stay as they were."""
+    units = pl.DataFrame(
+        {"id": [f"u{n:05d}" for n in range(12_001)], "text": [f"text {n} \x00\x02 é" for n in range(12_001)]}
+    ).with_columns(pages=pl.lit([1, 2]), entity_ids=pl.lit(["e1"]))
+    lineage = Lineage("text_units", "big", "run", "1", "none")
+    with DuckDBStoreResource(database=str(tmp_path / "graphrag.duckdb")).get_connection() as conn:
+        as_frame = write_table(conn, "text_units", "other", units, lineage)
+        conn.execute("CREATE TABLE source AS SELECT * FROM text_units")
+        version, rows = write_table_from_query(
+            conn, "text_units", "big", "SELECT id, text, pages, entity_ids FROM source WHERE corpus = 'other'", lineage
+        )
+        assert (version, rows) == (as_frame, len(units))
+        assert read_table(conn, "text_units", "big").equals(read_table(conn, "text_units", "other"))
+        write_table_from_query(conn, "text_units", "big", "SELECT * EXCLUDE (corpus) FROM source LIMIT 1", lineage)
+        assert row_count(conn, "text_units", "big") == 1 and row_count(conn, "text_units", "other") == len(units)
+        with pytest.raises(ValueError, match="table text_units has no columns \\['score'\\]"):
+            write_table_from_query(conn, "text_units", "big", "SELECT id, 1 AS score FROM source", lineage)

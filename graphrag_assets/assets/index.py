@@ -13,7 +13,7 @@ from ..method.entity_graph import GraphBuild, GraphSettings, build_entity_graph
 from ..method.graph import aliases as alias_method
 from ..method.graph.claims import CLAIM_PROMPTS, COVARIATE_COLUMNS, extract_claims
 from ..method.graph.extraction import EXTRACTION_PROMPTS
-from ..method.graph.tables import link_text_units
+from ..method.graph.tables import LINKED_TEXT_UNITS
 from ..method.ingest.conversion import MB, Limits
 from ..method.ingest.documents import TabularColumns, problem_summary, read_corpus
 from ..method.ingest.text_units import chunk_documents
@@ -434,18 +434,12 @@ def covariates(
     )
 
 
-# Linking reads only ids: the descriptions and quoted source text are most of these tables on a large corpus.
-LINKING_LEAVES_OUT = {
-    "entities": ("title", "type", "description"),
-    "relationships": ("source", "target", "description"),
-    "covariates": ("covariate_type", "type", "description", "subject_id", "object_id", "source_text"),
-}
-
-
 @corpus_asset("graph", deps=["base_text_units", "entities", "relationships", "covariates"])
 def text_units(context: dg.AssetExecutionContext, duckdb: DuckDBStoreResource) -> dg.MaterializeResult:
     """Text units with the ids of the entities, relationships and claims extracted from each."""
-    step = Step(context, duckdb)
-    units = link_text_units(**step.inputs("text_units", without=LINKING_LEAVES_OUT))
-    without_entities = (units["entity_ids"].list.len() == 0).sum()
-    return step.publish("text_units", units, engine="none", metadata={"units_without_entities": without_entities})
+    return Step(context, duckdb).publish_query(
+        "text_units",
+        LINKED_TEXT_UNITS,
+        engine="none",
+        measures={"units_without_entities": "count_if(len(entity_ids) = 0)"},
+    )

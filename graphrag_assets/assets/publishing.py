@@ -40,6 +40,7 @@ from ..store.tables import (
     record_lineage,
     row_count,
     write_table,
+    write_table_from_query,
 )
 from .metadata import usage_metadata
 from .run_plan import batch_ledger, index_plan, index_prompt_set
@@ -214,6 +215,30 @@ class Step:
                 **(quality or {}),
                 **(metadata or {}),
             },
+        )
+
+    def publish_query(
+        self, table: str, query: str, *, engine: str, measures: dict[str, str] | None = None
+    ) -> dg.MaterializeResult:
+        """Write the rows of a query the store runs over the corpus's tables (`$corpus`), never held in the process:
+        for a step that only joins what is stored. `measures` are SQL aggregates over the written rows, by the
+        metadata name that shows them."""
+        measures = measures or {}
+        with self.duckdb.get_connection() as conn:
+            lineage = lineage_for(self.context, conn, table, engine)
+            version, rows = write_table_from_query(conn, table, self.corpus, query, lineage)
+            measured = dict(
+                zip(
+                    measures,
+                    conn.execute(
+                        f'SELECT {", ".join(measures.values()) or "1"} FROM "{table}" WHERE corpus = ?', [self.corpus]
+                    ).fetchone(),
+                )
+            )
+        return dg.MaterializeResult(
+            asset_key=dg.AssetKey(table),
+            data_version=dg.DataVersion(version),
+            metadata={"dagster/row_count": rows, "engine": engine, "corpus": self.corpus, **measured},
         )
 
     def record_files(self, asset: str, engine: str, settings: dg.Config, rows: int) -> None:

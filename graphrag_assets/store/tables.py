@@ -7,7 +7,7 @@ import hashlib
 import json
 import re
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 
 import duckdb
@@ -37,17 +37,33 @@ class Lineage:
 def data_version(df: pl.DataFrame) -> str:
     """A content hash of a table, so unchanged outputs keep their version.
 
-    Column by column and a slice of rows at a time, from the values' repr (stable across polars versions, unlike
-    its own hashes): a copy of a whole text column as Python strings would double the memory of a corpus's text.
-    Vectors go by their bytes instead: a repr of every float took 9 s for an offline model of
-    100,000 terms, and grows with every vector of a large corpus.
-    """
-    digest = hashlib.sha256(",".join(df.columns).encode())
-    for column in df.iter_columns():
-        vectors = isinstance(column.dtype, pl.List | pl.Array) and column.dtype.inner.is_float()
-        for rows in column.to_frame().iter_slices(_HASHED_ROWS):
-            values = rows.to_series()
-            if vectors:
+    Column by column and a slice of rows at a time: a copy of a whole text column as Python strings would double
+    the memory of a corpus's text."""
+    return _content_hash(
+        df.columns, lambda name: (rows.to_series() for rows in df.select(name).iter_slices(_HASHED_ROWS))
+    )
+
+
+def stored_version(conn: duckdb.DuckDBPyConnection, table: str, corpus: str, columns: list[str]) -> str:
+    """The content hash of the corpus's rows of a stored table, read a column and a slice at a time in id order:
+    for a table of rows in id order it equals `data_version` of the same rows as a frame."""
+
+    def slices(name: str):
+        query = f'SELECT "{name}" FROM "{table}" WHERE corpus = ? ORDER BY id'
+        for batch in conn.execute(query, [corpus]).to_arrow_reader(_HASHED_ROWS):
+            yield pl.from_arrow(batch).to_series()
+
+    return _content_hash(columns, slices)
+
+
+def _content_hash(columns: list[str], slices: Callable[[str], Iterator[pl.Series]]) -> str:
+    """From the values' repr (stable across polars versions, unlike its own hashes). Vectors go by their bytes
+    instead: a repr of every float took 9 s for an offline model of 100,000 terms, and grows with every vector of a
+    large corpus."""
+    digest = hashlib.sha256(",".join(columns).encode())
+    for name in columns:
+        for values in slices(name):
+            if isinstance(values.dtype, pl.List | pl.Array) and values.dtype.inner.is_float():
                 digest.update(values.list.len().fill_null(-1).to_numpy().tobytes())
                 digest.update(values.explode().fill_null(float("nan")).to_numpy().tobytes())
             else:
@@ -269,6 +285,33 @@ def write_table(conn: duckdb.DuckDBPyConnection, table: str, corpus: str, df: pl
 
     in_transaction(conn, replace_rows)
     return version
+
+
+def write_table_from_query(
+    conn: duckdb.DuckDBPyConnection, table: str, corpus: str, query: str, lineage: Lineage
+) -> tuple[str, int]:
+    """Replace the corpus's rows of `table` with the rows of `query` (which reads the corpus as `$corpus`), run by
+    DuckDB itself: past its memory bound it spills, where a frame is held whole in the process. Returns the data
+    version and the row count."""
+    written: tuple[str, int] = ("", 0)
+
+    rows = f"SELECT *, $corpus AS corpus FROM ({query})"  # the query may leave $corpus unread (a test's may)
+
+    def replace_rows() -> None:
+        nonlocal written
+        ensure_table(conn, table)
+        described = conn.execute(f"{rows} LIMIT 0", {"corpus": corpus}).description
+        columns = [column[0] for column in described][:-1]
+        unknown = set(columns) - set(TABLES[table])
+        if unknown:
+            raise ValueError(f"table {table} has no columns {sorted(unknown)}; declare them in store/schema.py")
+        conn.execute(f'DELETE FROM "{table}" WHERE corpus = ?', [corpus])
+        conn.execute(f'INSERT INTO "{table}" BY NAME {rows}', {"corpus": corpus})
+        written = (stored_version(conn, table, corpus, columns), row_count(conn, table, corpus))
+        record_lineage(conn, lineage, corpus, *written)
+
+    in_transaction(conn, replace_rows)
+    return written
 
 
 # A DuckLake catalog shared by several processes settles most concurrent commits itself; the rest (an insert

@@ -43,27 +43,25 @@ def finalize_graph(entities: pl.DataFrame, relationships: pl.DataFrame) -> tuple
     return entities.select(ENTITY_COLUMNS), relationships.select(RELATIONSHIP_COLUMNS), orphans
 
 
-def link_text_units(
-    base_text_units: pl.DataFrame, entities: pl.DataFrame, relationships: pl.DataFrame, covariates: pl.DataFrame
-) -> pl.DataFrame:
-    """The final text units: each knows the entities, relationships and claims extracted from it."""
-
-    def ids_by_unit(ids: pl.Series, unit_ids: pl.Series) -> dict[str, list[str]]:
-        found: dict[str, list[str]] = {}
-        for element_id, units in zip(ids, unit_ids):
-            for unit in [units] if isinstance(units, str) else units:
-                found.setdefault(unit, []).append(element_id)
-        return found
-
-    linked = {
-        "entity_ids": ids_by_unit(entities["id"], entities["text_unit_ids"]),
-        "relationship_ids": ids_by_unit(relationships["id"], relationships["text_unit_ids"]),
-        "covariate_ids": ids_by_unit(covariates["id"], covariates["text_unit_id"]),
-    }
-    return base_text_units.with_columns(
-        *(
-            pl.Series(column, [ids.get(unit, []) for unit in base_text_units["id"]], dtype=pl.List(pl.String))
-            for column, ids in linked.items()
-        ),
-        pages=pl.col("pages").fill_null([]),  # the final table has always said "no pages" with an empty list
-    )
+# The final text units: each knows the entities, relationships and claims extracted from it, in id order. A query
+# the store runs over the corpus's tables ($corpus), so a large corpus's text is never held in the process.
+LINKED_TEXT_UNITS = """
+SELECT units.* EXCLUDE (corpus, pages),
+       coalesce(units.pages, []) AS pages,  -- the final table has always said "no pages" with an empty list
+       coalesce(by_entity.ids, []) AS entity_ids,
+       coalesce(by_relationship.ids, []) AS relationship_ids,
+       coalesce(by_claim.ids, []) AS covariate_ids
+  FROM base_text_units units
+  LEFT JOIN (
+      SELECT unit, list(id ORDER BY id) AS ids
+        FROM (SELECT id, unnest(text_unit_ids) AS unit FROM entities WHERE corpus = $corpus) GROUP BY unit
+  ) by_entity ON by_entity.unit = units.id
+  LEFT JOIN (
+      SELECT unit, list(id ORDER BY id) AS ids
+        FROM (SELECT id, unnest(text_unit_ids) AS unit FROM relationships WHERE corpus = $corpus) GROUP BY unit
+  ) by_relationship ON by_relationship.unit = units.id
+  LEFT JOIN (
+      SELECT text_unit_id AS unit, list(id ORDER BY id) AS ids FROM covariates WHERE corpus = $corpus GROUP BY unit
+  ) by_claim ON by_claim.unit = units.id
+ WHERE units.corpus = $corpus
+"""
