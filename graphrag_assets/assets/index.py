@@ -1,6 +1,8 @@
 """The first half of the index: documents, text units, the entity graph and claims."""
 
+import tempfile
 from collections import Counter
+from pathlib import Path
 
 import dagster as dg
 import polars as pl
@@ -15,8 +17,8 @@ from ..method.graph.claims import CLAIM_PROMPTS, COVARIATE_COLUMNS, extract_clai
 from ..method.graph.extraction import EXTRACTION_PROMPTS
 from ..method.graph.tables import LINKED_TEXT_UNITS
 from ..method.ingest.conversion import MB, Limits
-from ..method.ingest.documents import TabularColumns, problem_summary, read_corpus
-from ..method.ingest.text_units import chunk_documents
+from ..method.ingest.documents import CorpusReadResult, TabularColumns, corpus_records, problem_summary, read_corpus
+from ..method.ingest.text_units import chunk_to_files
 from ..method.prompts import DEFAULT_PROMPTS, PromptSet
 from ..method.schema import frame
 from ..method.tuning import INDEX_PROMPTS, PromptFileError, index_prompt_rows, prompt_diff
@@ -31,16 +33,32 @@ ENTITY_PREVIEW = ["title", "type", "degree", "frequency", "description"]
 _PROBLEMS_SHOWN = 5  # kinds of problem said in the log and terminal; the metadata has up to 20, each with a count
 
 
-def read_documents(corpora: CorporaResource, folder, config: IngestConfig):
+def read_documents(corpora: CorporaResource, folder, config: IngestConfig) -> CorpusReadResult:
     """The corpus folder's documents, read as the ingest settings say (the index and its estimate read alike)."""
     with corpora.conversion_cache() as conversions:
-        return read_corpus(
-            folder,
-            TabularColumns(config.text_column, config.title_column or None, tuple(config.metadata_columns)),
-            keep_boilerplate=config.keep_boilerplate,
-            limits=Limits(int(config.max_file_mb * MB), config.max_document_chars),
-            conversions=conversions,
+        return read_corpus(folder, *_reading(config), conversions=conversions)
+
+
+def spool_documents(corpora: CorporaResource, folder, config: IngestConfig, spool: Path) -> CorpusReadResult:
+    """The corpus folder's documents and their text units, read and chunked a batch at a time into two parquet files
+    in `spool` (documents.parquet, base_text_units.parquet), so that no corpus is held whole; the result's
+    documents frame stays empty."""
+    read = CorpusReadResult(frame("documents"))
+    with corpora.conversion_cache() as conversions:
+        records = corpus_records(folder, read, *_reading(config), conversions=conversions)
+        chunk_to_files(
+            records,
+            spool / "documents.parquet",
+            spool / "base_text_units.parquet",
+            config.chunk_size,
+            config.chunk_overlap,
         )
+    return read
+
+
+def _reading(config: IngestConfig) -> tuple:
+    columns = TabularColumns(config.text_column, config.title_column or None, tuple(config.metadata_columns))
+    return columns, config.keep_boilerplate, Limits(int(config.max_file_mb * MB), config.max_document_chars)
 
 
 def files_by_type(files: dict) -> str:
@@ -83,27 +101,41 @@ def corpus_documents(
         yield step.publish_imported("base_text_units", text_units, plan.imported)
         return
     folder = corpora.folder(context.partition_key)
-    read = read_documents(corpora, folder, config)
-    problems = tell_problems(context, folder, read.problems)
-    if read.documents.is_empty():
-        raise step_failure(
-            f"corpus folder {folder} has no readable documents", retryable=False, metadata={"problems": problems}
+    with tempfile.TemporaryDirectory(prefix="graphrag-ingest-") as spool:
+        read = spool_documents(corpora, folder, config, Path(spool))
+        problems = tell_problems(context, folder, read.problems)
+        if not read.documents_read:
+            raise step_failure(
+                f"corpus folder {folder} has no readable documents", retryable=False, metadata={"problems": problems}
+            )
+        documents, units = (
+            parquet_query(Path(spool) / f"{table}.parquet") for table in ("documents", "base_text_units")
         )
-    text_units, documents = chunk_documents(read.documents, config.chunk_size, config.chunk_overlap)
-    yield step.publish(
-        "documents",
-        documents,
-        engine="none",
-        metadata={
-            "source": "documents folder",
-            "index_plan": dg.MetadataValue.md(plan.as_markdown()),
-            "files_read": read.files_read,
-            "files": dg.MetadataValue.md(files_by_type(read.files)),
-            "problems": problems,
-            "preview": markdown_table(documents, ["title", "source_path"]),
-        },
-    )
-    yield step.publish("base_text_units", text_units, engine="none", metadata=unit_metadata(text_units, config))
+        preview = pl.read_parquet(Path(spool) / "documents.parquet", columns=["title", "source_path"], n_rows=10)
+        yield step.publish_query(
+            "documents",
+            documents,
+            engine="none",
+            metadata={
+                "source": "documents folder",
+                "index_plan": dg.MetadataValue.md(plan.as_markdown()),
+                "files_read": read.files_read,
+                "files": dg.MetadataValue.md(files_by_type(read.files)),
+                "problems": problems,
+                "preview": markdown_table(preview, ["title", "source_path"]),
+            },
+        )
+        yield step.publish_query(
+            "base_text_units",
+            units,
+            engine="none",
+            metadata={"chunk_size": config.chunk_size, "chunk_overlap": config.chunk_overlap},
+            measures={"total_tokens": "sum(n_tokens)::BIGINT", "units_with_location": "count(location)"},
+        )
+
+
+def parquet_query(path: Path) -> str:
+    return "SELECT * FROM read_parquet('{}')".format(str(path).replace("'", "''"))
 
 
 def tell_problems(context: dg.AssetExecutionContext, folder, problems: list) -> dg.MetadataValue:
@@ -116,15 +148,6 @@ def tell_problems(context: dg.AssetExecutionContext, folder, problems: list) -> 
         more = len(summary) - _PROBLEMS_SHOWN
         tell(context, f"... and {more} more kinds: see the documents asset's metadata", warning=True)
     return dg.MetadataValue.md("\n".join(f"- {line}" for line in summary) or "none")
-
-
-def unit_metadata(text_units: pl.DataFrame, config: IngestConfig) -> dict:
-    return {
-        "total_tokens": int(text_units["n_tokens"].sum()),
-        "units_with_location": text_units["location"].is_not_null().sum(),
-        "chunk_size": config.chunk_size,
-        "chunk_overlap": config.chunk_overlap,
-    }
 
 
 def graph_settings(config: GraphConfig, prompts: PromptSet = DEFAULT_PROMPTS) -> GraphSettings:

@@ -218,7 +218,13 @@ class Step:
         )
 
     def publish_query(
-        self, table: str, query: str, *, engine: str, measures: dict[str, str] | None = None
+        self,
+        table: str,
+        query: str,
+        *,
+        engine: str,
+        measures: dict[str, str] | None = None,
+        metadata: dict | None = None,
     ) -> dg.MaterializeResult:
         """Write the rows of a query the store runs over the corpus's tables (`$corpus`), never held in the process:
         for a step that only joins what is stored. `measures` are SQL aggregates over the written rows, by the
@@ -238,7 +244,13 @@ class Step:
         return dg.MaterializeResult(
             asset_key=dg.AssetKey(table),
             data_version=dg.DataVersion(version),
-            metadata={"dagster/row_count": rows, "engine": engine, "corpus": self.corpus, **measured},
+            metadata={
+                "dagster/row_count": rows,
+                "engine": engine,
+                "corpus": self.corpus,
+                **measured,
+                **(metadata or {}),
+            },
         )
 
     def record_files(self, asset: str, engine: str, settings: dg.Config, rows: int) -> None:

@@ -78,6 +78,10 @@ class CorpusReadResult:
     def files_read(self) -> int:
         return sum(counts["read"] for counts in self.files.values())
 
+    @property
+    def documents_read(self) -> int:
+        return sum(counts["documents"] for counts in self.files.values())
+
 
 def document_id(text: str) -> str:
     return hashlib.sha256(text.encode("utf-8")).hexdigest()
@@ -236,7 +240,25 @@ def read_corpus(
     limits: Limits | None = None,
     conversions: MutableMapping | None = None,
 ) -> CorpusReadResult:
-    """Read every supported file below `folder` (sorted, hidden files ignored) into one row per document.
+    """Read every supported file below `folder` (sorted, hidden files ignored) into one row per document (see
+    corpus_records)."""
+    result = CorpusReadResult(frame("documents", without=_CHUNKED))
+    records = list(corpus_records(folder, result, columns, keep_boilerplate, limits, conversions))
+    result.documents = frame("documents", records, without=_CHUNKED)
+    return result
+
+
+def corpus_records(
+    folder: str | Path,
+    result: CorpusReadResult,
+    columns: TabularColumns = TabularColumns(),
+    keep_boilerplate: bool = False,
+    limits: Limits | None = None,
+    conversions: MutableMapping | None = None,
+) -> Iterator[dict]:
+    """Each document below `folder` as a record of the documents table, as it is read (files sorted, hidden files
+    ignored); `result` collects what was wrong and the counts by file type. The documents of one file come one after
+    another.
 
     Project Gutenberg's licence header and footer are left out of plain-text documents unless `keep_boilerplate`:
     they would otherwise become entities and communities of their own. `conversions` (a mapping, such as a
@@ -245,8 +267,6 @@ def read_corpus(
     if not root.is_dir():
         raise FileNotFoundError(f"corpus folder {root} does not exist")
     resolved_root = root.resolve()
-    result = CorpusReadResult(frame("documents", without=_CHUNKED))
-    records: list[dict] = []
     seen: dict[str, str] = {}
     for path in sorted(_document_files(root)):
         relative = path.relative_to(root).as_posix()
@@ -272,18 +292,14 @@ def read_corpus(
                 continue
             seen[doc_id] = relative if document["title"] == path.name else document["title"]
             counts["documents"] += 1
-            records.append(
-                {
-                    "id": doc_id,
-                    "title": document["title"],
-                    "text": document["text"],
-                    "source_path": relative,
-                    "metadata": json.dumps(document["metadata"], sort_keys=True, default=str),
-                    "outline": json.dumps(document["outline"]) if document.get("outline") else None,
-                }
-            )
-    result.documents = frame("documents", records, without=_CHUNKED)
-    return result
+            yield {
+                "id": doc_id,
+                "title": document["title"],
+                "text": document["text"],
+                "source_path": relative,
+                "metadata": json.dumps(document["metadata"], sort_keys=True, default=str),
+                "outline": json.dumps(document["outline"]) if document.get("outline") else None,
+            }
 
 
 _SURROGATE = re.compile("[\ud800-\udfff]")

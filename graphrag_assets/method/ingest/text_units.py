@@ -6,8 +6,11 @@ import bisect
 import hashlib
 import json
 from collections import Counter
+from collections.abc import Iterable, Iterator
+from pathlib import Path
 
 import polars as pl
+import pyarrow.parquet as pq
 
 from ..defaults import CHUNK_OVERLAP, CHUNK_SIZE
 from ..schema import frame
@@ -29,20 +32,35 @@ def chunk_documents(
     documents: pl.DataFrame, size: int = CHUNK_SIZE, overlap: int = CHUNK_OVERLAP, encoding: str = DEFAULT_ENCODING
 ) -> tuple[pl.DataFrame, pl.DataFrame]:
     """Return (text_units, documents with a text_unit_ids column)."""
-    rows = []
-    ids_by_document: dict[str, list[str]] = {}
-    occurrences: Counter[tuple[str, str]] = Counter()
-    for document in documents.iter_rows(named=True):
-        ids = ids_by_document.setdefault(document["id"], [])
+    rows, ids = [], []
+    for _, units in chunked_documents(documents.iter_rows(named=True), size, overlap, encoding):
+        ids.append([unit["id"] for unit in units])
+        rows.extend(units)
+    unit_ids = pl.Series("text_unit_ids", ids, dtype=pl.List(pl.String))
+    return frame("base_text_units", rows), documents.with_columns(unit_ids)
+
+
+def chunked_documents(
+    documents: Iterable[dict], size: int = CHUNK_SIZE, overlap: int = CHUNK_OVERLAP, encoding: str = DEFAULT_ENCODING
+) -> Iterator[tuple[dict, list[dict]]]:
+    """Each document with its text units (rows of base_text_units), a document at a time. A file's documents come one
+    after another (corpus_records), so what tells identical chunks of one source apart is kept for a file at a
+    time, by the chunk's hash: a corpus's chunk texts are never held together."""
+    occurrences: Counter[tuple[str, bytes]] = Counter()
+    file = None
+    for document in documents:
+        if document["source_path"] != file:
+            file = document["source_path"]
+            occurrences.clear()
         source = f"{document['source_path']}\x00{document['title']}"  # several documents can share a CSV or JSONL file
         where = Locator(document.get("outline"))
+        units = []
         for chunk in chunk_text(document["text"], size, overlap, encoding):
-            occurrences[source, chunk.text] += 1
-            unit_id = text_unit_id(source, chunk.text, occurrences[source, chunk.text])
-            ids.append(unit_id)
-            rows.append(
+            seen = (source, hashlib.sha256(chunk.text.encode()).digest())
+            occurrences[seen] += 1
+            units.append(
                 {
-                    "id": unit_id,
+                    "id": text_unit_id(source, chunk.text, occurrences[seen]),
                     "text": chunk.text,
                     "n_tokens": chunk.n_tokens,
                     "document_id": document["id"],
@@ -50,8 +68,45 @@ def chunk_documents(
                     **where(chunk.start, chunk.end),
                 }
             )
-    unit_ids = pl.Series("text_unit_ids", [ids_by_document.get(doc_id, []) for doc_id in documents["id"]])
-    return frame("base_text_units", rows), documents.with_columns(unit_ids.cast(pl.List(pl.String)))
+        yield document, units
+
+
+_SPOOLED_TEXT = 4 * 2**20  # characters of document text per batch written to the spool files
+
+
+def chunk_to_files(
+    documents: Iterable[dict],
+    documents_file: Path,
+    units_file: Path,
+    size: int = CHUNK_SIZE,
+    overlap: int = CHUNK_OVERLAP,
+    encoding: str = DEFAULT_ENCODING,
+) -> int:
+    """The documents and their text units written to two parquet files as they are read and chunked, a batch at a
+    time, so that a corpus of any size is never held whole; returns how many documents were written."""
+    written, batch, units = 0, [], []
+    schemas = (frame("documents").to_arrow().schema, frame("base_text_units").to_arrow().schema)
+    with (
+        pq.ParquetWriter(documents_file, schemas[0]) as out_documents,
+        pq.ParquetWriter(units_file, schemas[1]) as out_units,
+    ):
+
+        def flush() -> None:
+            out_documents.write_table(frame("documents", batch).to_arrow().cast(schemas[0]))
+            out_units.write_table(frame("base_text_units", units).to_arrow().cast(schemas[1]))
+            batch.clear()
+            units.clear()
+
+        text = 0
+        for document, its_units in chunked_documents(documents, size, overlap, encoding):
+            batch.append({**document, "text_unit_ids": [unit["id"] for unit in its_units]})
+            units.extend(its_units)
+            written, text = written + 1, text + len(document["text"])
+            if text >= _SPOOLED_TEXT:
+                flush()
+                text = 0
+        flush()
+    return written
 
 
 class Locator:
