@@ -227,9 +227,9 @@ def test_a_large_offline_model_is_stored_in_bounded_pieces(tmp_path):
 
 
 def test_a_table_written_by_a_query_has_the_version_of_the_same_rows_written_as_a_frame(tmp_path):
-    """A step that only joins stored tables has DuckDB write its rows (they never pass through the process); its data
-    version is read back a slice at a time and equals the version of the same rows published as a frame, across
-    the hashed slices' boundaries. Another corpus's rows stay as they were."""
+    """A step that only joins stored tables has DuckDB write its rows (they never pass through the process). The data
+    version is worked out where the rows are stored, so the same rows have the same version however they came and
+    in whatever order, and one changed value gives another. Another corpus's rows stay as they were."""
     units = pl.DataFrame(
         {"id": [f"u{n:05d}" for n in range(12_001)], "text": [f"text {n} \x00\x02 é" for n in range(12_001)]}
     ).with_columns(pages=pl.lit([1, 2]), entity_ids=pl.lit(["e1"]))
@@ -238,10 +238,14 @@ def test_a_table_written_by_a_query_has_the_version_of_the_same_rows_written_as_
         as_frame = write_table(conn, "text_units", "other", units, lineage)
         conn.execute("CREATE TABLE source AS SELECT * FROM text_units")
         version, rows = write_table_from_query(
-            conn, "text_units", "big", "SELECT id, text, pages, entity_ids FROM source WHERE corpus = 'other'", lineage
+            conn, "text_units", "big", "SELECT * EXCLUDE (corpus) FROM source", lineage
         )
         assert (version, rows) == (as_frame, len(units))
         assert read_table(conn, "text_units", "big").equals(read_table(conn, "text_units", "other"))
+        reordered = "SELECT entity_ids, pages, text, id FROM source ORDER BY id DESC"
+        assert write_table_from_query(conn, "text_units", "big", reordered, lineage)[0] == as_frame
+        changed = "SELECT * EXCLUDE (corpus, text), replace(text, 'text 7 ', 'text 8 ') AS text FROM source"
+        assert write_table_from_query(conn, "text_units", "big", changed, lineage)[0] != as_frame
         write_table_from_query(conn, "text_units", "big", "SELECT * EXCLUDE (corpus) FROM source LIMIT 1", lineage)
         assert row_count(conn, "text_units", "big") == 1 and row_count(conn, "text_units", "other") == len(units)
         with pytest.raises(ValueError, match="table text_units has no columns \\['score'\\]"):

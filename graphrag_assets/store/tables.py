@@ -7,7 +7,7 @@ import hashlib
 import json
 import re
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import duckdb
@@ -34,44 +34,18 @@ class Lineage:
     settings: dict | None = None
 
 
-def data_version(df: pl.DataFrame) -> str:
-    """A content hash of a table, so unchanged outputs keep their version.
-
-    Column by column and a slice of rows at a time: a copy of a whole text column as Python strings would double
-    the memory of a corpus's text."""
-    return _content_hash(
-        df.columns, lambda name: (rows.to_series() for rows in df.select(name).iter_slices(_HASHED_ROWS))
-    )
-
-
-def stored_version(conn: duckdb.DuckDBPyConnection, table: str, corpus: str, columns: list[str]) -> str:
-    """The content hash of the corpus's rows of a stored table, read a column and a slice at a time in id order:
-    for a table of rows in id order it equals `data_version` of the same rows as a frame."""
-
-    def slices(name: str):
-        query = f'SELECT "{name}" FROM "{table}" WHERE corpus = ? ORDER BY id'
-        for batch in conn.execute(query, [corpus]).to_arrow_reader(_HASHED_ROWS):
-            yield pl.from_arrow(batch).to_series()
-
-    return _content_hash(columns, slices)
-
-
-def _content_hash(columns: list[str], slices: Callable[[str], Iterator[pl.Series]]) -> str:
-    """From the values' repr (stable across polars versions, unlike its own hashes). Vectors go by their bytes
-    instead: a repr of every float took 9 s for an offline model of 100,000 terms, and grows with every vector of a
-    large corpus."""
-    digest = hashlib.sha256(",".join(columns).encode())
-    for name in columns:
-        for values in slices(name):
-            if isinstance(values.dtype, pl.List | pl.Array) and values.dtype.inner.is_float():
-                digest.update(values.list.len().fill_null(-1).to_numpy().tobytes())
-                digest.update(values.explode().fill_null(float("nan")).to_numpy().tobytes())
-            else:
-                digest.update(repr(values.to_list()).encode())
-    return digest.hexdigest()[:16]
-
-
-_HASHED_ROWS = 5000
+def stored_version(conn: duckdb.DuckDBPyConnection, table: str, corpus: str) -> str:
+    """A content hash of the corpus's rows of a table, so unchanged outputs keep their version, worked out by DuckDB
+    where the rows are: a sum of every row's hash (its values as JSON, column names included), which no order of
+    the rows changes. Nothing is copied out of the store, and no sort is needed, so a corpus's text costs no memory
+    of the step's process (the hash of a frame in Python held a copy of each column a slice at a time, and sorting
+    the stored rows by id to read them back did not fit DuckDB's memory bound at 200 MB)."""
+    rows = f'(SELECT * EXCLUDE (corpus) FROM "{table}" WHERE corpus = ?) AS row'
+    count, upper, lower = conn.execute(
+        f"SELECT count(*), sum(md5_number_upper(to_json(row))), sum(md5_number_lower(to_json(row))) FROM {rows}",
+        [corpus],
+    ).fetchone()
+    return hashlib.sha256(f"{count}:{upper}:{lower}".encode()).hexdigest()[:16]
 
 
 def ensure_table(conn: duckdb.DuckDBPyConnection, table: str, schema: str | None = None) -> None:
@@ -274,13 +248,15 @@ def write_table(conn: duckdb.DuckDBPyConnection, table: str, corpus: str, df: pl
     unknown = set(df.columns) - set(TABLES[table])
     if unknown:
         raise ValueError(f"table {table} has no columns {sorted(unknown)}; declare them in store/schema.py")
-    version = data_version(df)
+    version = ""
 
     def replace_rows() -> None:
+        nonlocal version
         ensure_table(conn, table)
         conn.execute(f'DELETE FROM "{table}" WHERE corpus = ?', [corpus])
         if len(df):
             _insert(conn, table, corpus, df)
+        version = stored_version(conn, table, corpus)
         record_lineage(conn, lineage, corpus, version, len(df))
 
     in_transaction(conn, replace_rows)
@@ -307,7 +283,7 @@ def write_table_from_query(
             raise ValueError(f"table {table} has no columns {sorted(unknown)}; declare them in store/schema.py")
         conn.execute(f'DELETE FROM "{table}" WHERE corpus = ?', [corpus])
         conn.execute(f'INSERT INTO "{table}" BY NAME {rows}', {"corpus": corpus})
-        written = (stored_version(conn, table, corpus, columns), row_count(conn, table, corpus))
+        written = (stored_version(conn, table, corpus), row_count(conn, table, corpus))
         record_lineage(conn, lineage, corpus, *written)
 
     in_transaction(conn, replace_rows)
