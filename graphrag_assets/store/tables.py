@@ -36,16 +36,21 @@ class Lineage:
 
 def stored_version(conn: duckdb.DuckDBPyConnection, table: str, corpus: str) -> str:
     """A content hash of the corpus's rows of a table, so unchanged outputs keep their version, worked out by DuckDB
-    where the rows are: a sum of every row's hash (its values as JSON, column names included), which no order of
-    the rows changes. Nothing is copied out of the store, and no sort is needed, so a corpus's text costs no memory
-    of the step's process (the hash of a frame in Python held a copy of each column a slice at a time, and sorting
-    the stored rows by id to read them back did not fit DuckDB's memory bound at 200 MB)."""
-    rows = f'(SELECT * EXCLUDE (corpus) FROM "{table}" WHERE corpus = ?) AS row'
+    where the rows are: a sum of every row's hash, which no order of the rows changes. A row's hash is of its
+    columns' hashes, each of the text itself or of the value as JSON: nothing is copied out of the store, no sort
+    is needed, and no copy of a row is made (as JSON, a chunk of 2,048 documents' rows took 1 GiB at 200 MB)."""
+    columns = conn.execute(f'DESCRIBE SELECT * EXCLUDE (corpus) FROM "{table}"').fetchall()
+    hashes = ", ".join(
+        f"""coalesce(md5({f'"{name}"' if kind == "VARCHAR" else f'to_json("{name}")'}), '-')"""
+        for name, kind, *_ in columns
+    )
     count, upper, lower = conn.execute(
-        f"SELECT count(*), sum(md5_number_upper(to_json(row))), sum(md5_number_lower(to_json(row))) FROM {rows}",
+        f"""SELECT count(*), sum(md5_number_upper(row_hash)), sum(md5_number_lower(row_hash))
+              FROM (SELECT concat_ws(',', {hashes}) AS row_hash FROM "{table}" WHERE corpus = ?)""",
         [corpus],
     ).fetchone()
-    return hashlib.sha256(f"{count}:{upper}:{lower}".encode()).hexdigest()[:16]
+    names = ",".join(f"{name}:{kind}" for name, kind, *_ in columns)
+    return hashlib.sha256(f"{names}:{count}:{upper}:{lower}".encode()).hexdigest()[:16]
 
 
 def ensure_table(conn: duckdb.DuckDBPyConnection, table: str, schema: str | None = None) -> None:
