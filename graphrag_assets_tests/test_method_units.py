@@ -9,6 +9,7 @@ import duckdb
 import networkx as nx
 import numpy as np
 import polars as pl
+import pyarrow.parquet as pq
 import pytest
 
 from graphrag_assets.method.communities.leiden import build_communities
@@ -19,6 +20,7 @@ from graphrag_assets.method.graph.extraction import merge_entities, merge_relati
 from graphrag_assets.method.graph.records import parse_records
 from graphrag_assets.method.graph.summaries import joined_descriptions
 from graphrag_assets.method.graph.tables import LINKED_TEXT_UNITS, finalize_graph
+from graphrag_assets.method.ingest import text_units
 from graphrag_assets.method.ingest.text_units import chunk_documents
 from graphrag_assets.method.ingest.tokens import chunk_text, count_tokens
 from graphrag_assets.method.model_interface import InvalidReply
@@ -72,6 +74,29 @@ def test_an_edited_document_keeps_the_ids_of_its_unchanged_chunks():
     twice = pl.DataFrame([{"id": "d", "title": "t", "text": "Same words.\n\n" * 40, "source_path": "t.txt"}])
     units = chunk_documents(twice, size=8, overlap=0)[0]
     assert units["id"].is_unique().all() and len(units) > 1
+    # Rows of one JSONL file that share a title are one source, even with another row between them.
+    rows = [
+        {"id": f"d{n}", "title": title, "text": "Same words.", "source_path": "f.jsonl"}
+        for n, title in enumerate("ABA")
+    ]
+    assert chunk_documents(pl.DataFrame(rows))[0]["id"].is_unique().all()
+
+
+def test_the_ingest_spools_documents_and_units_a_batch_at_a_time_as_the_frames_would_hold_them(tmp_path, monkeypatch):
+    """The index writes what it reads and chunks to parquet files a few documents at a time (so no corpus is held
+    whole); the files hold exactly the rows chunk_documents gives for the same documents."""
+    monkeypatch.setattr(text_units, "_SPOOLED_TEXT", 50_000)  # several batches from one book
+    text = BOOK.read_text()
+    records = [
+        {"id": f"d{n}", "title": f"part {n}", "text": text[n * 30_000 : (n + 1) * 30_000], "source_path": "book.txt"}
+        for n in range(5)
+    ]
+    written = text_units.chunk_to_files(iter(records), tmp_path / "d.parquet", tmp_path / "u.parquet", 600, 50)
+    units, documents = chunk_documents(frame("documents", records, without=("text_unit_ids",)), 600, 50)
+    assert written == 5 and pq.ParquetFile(tmp_path / "d.parquet").num_row_groups == 3
+    assert pl.read_parquet(tmp_path / "u.parquet").equals(units)
+    spooled = pl.read_parquet(tmp_path / "d.parquet")
+    assert spooled.equals(documents.select(spooled.columns))  # the store writes them by name
 
 
 def test_a_sentence_longer_than_a_chunk_is_cut_at_words():
