@@ -102,18 +102,10 @@ def test_transient_faults_give_the_fault_free_result(llm_index, tmp_path):
 
 
 def test_an_endpoint_that_misbehaves_gives_the_fault_free_index(llm_index, tmp_path):
-    """20% transient 5xx/429, 10% HTTP 200 replies cut off at max_tokens or with a garbled body, plus replies in
-    prose, of the wrong record kind, or refused: every one is asked again, and the index equals the clean one."""
+    """Every everyday fault (Faults.misbehaving: transient 5xx/429, replies cut off or garbled, in prose, of the
+    wrong record kind, or refused): every one is asked again, and the index equals the clean one."""
     clean, _, clean_server = llm_index
-    faults = Faults(
-        transient_every=5,
-        retry_after_seconds=0.01,
-        truncated_every=12,
-        garbled_every=25,
-        malformed_every=40,
-        wrong_kind_every=40,
-        refusal_every=40,
-    )
+    faults = Faults.misbehaving()
     faulty, result, server = index(tmp_path, faults)
     assert result.success
     seen = {s.kind for s in server.served}

@@ -218,15 +218,7 @@ def faults_benchmark(args) -> None:
     from graphrag_assets_tests.workspaces import SAMPLE_CORPUS, index, table
 
     work = Path(tempfile.mkdtemp(prefix="graphrag-bench-"))
-    faults = Faults(
-        transient_every=5,
-        retry_after_seconds=0.01,
-        truncated_every=20,
-        garbled_every=20,
-        malformed_every=40,
-        wrong_kind_every=40,
-        refusal_every=40,
-    )
+    faults = Faults.misbehaving()
     try:
         runs = {}
         for name, run_faults in (("healthy endpoint (baseline)", None), ("misbehaving endpoint", faults)):

@@ -37,7 +37,7 @@ from ..method.question_files import (
     read_question_files,
 )
 from ..method.schema import seeded_sample
-from ..models import usage_scope
+from ..models import Usage, usage_scope
 from ..naming import bare
 from ..resources import (
     ChatModelResource,
@@ -90,6 +90,16 @@ def judged(step: Step, model: ChatModelResource, planned: list, judge_all, what:
     failed = sum(v is None for v in verdicts)
     step.fail_if_too_many_failed(what, failed, len(planned), (model, usage), config.max_failed_fraction)
     return verdicts, usage, failed
+
+
+def publish_paid(
+    step: Step, table: str, rows: pl.DataFrame, paid: tuple[ChatModelResource, Usage | None], calls: int, **metadata
+) -> dg.MaterializeResult:
+    """An evaluation table a model was paid for, with the model calls it planned beside what it used."""
+    model, _ = paid
+    return step.publish(
+        table, rows, engine=model.engine, paid=paid, metadata={"planned_model_calls": calls, **metadata}
+    )
 
 
 def answers_to_judge(step: Step, conditions: list[str]) -> tuple[pl.DataFrame, pl.DataFrame]:
@@ -215,17 +225,15 @@ def generated_questions(
             retryable=True,
         )
     questions = question_table(rows, description)
-    return step.publish(
+    return publish_paid(
+        step,
         "evaluation_questions",
         questions,
-        engine=chat.engine,
-        paid=(chat, usage),
-        metadata={
-            "planned_model_calls": calls,
-            "questions_per_class": per_class(questions),
-            "corpus_description": dg.MetadataValue.md(description or "_(not needed)_"),
-            "questions_table": markdown_table(questions, ["question_class", "persona", "task", "question"], rows=25),
-        },
+        (chat, usage),
+        calls,
+        questions_per_class=per_class(questions),
+        corpus_description=dg.MetadataValue.md(description or "_(not needed)_"),
+        questions_table=markdown_table(questions, ["question_class", "persona", "task", "question"], rows=25),
     )
 
 
@@ -280,19 +288,17 @@ def evaluation_answers(
     index.close()
     answers = pl.DataFrame(rows)
     summary = answers.group_by("condition").agg(pl.col("context_tokens", "model_calls", "prompt_tokens").mean())
-    return step.publish(
+    return publish_paid(
+        step,
         "evaluation_answers",
         answers,
-        engine=chat.engine,
-        paid=(chat, chat_usage),
-        metadata={
-            "planned_model_calls": calls,  # at most: a map window with no relevant point skips the reduce
-            "conditions": conditions,
-            "skipped_conditions": skipped,
-            "mean_per_answer": dg.MetadataValue.md(
-                markdown(summary.sort("condition").with_columns(pl.exclude("condition").round(0)))
-            ),
-        },
+        (chat, chat_usage),
+        calls,  # at most: a map window with no relevant point skips the reduce
+        conditions=conditions,
+        skipped_conditions=skipped,
+        mean_per_answer=dg.MetadataValue.md(
+            markdown(summary.sort("condition").with_columns(pl.exclude("condition").round(0)))
+        ),
     )
 
 
@@ -370,16 +376,14 @@ def pairwise_judgements(
     verdicts, usage, failed = judged(step, model, planned, ev.judge_all, "judgements", config)
     judgements = judgement_table(planned, verdicts)
     shown = ["criterion", "first_condition", "second_condition", "winner_condition", "reasoning"]
-    return step.publish(
+    return publish_paid(
+        step,
         "pairwise_judgements",
         judgements,
-        engine=model.engine,
-        paid=(model, usage),
-        metadata={
-            "planned_model_calls": len(planned),
-            "failed_judgements": failed,
-            "sample": markdown_table(judgements, shown),
-        },
+        (model, usage),
+        len(planned),
+        failed_judgements=failed,
+        sample=markdown_table(judgements, shown),
     )
 
 
@@ -468,17 +472,15 @@ def assertion_scores(
     verdicts, usage, failed = judged(step, model, planned, scoring.check_all, "assertion checks", config)
     scores = scoring.answer_scores(answers, questions, planned, verdicts)
     shown = ["condition", "question_class", "assertions_supported", "assertions", "accuracy"]
-    return step.publish(
+    return publish_paid(
+        step,
         "assertion_scores",
         scores,
-        engine=model.engine,
-        paid=(model, usage),
-        metadata={
-            "planned_model_calls": len(planned),
-            "failed_checks": failed,
-            "mean_accuracy": dg.MetadataValue.md(percent_table(scores, ["condition"], "question_class", "accuracy", 1)),
-            "sample": markdown_table(scores, shown),
-        },
+        (model, usage),
+        len(planned),
+        failed_checks=failed,
+        mean_accuracy=dg.MetadataValue.md(percent_table(scores, ["condition"], "question_class", "accuracy", 1)),
+        sample=markdown_table(scores, shown),
     )
 
 
@@ -524,14 +526,12 @@ def claim_metrics(
     counts = pl.concat([table.select("condition", "claim_count"), clusters], how="horizontal")
     per_condition = counts.group_by("condition").mean().sort("condition").with_columns(pl.exclude("condition").round(2))
     agreed = ev.claim_agreement(table, judgements, config.thresholds)
-    return step.publish(
+    return publish_paid(
+        step,
         "claim_metrics",
         table,
-        engine=chat.engine,
-        paid=(chat, usage),
-        metadata={
-            "planned_model_calls": len(answers),
-            "mean_per_answer": dg.MetadataValue.md(markdown(per_condition)),
-            "agreement_with_judges": dg.MetadataValue.md(markdown(agreed, floatfmt=".2f")),
-        },
+        (chat, usage),
+        len(answers),
+        mean_per_answer=dg.MetadataValue.md(markdown(per_condition)),
+        agreement_with_judges=dg.MetadataValue.md(markdown(agreed, floatfmt=".2f")),
     )

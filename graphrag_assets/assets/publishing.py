@@ -204,18 +204,8 @@ class Step:
         with self.duckdb.get_connection() as conn:
             lineage = lineage_for(self.context, conn, table, engine, paid=paid, quality=quality, settings=settings)
             version = write_table(conn, table, self.corpus, df, lineage)
-        return dg.MaterializeResult(
-            asset_key=dg.AssetKey(table),
-            data_version=dg.DataVersion(version),
-            metadata={
-                "dagster/row_count": len(df),
-                "engine": engine,
-                "corpus": self.corpus,
-                **(usage_metadata(model, usage) if model else {}),
-                **(quality or {}),
-                **(metadata or {}),
-            },
-        )
+        extra = {**(usage_metadata(model, usage) if model else {}), **(quality or {}), **(metadata or {})}
+        return self._materialized(table, version, len(df), engine, extra)
 
     def publish_query(
         self,
@@ -233,24 +223,15 @@ class Step:
         with self.duckdb.get_connection() as conn:
             lineage = lineage_for(self.context, conn, table, engine)
             version, rows = write_table_from_query(conn, table, self.corpus, query, lineage)
-            measured = dict(
-                zip(
-                    measures,
-                    conn.execute(
-                        f'SELECT {", ".join(measures.values()) or "1"} FROM "{table}" WHERE corpus = ?', [self.corpus]
-                    ).fetchone(),
-                )
-            )
+            aggregates = ", ".join(measures.values()) or "1"
+            measured = conn.execute(f'SELECT {aggregates} FROM "{table}" WHERE corpus = ?', [self.corpus]).fetchone()
+        return self._materialized(table, version, rows, engine, {**dict(zip(measures, measured)), **(metadata or {})})
+
+    def _materialized(self, table: str, version: str, rows: int, engine: str, metadata: dict) -> dg.MaterializeResult:
         return dg.MaterializeResult(
             asset_key=dg.AssetKey(table),
             data_version=dg.DataVersion(version),
-            metadata={
-                "dagster/row_count": rows,
-                "engine": engine,
-                "corpus": self.corpus,
-                **measured,
-                **(metadata or {}),
-            },
+            metadata={"dagster/row_count": rows, "engine": engine, "corpus": self.corpus, **metadata},
         )
 
     def record_files(self, asset: str, engine: str, settings: dg.Config, rows: int) -> None:
@@ -294,18 +275,8 @@ class Step:
                 return None
             record_lineage(conn, lineage, self.corpus, version, rows)
         self.context.log.info(f"{asset}: inputs, settings and code unchanged since the last run; its output is reused")
-        return dg.MaterializeResult(
-            asset_key=dg.AssetKey(asset),
-            data_version=dg.DataVersion(version),
-            metadata={
-                "dagster/row_count": rows,
-                "engine": engine,
-                "corpus": self.corpus,
-                "reused": dg.MetadataValue.md(
-                    "inputs, settings and code unchanged since the last materialization: the stored output was kept"
-                ),
-            },
-        )
+        kept = "inputs, settings and code unchanged since the last materialization: the stored output was kept"
+        return self._materialized(asset, version, rows, engine, {"reused": dg.MetadataValue.md(kept)})
 
 
 def from_graphrag(output: Path, read_tables: Callable[..., T], *args) -> T:

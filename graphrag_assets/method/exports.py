@@ -15,109 +15,46 @@ import pyarrow.parquet as pq
 
 from .schema import records, vector_matrix
 
-_IDS = pa.list_(pa.string())
 # A report's findings as GraphRAG stores them (DuckDB holds them as JSON text).
 FINDINGS = pl.List(pl.Struct({"explanation": pl.String, "summary": pl.String}))
+_ARROW_TYPES = {
+    "str": pa.string(),
+    "int": pa.int64(),
+    "float": pa.float64(),
+    "ids": pa.list_(pa.string()),
+    "ints": pa.list_(pa.int64()),
+    "findings": pa.list_(pa.struct([("explanation", pa.string()), ("summary", pa.string())])),
+}
+
+
+def _schema(columns: str) -> pa.Schema:
+    """An Arrow schema from words 'name:type' (types of _ARROW_TYPES)."""
+    return pa.schema([(name, _ARROW_TYPES[kind]) for name, kind in (word.split(":") for word in columns.split())])
+
+
+_KEYS = "id:str human_readable_id:int"
+_COMMUNITY = "community:int level:int parent:int children:ints title:str"
 # Microsoft GraphRAG 3.x's output tables: its column names, order and types (graphrag/data_model/schemas.py).
 # Columns of ours that it does not know follow these.
 GRAPHRAG_SCHEMAS: dict[str, pa.Schema] = {
-    "documents": pa.schema(
-        [
-            ("id", pa.string()),
-            ("human_readable_id", pa.int64()),
-            ("title", pa.string()),
-            ("text", pa.string()),
-            ("text_unit_ids", _IDS),
-            ("creation_date", pa.string()),
-            ("raw_data", pa.string()),
-        ]
+    "documents": _schema(f"{_KEYS} title:str text:str text_unit_ids:ids creation_date:str raw_data:str"),
+    "text_units": _schema(
+        f"{_KEYS} text:str n_tokens:int document_id:str entity_ids:ids relationship_ids:ids covariate_ids:ids"
     ),
-    "text_units": pa.schema(
-        [
-            ("id", pa.string()),
-            ("human_readable_id", pa.int64()),
-            ("text", pa.string()),
-            ("n_tokens", pa.int64()),
-            ("document_id", pa.string()),
-            ("entity_ids", _IDS),
-            ("relationship_ids", _IDS),
-            ("covariate_ids", _IDS),
-        ]
+    "entities": _schema(f"{_KEYS} title:str type:str description:str text_unit_ids:ids frequency:int degree:int"),
+    "relationships": _schema(
+        f"{_KEYS} source:str target:str description:str weight:float combined_degree:int text_unit_ids:ids"
     ),
-    "entities": pa.schema(
-        [
-            ("id", pa.string()),
-            ("human_readable_id", pa.int64()),
-            ("title", pa.string()),
-            ("type", pa.string()),
-            ("description", pa.string()),
-            ("text_unit_ids", _IDS),
-            ("frequency", pa.int64()),
-            ("degree", pa.int64()),
-        ]
+    "covariates": _schema(
+        f"{_KEYS} covariate_type:str type:str description:str subject_id:str object_id:str status:str "
+        "start_date:str end_date:str source_text:str text_unit_id:str"
     ),
-    "relationships": pa.schema(
-        [
-            ("id", pa.string()),
-            ("human_readable_id", pa.int64()),
-            ("source", pa.string()),
-            ("target", pa.string()),
-            ("description", pa.string()),
-            ("weight", pa.float64()),
-            ("combined_degree", pa.int64()),
-            ("text_unit_ids", _IDS),
-        ]
+    "communities": _schema(
+        f"{_KEYS} {_COMMUNITY} entity_ids:ids relationship_ids:ids text_unit_ids:ids period:str size:int"
     ),
-    "covariates": pa.schema(
-        [
-            ("id", pa.string()),
-            ("human_readable_id", pa.int64()),
-            ("covariate_type", pa.string()),
-            ("type", pa.string()),
-            ("description", pa.string()),
-            ("subject_id", pa.string()),
-            ("object_id", pa.string()),
-            ("status", pa.string()),
-            ("start_date", pa.string()),
-            ("end_date", pa.string()),
-            ("source_text", pa.string()),
-            ("text_unit_id", pa.string()),
-        ]
-    ),
-    "communities": pa.schema(
-        [
-            ("id", pa.string()),
-            ("human_readable_id", pa.int64()),
-            ("community", pa.int64()),
-            ("level", pa.int64()),
-            ("parent", pa.int64()),
-            ("children", pa.list_(pa.int64())),
-            ("title", pa.string()),
-            ("entity_ids", _IDS),
-            ("relationship_ids", _IDS),
-            ("text_unit_ids", _IDS),
-            ("period", pa.string()),
-            ("size", pa.int64()),
-        ]
-    ),
-    "community_reports": pa.schema(
-        [
-            ("id", pa.string()),
-            ("human_readable_id", pa.int64()),
-            ("community", pa.int64()),
-            ("level", pa.int64()),
-            ("parent", pa.int64()),
-            ("children", pa.list_(pa.int64())),
-            ("title", pa.string()),
-            ("summary", pa.string()),
-            ("full_content", pa.string()),
-            ("rank", pa.float64()),
-            ("rating_explanation", pa.string()),
-            ("findings", pa.list_(pa.struct([("explanation", pa.string()), ("summary", pa.string())]))),
-            ("full_content_json", pa.string()),
-            ("period", pa.string()),
-            ("size", pa.int64()),
-        ]
+    "community_reports": _schema(
+        f"{_KEYS} {_COMMUNITY} summary:str full_content:str rank:float rating_explanation:str findings:findings "
+        "full_content_json:str period:str size:int"
     ),
 }
 

@@ -9,6 +9,16 @@ import numpy as np
 import polars as pl
 import pyarrow as pa
 
+# A community's columns that its report repeats, as Microsoft GraphRAG's tables have them.
+_COMMUNITY_KEYS = {
+    "id": "VARCHAR",
+    "human_readable_id": "INTEGER",
+    "community": "INTEGER",
+    "level": "INTEGER",
+    "parent": "INTEGER",
+    "children": "INTEGER[]",
+    "title": "VARCHAR",
+}
 OUTPUT_TABLES: dict[str, dict[str, str]] = {
     "documents": {
         "id": "VARCHAR",
@@ -87,13 +97,7 @@ OUTPUT_TABLES: dict[str, dict[str, str]] = {
         "text_unit_id": "VARCHAR",
     },
     "communities": {
-        "id": "VARCHAR",
-        "human_readable_id": "INTEGER",
-        "community": "INTEGER",
-        "level": "INTEGER",
-        "parent": "INTEGER",
-        "children": "INTEGER[]",
-        "title": "VARCHAR",
+        **_COMMUNITY_KEYS,
         "entity_ids": "VARCHAR[]",
         "relationship_ids": "VARCHAR[]",
         "text_unit_ids": "VARCHAR[]",
@@ -101,13 +105,7 @@ OUTPUT_TABLES: dict[str, dict[str, str]] = {
         "carried_from": "INTEGER",
     },
     "community_reports": {
-        "id": "VARCHAR",
-        "human_readable_id": "INTEGER",
-        "community": "INTEGER",
-        "level": "INTEGER",
-        "parent": "INTEGER",
-        "children": "INTEGER[]",
-        "title": "VARCHAR",
+        **_COMMUNITY_KEYS,
         "summary": "VARCHAR",
         "full_content": "VARCHAR",
         "rank": "DOUBLE",

@@ -34,6 +34,20 @@ class Faults:
     status: int = 0  # answer every request with this HTTP status (401 bad key, 404 unknown model), echoing the key
     refused_kinds: frozenset[str] = frozenset()  # prompt kinds (extract, claims, report, embed, ...) always refused
 
+    @classmethod
+    def misbehaving(cls) -> Faults:
+        """An endpoint with every everyday fault: 20% transient 5xx/429, about 12% HTTP 200 replies cut off at
+        max_tokens or with a garbled body, and replies in prose, of the wrong record kind or refused."""
+        return cls(
+            transient_every=5,
+            retry_after_seconds=0.01,
+            truncated_every=12,
+            garbled_every=25,
+            malformed_every=40,
+            wrong_kind_every=40,
+            refusal_every=40,
+        )
+
 
 @dataclass
 class BatchFaults:
