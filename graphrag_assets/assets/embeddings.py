@@ -146,11 +146,10 @@ def keyword_index(context: dg.AssetExecutionContext, duckdb: DuckDBStoreResource
     path = keywords.index_path(folder, step.corpus, built_from)
     index = keywords.KeywordIndex.open(path, built_from)
     if index is None:  # an unchanged corpus keeps its file
-        tables = step.inputs("keyword_index", without={"text_units": UNIT_LINKS})
-        entities, _ = resolve(tables["entities"], frame("relationships"), tables["entity_aliases"])
-        keywords.build(
-            path, keywords.keyword_texts(entities, tables["community_reports"], tables["text_units"]), built_from
-        )
+        entities, _ = resolve(step.read("entities"), frame("relationships"), step.read("entity_aliases"))
+        texts = keywords.keyword_texts(entities, step.read("community_reports"))
+        with duckdb.get_connection() as conn:
+            keywords.build(path, texts, built_from, conn, step.corpus)
         index = keywords.KeywordIndex.open(path, built_from)
     sizes = index.sizes()
     index.close()

@@ -47,17 +47,24 @@ def index_path(folder: str | Path, corpus: str, built_from: str) -> Path:
     return Path(folder) / corpus / f"keywords-{built_from}.duckdb"
 
 
-def build(path: Path, texts: dict[str, pl.DataFrame], built_from: str) -> None:
-    """Write each kind's records and their BM25 index to `path`, replaced only once complete."""
+def build(
+    path: Path, texts: dict[str, pl.DataFrame], built_from: str, store: duckdb.DuckDBPyConnection, corpus: str
+) -> None:
+    """Write each kind's records and their BM25 index to `path`, replaced only once complete. The text units are
+    copied by DuckDB from the store (a corpus's text never passes through the process); `texts` are the other
+    kinds' records."""
     path.parent.mkdir(parents=True, exist_ok=True)
     staging = path.with_name(f".{path.name}.{os.getpid()}")
     staging.unlink(missing_ok=True)
     try:
+        _copy_text_units(store, staging, corpus)
         with duckdb.connect(str(staging), config={"autoinstall_known_extensions": False}) as conn:
             conn.execute(f"SET memory_limit = '{BUILD_MEMORY}'")
             load_extension(conn, "fts")
             for kind, records in texts.items():
-                _index_kind(conn, kind, records)
+                _add_kind(conn, kind, records)
+            for kind in ("text_unit", *texts):
+                _index_kind(conn, kind)
             conn.execute("CREATE TABLE built_from AS SELECT ? AS built_from", [built_from])
             conn.execute("CHECKPOINT")
         os.replace(staging, path)
@@ -65,10 +72,23 @@ def build(path: Path, texts: dict[str, pl.DataFrame], built_from: str) -> None:
         staging.unlink(missing_ok=True)
 
 
-def _index_kind(conn: duckdb.DuckDBPyConnection, kind: str, records: pl.DataFrame) -> None:
+def _copy_text_units(store: duckdb.DuckDBPyConnection, staging: Path, corpus: str) -> None:
+    store.execute("ATTACH '{}' AS keyword_staging".format(str(staging).replace("'", "''")))
+    try:
+        store.execute(
+            "CREATE TABLE keyword_staging.text_unit AS SELECT id, text FROM text_units WHERE corpus = ?", [corpus]
+        )
+    finally:
+        store.execute("DETACH keyword_staging")
+
+
+def _add_kind(conn: duckdb.DuckDBPyConnection, kind: str, records: pl.DataFrame) -> None:
     conn.register("records", records.select("id", "text").to_arrow())
     conn.execute(f"CREATE TABLE {kind} AS SELECT id, text FROM records")
     conn.unregister("records")
+
+
+def _index_kind(conn: duckdb.DuckDBPyConnection, kind: str) -> None:
     conn.execute(f"PRAGMA create_fts_index('{kind}', 'id', 'text', strip_accents = 1, lower = 1)")
 
 
@@ -144,7 +164,8 @@ class KeywordIndex:
         return self._conn
 
     def _build(self, conn: duckdb.DuckDBPyConnection, kind: str) -> None:
-        _index_kind(conn, kind, self._texts[kind])
+        _add_kind(conn, kind, self._texts[kind])
+        _index_kind(conn, kind)
         self._built.add(kind)
 
     def sizes(self) -> dict[str, dict[str, int]]:
@@ -168,11 +189,15 @@ class KeywordIndex:
                 self._built.clear()
 
 
-def keyword_texts(entities: pl.DataFrame, reports: pl.DataFrame, text_units: pl.DataFrame) -> dict[str, pl.DataFrame]:
+def keyword_texts(
+    entities: pl.DataFrame, reports: pl.DataFrame, text_units: pl.DataFrame | None = None
+) -> dict[str, pl.DataFrame]:
     """What each kind is searched by: a unit's text, an entity's title and description, a report's title and
-    summary (its findings elaborate the summary's names)."""
+    summary (its findings elaborate the summary's names). Without text units, the other kinds (`build` copies
+    the units itself)."""
+    units = {} if text_units is None else {"text_unit": text_units.select("id", "text")}
     return {
-        "text_unit": text_units.select("id", "text"),
+        **units,
         "entity": entities.select(
             "id", pl.concat_str("title", "description", separator=". ", ignore_nulls=True).alias("text")
         ),
