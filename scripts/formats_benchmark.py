@@ -13,38 +13,15 @@ import zipfile
 from pathlib import Path
 from xml.sax.saxutils import escape
 
-from harness import run_child
+from harness import run_in_child
 
 REPO = Path(__file__).resolve().parents[1]
 BOOK = next((REPO / "data" / "a-christmas-carol").glob("*.txt"))
 MiB = 2**20
 
-_READ_CHILD = """
-import json, sys, time
-import diskcache
-from graphrag_assets.method.ingest.conversion import Limits
-from graphrag_assets.method.ingest.documents import read_corpus
-from graphrag_assets.method.ingest.text_units import chunk_documents
-folder, cache = sys.argv[1], sys.argv[2]
-started = time.perf_counter()
-limits = Limits(max_file_bytes=1 << 30, max_document_chars=1 << 30)  # the whole file, whatever the defaults
-with diskcache.Cache(cache) if cache else open("/dev/null") as conversions:
-    read = read_corpus(folder, limits=limits, conversions=conversions if cache else None)
-read_s = time.perf_counter() - started
-units, _ = chunk_documents(read.documents)
-print(json.dumps({
-    "read_s": read_s,
-    "wall_s": time.perf_counter() - started,
-    "chars": int(read.documents["text"].str.len_chars().sum()),
-    "pages": sum(kind == "page" for o in read.documents["outline"].drop_nulls() for _, kind, _ in json.loads(o)),
-    "units": len(units),
-    "problems": [str(p) for p in read.problems],
-}))
-"""
-
 
 def _read(folder: Path, cache: Path | None = None) -> dict:
-    return run_child(["-c", _READ_CHILD, str(folder), str(cache or "")])
+    return run_in_child("read_and_chunk", folder, cache or "")
 
 
 def _book_paragraphs() -> list[str]:

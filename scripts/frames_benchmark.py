@@ -12,49 +12,15 @@ import subprocess
 import tempfile
 from pathlib import Path
 
-from harness import run_child
-from robustness_benchmark import OFFLINE_INDEX_CHILD
+from harness import run_in_child
 
 REPO = Path(__file__).resolve().parents[1]
 SAMPLE = REPO / "data" / "a-christmas-carol"
 
-_INDEX_CHILD = (
-    OFFLINE_INDEX_CHILD
-    + """
-steps = [k.to_user_string() for a in index_assets for k in a.keys if not k.to_user_string().endswith("export")]
-started = time.perf_counter()
-dg.materialize(index_assets, instance=instance, partition_key="big", resources=resources, selection=steps,
-               run_config=QUIET)
-print(json.dumps({"seconds": time.perf_counter() - started}))
-"""
-)
 
-# Timed from before the imports: DuckDB's client imports pandas (and pyarrow) the first time it binds a parameter,
-# so a tree that no longer imports pandas itself pays for it while answering, not before.
-_QUERY_CHILD = """
-import time
-started = time.perf_counter()
-import json, sys
-from pathlib import Path
-from graphrag_assets.answers.asking import Question
-from graphrag_assets.answers.records import AnswerJournal
-from graphrag_assets.answers.service import AnswerService
-root = Path(sys.argv[1])
-service = AnswerService(str(root / "graphrag.duckdb"), data_path=None, vector_index_dir=str(root / "vectors"),
-                        journal=AnswerJournal(root / f"answers-{time.time_ns()}.sqlite"))
-answers = {}
-for method in ("global", "local", "drift", "basic", "lazy"):
-    given = service.ask(Question(corpus="big", text="What does Scrooge learn about Christmas?", method=method,
-                                 level=0 if method == "global" else None))
-    answers[method] = len(given.sources)
-print(json.dumps({"seconds": time.perf_counter() - started, "sources": answers}))
-"""
-
-
-def _child(script: str, tree: Path, work: Path) -> dict:
-    return run_child(
-        ["-c", script, str(work)], cwd=tree, env={"PATH": "/usr/bin:/bin", "PYTHONPATH": str(tree), "HOME": str(work)}
-    )
+def _child(name: str, tree: Path, work: Path) -> dict:
+    """A child of this checkout's children.py, run against the package of `tree`."""
+    return run_in_child(name, work, cwd=tree, env={"PATH": "/usr/bin:/bin", "PYTHONPATH": str(tree), "HOME": str(work)})
 
 
 def _corpus(work: Path, megabytes: float) -> int:
@@ -80,7 +46,7 @@ def frames_benchmark(args) -> None:
                 work = Path(tempfile.mkdtemp(prefix="graphrag-frames-"))
                 try:
                     size = _corpus(work, args.megabytes)
-                    figures[name].append((_child(_INDEX_CHILD, tree, work), _child(_QUERY_CHILD, tree, work)))
+                    figures[name].append((_child("offline_index", tree, work), _child("ask_every_method", tree, work)))
                 finally:
                     shutil.rmtree(work, ignore_errors=True)
     finally:

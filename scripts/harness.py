@@ -43,6 +43,11 @@ def peak_rss_mib() -> float:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
 
 
+def run_in_child(name: str, *arguments: object, **options) -> dict:
+    """One of children.py's children, with its arguments (see run_child for the options and what it returns)."""
+    return run_child([str(Path(__file__).with_name("children.py")), name, *map(str, arguments)], **options)
+
+
 def run_child(
     arguments: list[str], *, cwd: Path = REPO, env: dict | None = None, check: bool = True, python: str = sys.executable
 ) -> dict:

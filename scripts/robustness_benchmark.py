@@ -17,70 +17,14 @@ import tempfile
 import time
 from pathlib import Path
 
-from harness import QUIET, run_child
+from harness import run_in_child
 
 REPO = Path(__file__).resolve().parents[1]
 SAMPLE = REPO / "data" / "a-christmas-carol"
 
-_INGEST_CHILD = (
-    f"QUIET = {QUIET!r}\n"
-    """
-import json, sys, time
-import dagster as dg
-from graphrag_assets.definitions import index_assets
-from graphrag_assets.resources import ChatModelResource, CorporaResource, DuckDBStoreResource, EmbeddingModelResource
-root, corpus = sys.argv[1], sys.argv[2]
-instance = dg.DagsterInstance.ephemeral()
-instance.add_dynamic_partitions("corpus", [corpus])
-resources = {"duckdb": DuckDBStoreResource(database=root + "/graphrag.duckdb"),
-             "corpora": CorporaResource(root=root + "/data"), "chat": ChatModelResource(cache_dir=root + "/cache"),
-             "embeddings": EmbeddingModelResource(cache_dir=root + "/cache")}
-started = time.perf_counter()
-result = dg.materialize(index_assets, instance=instance, partition_key=corpus, resources=resources,
-                        selection=["documents", "base_text_units"], run_config=QUIET)
-units = [e.materialization for e in result.get_asset_materialization_events()
-         if e.materialization.asset_key.path == ["base_text_units"]]
-print(json.dumps({"wall_s": time.perf_counter() - started, "text_units": units[0].metadata["dagster/row_count"].value}))
-"""
-)
-
 
 def _ingest(root: Path, corpus: str) -> dict:
-    return run_child(["-c", _INGEST_CHILD, str(root), corpus])
-
-
-# A child process's set-up for an offline index of corpus "big" under the folder given as its argument.
-OFFLINE_INDEX_CHILD = (
-    f"QUIET = {QUIET!r}\n"
-    """
-import json, sys, time
-import dagster as dg
-from graphrag_assets.definitions import index_assets
-from graphrag_assets.resources import ChatModelResource, CorporaResource, DuckDBStoreResource, EmbeddingModelResource
-root = sys.argv[1]
-instance = dg.DagsterInstance.ephemeral()
-instance.add_dynamic_partitions("corpus", ["big"])
-cache = root + "/cache"
-resources = {"duckdb": DuckDBStoreResource(database=root + "/graphrag.duckdb", vector_index_dir=root + "/vectors"),
-             "corpora": CorporaResource(root=root + "/data"), "chat": ChatModelResource(cache_dir=cache),
-             "embeddings": EmbeddingModelResource(cache_dir=cache), "judge": ChatModelResource(cache_dir=cache)}
-"""
-)
-
-# One step of the offline index in a process of its own, as a run launched from the UI executes it: its own time and
-# peak memory. Arguments: the work folder, then the assets the step writes.
-_GROWTH_STEP_CHILD = (
-    OFFLINE_INDEX_CHILD
-    + """
-started = time.perf_counter()
-result = dg.materialize(index_assets, instance=instance, partition_key="big", resources=resources,
-                        selection=sys.argv[2:], run_config=QUIET, raise_on_error=False)
-if not result.success:
-    from graphrag_assets.failures import failure_message
-    sys.exit(failure_message(result))
-print(json.dumps({"seconds": time.perf_counter() - started}))
-"""
-)
+    return run_in_child("ingest", root, corpus)
 
 
 def _growth_index(work: Path) -> dict:
@@ -89,7 +33,7 @@ def _growth_index(work: Path) -> dict:
 
     figures = {}
     for step, assets in STEPS.items():
-        figures[step] = run_child(["-c", _GROWTH_STEP_CHILD, str(work), *assets], check=False)
+        figures[step] = run_in_child("index_step", work, *assets, check=False)
         if "failed" in figures[step]:
             raise SystemExit(f"{step} failed: {figures[step]['failed']}")
         # Each step as it ends: a run stopped part way (200 MB takes an hour) still leaves what it measured.

@@ -13,7 +13,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from harness import run_child
+from harness import run_in_child
 
 REPO = Path(__file__).resolve().parents[1]
 # The index's steps in pipeline order, each with the assets it writes; exports are left out (they copy tables).
@@ -62,28 +62,9 @@ def synthetic_corpus(folder: Path, documents: int, seed: int = 11) -> int:
     return words
 
 
-STEP_RUNNER = """
-import json, sys, time
-import dagster as dg
-from graphrag_assets.definitions import defs, index_assets
-corpus, *assets = sys.argv[1:]
-instance = dg.DagsterInstance.ephemeral()
-instance.add_dynamic_partitions("corpus", [corpus])
-started = time.perf_counter()
-result = dg.materialize(
-    index_assets, selection=assets, partition_key=corpus, instance=instance, resources=defs.resources,
-    raise_on_error=False,
-)
-if not result.success:
-    from graphrag_assets.failures import failure_message
-    sys.exit(failure_message(result))
-print(json.dumps({"seconds": time.perf_counter() - started}))
-"""
-
-
 def run_step(op: str, corpus: str, env: dict) -> dict:
     """One step in a process of its own: its wall time from before its imports, and its peak memory."""
-    figures = run_child(["-c", STEP_RUNNER, corpus, *STEPS[op]], env=env, check=False)
+    figures = run_in_child("configured_step", corpus, *STEPS[op], env=env, check=False)
     if "failed" in figures:
         raise SystemExit(f"{op} failed on {corpus}: {figures['failed']}")
     return {"wall": figures["wall_s"], "rss": figures["peak_rss_mib"]}
