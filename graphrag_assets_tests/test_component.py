@@ -258,9 +258,8 @@ STALENESS = """query ($partition: String!, $keys: [AssetKeyInput!]) {
 
 @pytest.mark.slow
 def test_the_webserver_marks_the_index_stale_when_the_platforms_asset_is_materialized_again(tmp_path):
-    from dagster_graphql import DagsterGraphQLClient
 
-    from .test_webserver import INSTANCE_YAML, free_port
+    from .test_webserver import INSTANCE_YAML, answering_client, free_port
 
     project = platform_project(tmp_path)
     defs_folder = project / "src" / "platform_project" / "defs"
@@ -293,16 +292,7 @@ def test_the_webserver_marks_the_index_stale_when_the_platforms_asset_is_materia
         stderr=subprocess.DEVNULL,
     )
     try:
-        client = DagsterGraphQLClient("127.0.0.1", port_number=port, timeout=60)
-        deadline = time.monotonic() + 180
-        while True:
-            assert webserver.poll() is None, "the webserver exited"
-            try:
-                client._execute("{ version }")
-                break
-            except Exception:
-                assert time.monotonic() < deadline, "the webserver did not start in time"
-                time.sleep(1)
+        client = answering_client(port, webserver)
 
         def run(job: str, tags: dict | None = None, assets: list[dg.AssetKey] | None = None) -> None:
             run_id = client.submit_job_execution(

@@ -57,6 +57,20 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
+def answering_client(port: int, webserver: subprocess.Popen, seconds: float = 180) -> DagsterGraphQLClient:
+    """A GraphQL client of the webserver on `port`, once it answers (it takes a while to load the definitions)."""
+    client = DagsterGraphQLClient("127.0.0.1", port_number=port, timeout=60)
+    deadline = time.monotonic() + seconds
+    while True:
+        assert webserver.poll() is None, "the webserver exited"
+        try:
+            client._execute("{ version }")
+            return client
+        except Exception:
+            assert time.monotonic() < deadline, "the webserver did not start in time"
+            time.sleep(1)
+
+
 def backfill_status(client: DagsterGraphQLClient, backfill_id: str, timeout: float) -> str:
     """The backfill's status once it has ended."""
     deadline = time.monotonic() + timeout
@@ -97,16 +111,7 @@ def dagster_services(env: dict) -> Iterator[tuple[DagsterGraphQLClient, str]]:
         subprocess.Popen(c, cwd=REPO, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL) for c in commands
     ]
     try:
-        client = DagsterGraphQLClient("127.0.0.1", port_number=port, timeout=60)
-        deadline = time.monotonic() + 180
-        while True:
-            assert processes[0].poll() is None, "the webserver exited"
-            try:
-                client._execute("{ version }")
-                break
-            except Exception:
-                assert time.monotonic() < deadline, "the webserver did not start in time"
-                time.sleep(1)
+        client = answering_client(port, processes[0])
         yield client, f"http://127.0.0.1:{port}"
     finally:
         for process in reversed(processes):
