@@ -89,6 +89,13 @@ def test_a_corpus_over_the_fit_budget_is_fitted_on_an_even_spread_and_embedded_i
     spread = LocalEmbedder.fit(texts, dimensions=8)
     assert spread.dimensions == 8 and "part9" in spread.vocabulary and "number" in spread.vocabulary
     assert len(spread.vocabulary) < len(whole.vocabulary)  # most numbers are outside the sample
+    # The index hands over its texts as a column: only the sample becomes Python strings, to the same model.
+    column = pl.Series(texts)
+    assert text.fit_sample(column) == text.fit_sample(texts)
+    from_column = LocalEmbedder.fit(column, dimensions=8)
+    assert from_column.vocabulary == spread.vocabulary and np.array_equal(
+        from_column.embed(column), spread.embed(texts)
+    )
 
 
 def test_the_offline_embedding_keeps_the_most_frequent_terms_up_to_its_bound():

@@ -21,15 +21,22 @@ def code_version(*prompt_names: str) -> str:
 
 
 def corpus_asset(
-    group: str, *, prompts: tuple[str, ...] = (), kinds: set[str] | None = None, model: bool = False, **asset
+    group: str,
+    *,
+    prompts: tuple[str, ...] = (),
+    kinds: set[str] | None = None,
+    model: bool = False,
+    revision: str = "",
+    **asset,
 ):
-    """`dg.asset` for one step of a corpus: partitioned by corpus, in `group`, versioned by the method and by the
-    `prompts` it sends, stored in DuckDB unless `kinds` says otherwise, and in the model pool when it calls a
-    `model` (dagster.yaml bounds how many such steps run at once). The rest (deps, checks, name) as dg.asset."""
+    """`dg.asset` for one step of a corpus: partitioned by corpus, in `group`, versioned by the method, by the
+    `prompts` it sends and by its own `revision` (bumped when a change to this step alone changes what it makes),
+    stored in DuckDB unless `kinds` says otherwise, and in the model pool when it calls a `model` (dagster.yaml bounds
+    how many such steps run at once). The rest (deps, checks, name) as dg.asset."""
     return dg.asset(
         partitions_def=corpus_partitions,
         group_name=group,
-        code_version=code_version(*prompts),
+        code_version="-".join(filter(None, (code_version(*prompts), revision))),
         kinds=kinds or {"duckdb"},
         **({"pool": MODEL_POOL} if model else {}),
         **asset,

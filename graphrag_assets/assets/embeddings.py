@@ -94,6 +94,7 @@ EMBEDDING_LEAVES_OUT = {
     "embeddings",
     deps=["entities", "text_units", "community_reports"],
     model=True,
+    revision="e2",  # e2: a corpus past FIT_CHARACTERS is fitted offline in single precision
     check_specs=[dg.AssetCheckSpec("text_embeddings_complete", asset="text_embeddings")],
 )
 def text_embeddings(
@@ -112,8 +113,9 @@ def text_embeddings(
         return
     tables = step.inputs("text_embeddings", without=EMBEDDING_LEAVES_OUT)
     inputs = embedding_inputs(tables.pop("entities"), tables.pop("text_units"), tables.pop("community_reports"))
-    texts, local_model, dimensions, usage = inputs["text"].to_list(), None, None, None
+    texts, local_model, dimensions, usage = inputs["text"], None, None, None  # a Python string each only when sent
     if embeddings.configured:
+        texts = texts.to_list()
         (vectors, failed), usage = step.run_model(
             embeddings, lambda client: embed_with_model(client, texts, embeddings.batch_size, embeddings.batch_tokens)
         )
@@ -162,7 +164,7 @@ def keyword_index(context: dg.AssetExecutionContext, duckdb: DuckDBStoreResource
     return result._replace(metadata={**result.metadata, "older_files_removed": len(removed)})
 
 
-def offline_embedder(context: dg.AssetExecutionContext, texts: list[str], config: TextEmbeddingConfig) -> LocalEmbedder:
+def offline_embedder(context: dg.AssetExecutionContext, texts: pl.Series, config: TextEmbeddingConfig) -> LocalEmbedder:
     """The offline engine's TF-IDF + SVD model fitted to the corpus (fewer dimensions than asked when it is small)."""
     model = LocalEmbedder.fit(texts, config.offline_dimensions, config.seed, config.offline_max_terms)
     if model.dimensions != config.offline_dimensions:

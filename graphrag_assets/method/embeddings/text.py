@@ -13,6 +13,7 @@ import functools
 import math
 import re
 from collections import Counter
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -81,27 +82,31 @@ class LocalEmbedder:
 
     @classmethod
     def fit(
-        cls, texts: list[str], dimensions: int = 128, seed: int = EMBEDDING_SEED, max_terms: int | None = MAX_TERMS
+        cls, texts: Sequence[str], dimensions: int = 128, seed: int = EMBEDDING_SEED, max_terms: int | None = MAX_TERMS
     ) -> LocalEmbedder:
         """Fit on the corpus. Fewer dimensions than asked when the corpus has too few texts or terms for them.
 
         The vocabulary keeps the `max_terms` most frequent terms: a real corpus's vocabulary grows without end
         (half a million distinct words in 50 MB of text), and the SVD's memory and the stored model grow with it,
         while a term seen a handful of times moves no vector of 128 dimensions. A corpus of more than
-        FIT_CHARACTERS is fitted on an even spread of its texts (`fit_sample`)."""
+        FIT_CHARACTERS is fitted on an even spread of its texts (`fit_sample`), in single precision: the SVD's
+        double-precision work took 1.1 GB for 24 MB of text, and the vectors are stored as float32 anyway. `texts`
+        may be a polars Series: only the sample becomes Python strings."""
         from sklearn.decomposition import TruncatedSVD  # scikit-learn and SciPy cost ~75 MB: only steps that embed
         from sklearn.feature_extraction.text import TfidfVectorizer
 
-        features = None
+        features, sample = None, fit_sample(texts)
+        precision = np.float32 if len(sample) < len(texts) else np.float64
         for stop_words in (True, False):  # a corpus of nothing but stop words keeps them
             vectorizer = TfidfVectorizer(
                 sublinear_tf=True,
                 stop_words="english" if stop_words else None,
                 token_pattern=_TOKEN_PATTERN,
                 max_features=max_terms,
+                dtype=precision,
             )
             try:
-                features = vectorizer.fit_transform(fit_sample(texts))
+                features = vectorizer.fit_transform(sample)
                 break
             except ValueError:  # empty vocabulary
                 continue
@@ -119,7 +124,7 @@ class LocalEmbedder:
     def _columns(self) -> dict[str, int]:
         return {term: column for column, term in enumerate(self.vocabulary)}
 
-    def embed(self, texts: list[str]) -> np.ndarray:
+    def embed(self, texts: Sequence[str]) -> np.ndarray:
         """Vectors of the texts, EMBED_BATCH at a time into one float32 array: the memory of the counting is one
         batch's, whatever the corpus."""
         vectors = np.empty((len(texts), self.dimensions), dtype=np.float32)
@@ -192,14 +197,14 @@ class LocalEmbedder:
         )
 
 
-def fit_sample(texts: list[str], characters: int | None = None) -> list[str]:
+def fit_sample(texts: Sequence[str], characters: int | None = None) -> list[str]:
     """The texts themselves when they hold at most `characters` (FIT_CHARACTERS by default); otherwise every k-th
     text, k chosen so the sample holds about that much, so that every part of the corpus (and every kind of text) is
-    in it."""
-    total, characters = sum(map(len, texts)), characters or FIT_CHARACTERS
-    if total <= characters:
-        return texts
-    return texts[:: math.ceil(total / characters)]
+    in it. `texts` may be a polars Series."""
+    series = isinstance(texts, pl.Series)
+    total, characters = texts.str.len_chars().sum() if series else sum(map(len, texts)), characters or FIT_CHARACTERS
+    sample = texts if total <= characters else texts[:: math.ceil(total / characters)]
+    return sample.to_list() if series else sample
 
 
 async def embed_with_model(
