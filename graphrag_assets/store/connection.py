@@ -112,7 +112,7 @@ def connect(
     """A connection to the store; for DuckLake, an in-memory DuckDB with the lake attached and in use."""
     config = {"autoinstall_known_extensions": False, **(config or {})}
     if not is_ducklake(database):
-        return duckdb.connect(database, read_only=read_only, config=config)
+        return _quiet(duckdb.connect(database, read_only=read_only, config=config))
     if not data_path:
         raise ValueError(
             "a DuckLake store needs a data path for its files: set GRAPHRAG_DUCKLAKE_DATA_PATH "
@@ -139,10 +139,18 @@ def connect(
             with attempt:
                 conn.execute(attach)
         conn.execute(f"USE {LAKE_ALIAS}")
+        _quiet(conn)
     except duckdb.Error as problem:
         conn.close()
         # The catalog string may carry a password; it must not reach a log or the UI.
         raise RuntimeError(f"cannot open the DuckLake store: {redacted(str(problem))}") from None
+    return conn
+
+
+def _quiet(conn: duckdb.DuckDBPyConnection) -> duckdb.DuckDBPyConnection:
+    """No progress bar: DuckDB draws one on stderr for a query past two seconds (a data version of 400,000 vectors),
+    into a run's log. A connection setting: DuckDB refuses it in the configuration it opens with."""
+    conn.execute("SET enable_progress_bar = false")
     return conn
 
 
