@@ -19,6 +19,7 @@ from ..method.graph.tables import LINKED_TEXT_UNITS
 from ..method.ingest.conversion import MB, Limits
 from ..method.ingest.documents import CorpusReadResult, TabularColumns, corpus_records, problem_summary, read_corpus
 from ..method.ingest.text_units import chunk_to_files
+from ..method.plan import IndexPlan
 from ..method.prompts import DEFAULT_PROMPTS, PromptSet
 from ..method.schema import frame
 from ..method.tuning import INDEX_PROMPTS, PromptFileError, index_prompt_rows, prompt_diff
@@ -108,30 +109,34 @@ def corpus_documents(
             raise step_failure(
                 f"corpus folder {folder} has no readable documents", retryable=False, metadata={"problems": problems}
             )
-        documents, units = (
-            parquet_query(Path(spool) / f"{table}.parquet") for table in ("documents", "base_text_units")
-        )
-        preview = pl.read_parquet(Path(spool) / "documents.parquet", columns=["title", "source_path"], n_rows=10)
-        yield step.publish_query(
-            "documents",
-            documents,
-            engine="none",
-            metadata={
-                "source": "documents folder",
-                "index_plan": dg.MetadataValue.md(plan.as_markdown()),
-                "files_read": read.files_read,
-                "files": dg.MetadataValue.md(files_by_type(read.files)),
-                "problems": problems,
-                "preview": markdown_table(preview, ["title", "source_path"]),
-            },
-        )
-        yield step.publish_query(
-            "base_text_units",
-            units,
-            engine="none",
-            metadata={"chunk_size": config.chunk_size, "chunk_overlap": config.chunk_overlap},
-            measures={"total_tokens": "sum(n_tokens)::BIGINT", "units_with_location": "count(location)"},
-        )
+        yield from publish_spooled(step, Path(spool), read, problems, plan, config)
+
+
+def publish_spooled(
+    step: Step, spool: Path, read: CorpusReadResult, problems: dg.MetadataValue, plan: IndexPlan, config: IngestConfig
+):
+    """The documents and text units that spool_documents wrote, into the store by DuckDB, with what was read."""
+    preview = pl.read_parquet(spool / "documents.parquet", columns=["title", "source_path"], n_rows=10)
+    yield step.publish_query(
+        "documents",
+        parquet_query(spool / "documents.parquet"),
+        engine="none",
+        metadata={
+            "source": "documents folder",
+            "index_plan": dg.MetadataValue.md(plan.as_markdown()),
+            "files_read": read.files_read,
+            "files": dg.MetadataValue.md(files_by_type(read.files)),
+            "problems": problems,
+            "preview": markdown_table(preview, ["title", "source_path"]),
+        },
+    )
+    yield step.publish_query(
+        "base_text_units",
+        parquet_query(spool / "base_text_units.parquet"),
+        engine="none",
+        metadata={"chunk_size": config.chunk_size, "chunk_overlap": config.chunk_overlap},
+        measures={"total_tokens": "sum(n_tokens)::BIGINT", "units_with_location": "count(location)"},
+    )
 
 
 def parquet_query(path: Path) -> str:
