@@ -115,9 +115,9 @@ def text_embeddings(
     inputs = embedding_inputs(tables.pop("entities"), tables.pop("text_units"), tables.pop("community_reports"))
     texts, local_model, dimensions, usage = inputs["text"], None, None, None  # a Python string each only when sent
     if embeddings.configured:
-        texts = texts.to_list()
+        sent = texts.to_list()
         (vectors, failed), usage = step.run_model(
-            embeddings, lambda client: embed_with_model(client, texts, embeddings.batch_size, embeddings.batch_tokens)
+            embeddings, lambda client: embed_with_model(client, sent, embeddings.batch_size, embeddings.batch_tokens)
         )
         paid = (embeddings, usage)
         step.fail_if_too_many_failed("texts to embed", failed, len(texts), paid, config.max_failed_fraction)

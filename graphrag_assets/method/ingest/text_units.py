@@ -92,6 +92,8 @@ def chunk_to_files(
     ):
 
         def flush() -> None:
+            if not batch:
+                return
             out_documents.write_table(frame("documents", batch).to_arrow().cast(schemas[0]))
             out_units.write_table(frame("base_text_units", units).to_arrow().cast(schemas[1]))
             batch.clear()
