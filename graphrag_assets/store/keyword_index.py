@@ -151,8 +151,11 @@ class KeywordIndex:
             conn = self._connection()
             if kind not in self._built:
                 self._build(conn, kind)
+            # Rounded: a score's last bits depend on the order DuckDB sums its terms in (the rows' order, its
+            # threads), and two records that tie would otherwise swap places from one build or run to the next.
             return conn.execute(
-                f"SELECT id, score FROM (SELECT id, fts_main_{kind}.match_bm25(id, ?) AS score FROM {kind}) "
+                f"SELECT id, round(score, 9) AS score FROM (SELECT id, fts_main_{kind}.match_bm25(id, ?) AS score "
+                f"FROM {kind}) "
                 "WHERE score IS NOT NULL ORDER BY score DESC, id LIMIT ?",
                 [text, k],
             ).fetchall()

@@ -98,10 +98,11 @@ def best_sentences(question: str, sourced_texts: list[tuple[str, str]], limit: i
     count = len(candidates)
     held = Counter(word for _, _, _, words, _ in candidates for word in words & wanted)
     weight = {word: math.log(1 + (count - held[word] + 0.5) / (held[word] + 0.5)) for word in wanted}
-    total = sum(weight.values())
+    total = math.fsum(weight.values())
     scored = []
     for position, passage, source, words, parts in candidates:
-        score = sum(weight[word] for word in words & wanted) / total - _REPLY_PENALTY * (len(parts) - 1)
+        # fsum: summed in a set's order, which each process's string hashing changes, equal scores would differ
+        score = math.fsum(weight[word] for word in words & wanted) / total - _REPLY_PENALTY * (len(parts) - 1)
         if score > 0:
             scored.append((-score, position, passage, source, parts))
     best, quoted = [], set()

@@ -43,8 +43,9 @@ def passage(text: str, question: str, tokens: int) -> str:
         while last + 1 < len(sentences) and used + cost[last + 1] <= tokens:
             last, used = last + 1, used + cost[last + 1]
             words |= held[last]
-        # Of runs holding as much, the one that opens on the question's words: the rest of it is what follows them
-        score = (sum(weight[word] for word in words), sum(weight[word] for word in held[first]))
+        # Of runs holding as much, the one that opens on the question's words: the rest of it is what follows them.
+        # fsum: a set's order changes with each process's string hashing, and so would a plain sum's last bits.
+        score = (math.fsum(weight[word] for word in words), math.fsum(weight[word] for word in held[first]))
         if score > best_score:
             best, best_score = (first, last), score
     first, last = best
