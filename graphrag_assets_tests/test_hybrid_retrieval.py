@@ -246,6 +246,25 @@ def test_offline_quoting_matches_stems_weighs_rare_words_and_keeps_a_reply_with_
     assert haunted and "haunted" in haunted[0][1]  # haunts ~ haunted
 
 
+def test_offline_quoting_goes_on_into_the_sentences_that_follow_up_to_a_length():
+    scene = (
+        "The chain he drew was clasped about his middle. It was long, and wound about him like a tail. "
+        "It was made of cash-boxes, keys, padlocks, ledgers and deeds. Scrooge took his dinner at the tavern alone. "
+        "The chain of the pump in the yard was frozen."
+    )
+    question = "What was the chain made of?"
+    alone = best_sentences(question, [("u1", scene)], limit=1)
+    assert alone[0][1] == "It was made of cash-boxes, keys, padlocks, ledgers and deeds."  # "made" and "chain"
+    drawn = best_sentences("What was the chain he drew?", [("u1", scene)], limit=2, continued=100)
+    # what follows the best sentence is quoted with it, as far as 100 characters go, and is not quoted again
+    expected = "The chain he drew was clasped about his middle. It was long, and wound about him like a tail."
+    assert drawn[0][1] == expected
+    assert all("It was long" not in text for _, text, _ in drawn[1:])
+    licence = "The clerk read the notice. See https://example.org for the licence. The fire went out."
+    quoted = best_sentences("What did the clerk read?", [("u1", licence)], limit=1, continued=200)
+    assert quoted[0][1] == "The clerk read the notice."  # a link is no continuation, nor is what comes after it
+
+
 def test_offline_quoting_gives_the_same_answer_from_many_threads():
     said = "The clerk number {} was considering his salary and the holidays. Bob sighed."
     texts = [(f"u{i}", said.format(i)) for i in range(9)]

@@ -23,7 +23,7 @@ import numpy as np
 
 from ..graph.records import check_answer_text, parse_json_reply
 from ..model_interface import ChatModel, Embedder, InvalidReply
-from ..offline.answers import best_sentences, extractive_answer, overlap_score, terms_in_order
+from ..offline.answers import CONTINUED_CHARACTERS, best_sentences, extractive_answer, overlap_score, terms_in_order
 from ..prompts import user_message
 from ..schema import records
 from .context import (
@@ -273,7 +273,8 @@ async def lazy_search(
     if not relevant:
         return SearchResult(NO_ANSWER, chat is None, 0, context, {**details, "claims_kept": 0})
     if chat is None:
-        points = best_sentences(" ".join(sub_questions), [(u, unit_text[u]) for u in relevant], limit=8)
+        asked, sourced = " ".join(sub_questions), [(u, unit_text[u]) for u in relevant]
+        points = best_sentences(asked, sourced, limit=8, continued=CONTINUED_CHARACTERS)
         answer = extractive_answer([(s, text, index.cite("text_units", [u])) for s, text, u in points], "Sources")
         return SearchResult(answer, True, 0, context, {**details, "claims_kept": len(points)})
     claims = await _claims(chat, index, question, sub_questions, walk, unit_text, s.claim_passage_tokens)
