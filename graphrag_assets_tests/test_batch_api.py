@@ -93,6 +93,7 @@ def test_a_batch_index_equals_the_synchronous_one_at_the_batch_price(llm_index, 
     print(f"batches: {len(server.batches)}, requests {dict(asked)}")
 
 
+@pytest.mark.slow
 def test_failed_expired_and_invalid_lines_are_asked_again_and_the_graph_is_the_same(llm_index, tmp_path):
     clean, _, _ = llm_index
     workspace = sample(tmp_path)
@@ -114,6 +115,7 @@ def test_failed_expired_and_invalid_lines_are_asked_again_and_the_graph_is_the_s
     [(BatchFaults(reject_batches=1), "failed"), (BatchFaults(lose_batches=1), "lost")],
     ids=["rejected", "lost"],
 )
+@pytest.mark.slow
 def test_a_batch_that_fails_validation_or_is_lost_is_not_waited_on_forever(llm_index, tmp_path, faults, status):
     clean, _, _ = llm_index
     workspace = sample(tmp_path)
@@ -193,6 +195,7 @@ def test_a_run_killed_while_waiting_on_a_batch_is_resumed_without_submitting_aga
         pd.testing.assert_frame_equal(table(workspace, name), table(clean, name))
 
 
+@pytest.mark.slow
 def test_azure_openai_batches_use_its_paths_api_version_and_deployment(llm_index, tmp_path):
     clean, _, _ = llm_index
     workspace = sample(tmp_path)
@@ -223,6 +226,7 @@ def test_an_endpoint_without_a_batch_api_is_one_clear_error(tmp_path, caplog):
     assert "Task exception was never retrieved" not in caplog.text
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("resource,tag,batched", [(False, "true", True), (True, "false", False)])
 def test_a_run_tag_chooses_batch_mode_for_the_run(tmp_path, resource, tag, batched):
     workspace = sample(tmp_path)
@@ -246,6 +250,7 @@ def test_a_run_tag_that_is_not_true_or_false_fails_the_step_in_one_line_and_send
     assert sent == 0
 
 
+@pytest.mark.slow
 def test_batch_and_synchronous_runs_share_one_response_cache(tmp_path):
     workspace = sample(tmp_path)
     with FakeOpenAIServer(batch_seconds=0.1) as server:

@@ -86,6 +86,7 @@ class Cli:
         )
 
 
+@pytest.mark.slow
 def test_arguments_are_refused_in_one_line_before_any_run_starts(tmp_path):
     write_corpus(tmp_path / "data" / "tiny", "three files")
     cli = Cli(tmp_path)
@@ -109,6 +110,7 @@ def test_arguments_are_refused_in_one_line_before_any_run_starts(tmp_path):
     assert cli.runs() == 0
 
 
+@pytest.mark.slow
 def test_endpoint_variables_out_of_range_are_refused_in_one_line(tmp_path):
     write_corpus(tmp_path / "data" / "tiny", "three files")
     for variable, value, words in (

@@ -216,6 +216,7 @@ def test_document_embedding_is_the_token_weighted_mean():
     assert row["id"] == "d" and row["n_tokens"] == 400 and np.allclose(row["embedding"], [0.75, 0.25])
 
 
+@pytest.mark.slow
 def test_same_seed_gives_the_same_communities_and_layouts(offline_index, tmp_path):
     first, _, _ = offline_index
     second = Workspace(tmp_path)
@@ -225,6 +226,7 @@ def test_same_seed_gives_the_same_communities_and_layouts(offline_index, tmp_pat
         pd.testing.assert_frame_equal(table(first, name), table(second, name))
 
 
+@pytest.mark.slow
 def test_an_unchanged_step_reuses_its_output_and_a_new_setting_recomputes_it(tmp_path):
     workspace = Workspace(tmp_path)
     workspace.add_sample_corpus()

@@ -51,6 +51,7 @@ def test_the_estimate_is_within_a_quarter_of_the_run_and_knows_what_is_cached(tm
         assert after["cached_requests"] >= (before["requests"] - before["embedding_requests"]) / 2, after
 
 
+@pytest.mark.slow
 def test_the_cli_estimates_every_method_as_one_json_object_without_a_request(tmp_path):
     from .test_cli import Cli
 

@@ -101,6 +101,7 @@ def evaluate(workspace, chat, embeddings, config: dict, selection=None, raise_on
     )
 
 
+@pytest.mark.slow
 def test_the_evaluation_group_follows_from_a_scripted_judge(llm_index):
     workspace = llm_index[0]
     with FakeOpenAIServer() as server:

@@ -274,6 +274,7 @@ def test_offline_quoting_gives_the_same_answer_from_many_threads():
         assert list(pool.map(lambda q: best_sentences(q, texts, limit=3), questions)) == alone
 
 
+@pytest.mark.slow
 def test_offline_passages_and_quotes_do_not_depend_on_the_process_string_hashing():
     # Python orders a set of words by their hashes, which each process seeds anew: a score summed in that order
     # differed in its last bits, and two equal runs or sentences swapped places from one run to the next.

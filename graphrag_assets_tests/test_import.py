@@ -152,6 +152,7 @@ def write_output(folder, tables: dict[str, list[dict]]) -> None:
         pq.write_table(pa.Table.from_pylist(rows, schema=GRAPHRAG_SCHEMAS[name]), folder / f"{name}.parquet")
 
 
+@pytest.mark.slow
 def test_a_microsoft_graphrag_output_is_imported_and_answers_at_every_level(tmp_path):
     workspace = Workspace(tmp_path)
     output = microsoft_output()

@@ -86,6 +86,7 @@ def test_offline_engine_records_itself_and_extracts_no_claims(offline_index):
     assert {"SCROOGE", "TINY TIM", "BOB CRATCHIT", "MARLEY"} <= set(table(workspace, "entities")["title"])
 
 
+@pytest.mark.slow
 def test_transient_faults_give_the_fault_free_result(llm_index, tmp_path):
     clean, _, _ = llm_index
     faulty, result, server = index(
@@ -101,6 +102,7 @@ def test_transient_faults_give_the_fault_free_result(llm_index, tmp_path):
         pd.testing.assert_frame_equal(table(faulty, name), table(clean, name))
 
 
+@pytest.mark.slow
 def test_an_endpoint_that_misbehaves_gives_the_fault_free_index(llm_index, tmp_path):
     """Every everyday fault (Faults.misbehaving: transient 5xx/429, replies cut off or garbled, in prose, of the
     wrong record kind, or refused): every one is asked again, and the index equals the clean one."""

@@ -64,6 +64,7 @@ def reindex(workspace: Workspace, faults: Faults | None = None, cache=None) -> b
     return result.success
 
 
+@pytest.mark.slow
 def test_a_reindex_that_fails_at_any_model_step_leaves_the_last_index_as_it_was(tmp_path):
     workspace = Workspace(tmp_path)
     write_corpus(workspace.data / CORPUS, "three files")
@@ -103,6 +104,7 @@ def test_a_reindex_that_fails_at_any_model_step_leaves_the_last_index_as_it_was(
     assert dangling == 0
 
 
+@pytest.mark.slow
 def test_publishing_drops_the_stages_of_ended_runs_and_keeps_one_still_going(tmp_path):
     """Two index runs of one corpus can overlap (the nightly schedule and a manual run): the first to publish
     must not pull the other's stage from under it, and a failed run's stage goes with the next publication."""
@@ -131,6 +133,7 @@ def stages(workspace: Workspace) -> set[str]:
         }
 
 
+@pytest.mark.slow
 def test_a_failed_run_with_no_retry_to_follow_loses_its_stage_and_cannot_be_reexecuted_into_a_mix(tmp_path):
     """Staged tables and exports go when an index run ends red (`failed_stages_sensor`, as the daemon runs it),
     unless a retry of the run is coming, which needs them; a stage once dropped refuses to be staged into again,
@@ -185,6 +188,7 @@ def test_a_failed_run_with_no_retry_to_follow_loses_its_stage_and_cannot_be_reex
         use_stage(conn, stage)
 
 
+@pytest.mark.slow
 def test_the_stores_memory_bound_is_a_target_that_an_allocation_larger_than_it_passes_never_a_failure(tmp_path):
     """Past the bound DuckDB evicts and spills rather than growing the step's process; one allocation larger than the
     bound raises it for that connection instead of failing the step (a 256 MiB bound failed the offline embedding of

@@ -139,6 +139,7 @@ def test_a_dead_endpoint_fails_the_step_fast_and_retries_only_what_time_can_fix(
     assert (NO_RUN_RETRY_TAG not in tags) == retried
 
 
+@pytest.mark.slow
 def test_a_hanging_endpoint_is_waited_for_once_per_run_not_once_per_step(tmp_path):
     """Entities and claims both need the endpoint; the first step to find it hanging says so for the rest of the
     run, which then fails in about two timeouts instead of two per step."""

@@ -444,6 +444,7 @@ def running_server(database: Path, root: Path, *args: str, data: Path | None = N
             server.wait(timeout=60)
 
 
+@pytest.mark.slow
 def test_the_openai_client_and_mcp_clients_ask_a_running_server(store, tmp_path):
     from mcp import Client, StdioServerParameters
     from openai import NotFoundError, OpenAI

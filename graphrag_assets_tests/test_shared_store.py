@@ -39,6 +39,7 @@ WRITER = textwrap.dedent(
 )
 
 
+@pytest.mark.slow
 def test_concurrent_writers_to_one_lake_lose_nothing(postgres, tmp_path):
     """Each corpus's rows replaced six times by its own process, all at once: DuckLake's commit conflicts
     between them are retried, and every process ends with its last write in place."""

@@ -105,6 +105,7 @@ def index(workspace: Workspace, server: FakeOpenAIServer | None, prompts: str | 
     return workspace.materialize(CORPUS, chat, embeddings=embeddings, run_config=config, **more)
 
 
+@pytest.mark.slow
 def test_an_index_takes_the_tuned_prompts_when_chosen_keeps_the_choice_and_goes_back(tmp_path):
     workspace = contracts(tmp_path, count=4)
     with FakeOpenAIServer() as server:

@@ -4,6 +4,7 @@ import json
 import shutil
 
 import numpy as np
+import pytest
 
 from graphrag_assets.method.search.context import nearest
 from graphrag_assets.store import vector_index
@@ -42,6 +43,7 @@ def test_the_search_widens_as_the_index_grows():
     assert widths == [512, 512, 1024, 2048, 4096]
 
 
+@pytest.mark.slow
 def test_queries_use_the_hnsw_index_of_a_corpus_above_the_threshold(offline_index, tmp_path):
     (tmp_path / "workspace").mkdir()
     workspace = Workspace(tmp_path / "workspace")
