@@ -61,6 +61,30 @@ def test_offline_rules_link_short_forms_and_leave_ambiguous_or_descriptive_names
     assert spelled.select("entity", "canonical", "method").rows() == [("FEZIWIG", "FEZZIWIG", "similar spelling")]
 
 
+def test_the_spelling_search_compares_each_name_with_a_bounded_number_of_others_and_finds_planted_variants():
+    """Names spelled alike among 20,000 made-up ones: each name meets at most a fixed number of others (so the search
+    grows as n log n, not with the square of the names), and a typo, a plural, a joined name and a reordered one are
+    still found."""
+    import random
+
+    pick = random.Random(7)
+    syllables = ["al", "ber", "cor", "dan", "el", "fen", "gar", "hal", "ith", "jor", "kel", "lam", "mor", "nis", "ost"]
+    crowd = sorted({"".join(pick.choice(syllables) for _ in range(4)).upper() for _ in range(25_000)})[:20_000]
+    planted = [
+        ("FEZZIWIG", "FEZIWIG"),
+        ("CRATCHIT", "CRATCHITS"),
+        ("BOB CRATCHIT", "BOBCRATCHIT"),
+        ("MARLEY JACOB", "JACOB MARLEY"),
+    ]
+    titles = crowd + [name for pair in planted for name in pair]
+    candidates = aliases._spelling_candidates(titles)
+    window_pairs = 3 * aliases.SPELLING_WINDOW * len(titles)
+    stem_pairs = len(titles) * aliases.MAX_NAMES_PER_WORD  # a name is in one block per word, each of 50 at most
+    assert len(candidates) <= window_pairs + stem_pairs
+    found = {(titles[i], titles[j]) for i, j, _ in aliases._similar_spellings(titles, 0.7)}
+    assert all(pair in found or pair[::-1] in found for pair in planted)
+
+
 def test_the_model_confirms_candidates_in_batches(tmp_path):
     candidates = aliases.candidate_pairs(entities())
     with FakeOpenAIServer() as server:

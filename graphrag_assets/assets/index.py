@@ -383,7 +383,7 @@ def entity_aliases(
     """Names of one entity, linked to a canonical entity instead of merged: undo one by rejecting it in the
     corpus folder's aliases.csv (entity,canonical,action with action add or reject)."""
     step = Step(context, duckdb)
-    entities, plan = step.read("entities"), step.plan(corpora, chat)
+    entities, plan = step.read("entities", without=("text_unit_ids",)), step.plan(corpora, chat)
     candidates = alias_method.candidate_pairs(entities, config.min_name_overlap) if plan.looks_for_aliases else None
     usage = None
     if candidates is None or candidates.is_empty():

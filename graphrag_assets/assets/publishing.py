@@ -111,9 +111,9 @@ class Step:
         return self.context.partition_key
 
     # -- reading -----------------------------------------------------------------------------------------------
-    def read(self, table: str, where: str = "TRUE") -> pl.DataFrame:
+    def read(self, table: str, where: str = "TRUE", without: tuple[str, ...] = ()) -> pl.DataFrame:
         with self.duckdb.get_connection() as conn:
-            return read_table(conn, table, self.corpus, where)
+            return read_table(conn, table, self.corpus, where, without=without)
 
     def inputs(self, asset: str, without: dict[str, tuple[str, ...]] | None = None) -> dict[str, pl.DataFrame]:
         """Every table the asset depends on, for its corpus, less the columns `without` names by table."""

@@ -2,15 +2,11 @@
 
 from __future__ import annotations
 
-import functools
 import math
 import re
-import threading
 from collections import Counter
 
-import snowballstemmer
-
-from ..words import split_sentences, terms
+from ..words import split_sentences, stems, terms
 
 # Words of a question about the corpus as a whole rather than about one thing in it.
 BROAD_WORDS = frozenset(
@@ -137,21 +133,6 @@ def _following(after: list[str], quoted: set[str], characters: int) -> list[str]
 # that a sentence that says as much alone is quoted alone.
 _REPLY_CHARACTERS = 120
 _REPLY_PENALTY = 0.01
-_STEMMERS = threading.local()  # a Snowball stemmer keeps its word in progress: one per thread (the server's)
-
-
-def stems(text: str) -> set[str]:
-    """The content words of a text (see words.terms), stemmed by Snowball's English stemmer."""
-    return {_stem(word) for word in terms(text)}
-
-
-@functools.lru_cache(maxsize=1 << 16)
-def _stem(word: str) -> str:
-    # Cached: a corpus repeats its words, and stemming in Python was 18 times the cost of the rest of the quoting.
-    stemmer = getattr(_STEMMERS, "english", None)
-    if stemmer is None:
-        stemmer = _STEMMERS.english = snowballstemmer.stemmer("english")
-    return stemmer.stemWord(word)
 
 
 def extractive_answer(points: list[tuple[float, str, str]], cite: str) -> str:

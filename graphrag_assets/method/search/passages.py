@@ -6,8 +6,8 @@ import math
 from collections import Counter
 
 from ..ingest.tokens import count_tokens, truncate_to_tokens
-from ..offline.answers import overlap_score, stems
-from ..words import split_sentences
+from ..offline.answers import overlap_score
+from ..words import split_sentences, stems
 
 
 def snippet(text: str, questions: list[str], tokens: int) -> str:
