@@ -59,8 +59,19 @@ def communities(
         yield reused
         yield one_community_per_level(step.read("communities"))
         return
+    table, started_from = clustered(step, config)
+    yield step.publish(
+        "communities", table, engine="graspologic", settings=config, metadata=community_metadata(table, started_from)
+    )
+    yield one_community_per_level(table)
+
+
+def clustered(step: Step, config: CommunityConfig) -> tuple[pl.DataFrame, str]:
+    """The communities table and what clustering started from. A function of its own so that the graph it reads is
+    let go before the table is written: held through the write, it took 1,087 -> 967 MiB of the step at 50 MB of
+    text."""
     graph = step.inputs("communities", without=CLUSTERING_LEAVES_OUT)
-    entities, relationships = resolve(graph["entities"], graph["relationships"], graph["entity_aliases"])
+    entities, relationships = resolve(graph.pop("entities"), graph.pop("relationships"), graph.pop("entity_aliases"))
     previous = (
         step.previous_output("communities", config, ignoring={"start_from_previous"})
         if config.start_from_previous
@@ -69,11 +80,7 @@ def communities(
     table = build_communities(
         entities, relationships, config.max_cluster_size, config.seed, config.use_lcc, previous=previous
     )
-    started_from = "the last run's communities" if previous is not None else "scratch"
-    yield step.publish(
-        "communities", table, engine="graspologic", settings=config, metadata=community_metadata(table, started_from)
-    )
-    yield one_community_per_level(table)
+    return table, "the last run's communities" if previous is not None else "scratch"
 
 
 def community_metadata(table: pl.DataFrame, started_from: str) -> dict:

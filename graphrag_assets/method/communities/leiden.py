@@ -16,7 +16,7 @@ import networkx as nx
 import polars as pl
 
 from ..defaults import COMMUNITY_SEED, MAX_CLUSTER_SIZE
-from ..schema import columns, frame
+from ..schema import OUTPUT_TABLES, columns, frame, polars_type
 
 COMMUNITY_COLUMNS = columns("communities")
 
@@ -169,59 +169,99 @@ def build_communities(
     """One row per community per level, with ids unique across levels and full provenance.
 
     `previous`, an earlier communities table of the same corpus and settings, is where clustering starts.
+    Columnar, a level at a time: a Python record per relationship and per community held a 50 MB corpus's
+    relationships and their text units several times over.
     """
     start = previous_partition(previous, entities) if previous is not None else None
     # The graph is let go as soon as it is clustered: it held more memory than the rows made from it.
     levels = cluster_graph(networkx_graph(entities, relationships), max_cluster_size, seed, use_lcc, start)
     del start
-    entity_by_title = {
-        row["title"]: row for row in entities.select("title", "id", "text_unit_ids").iter_rows(named=True)
-    }
-    edges = relationships.select("source", "target", "id", "text_unit_ids").rows()
-    rows, number = [], {}
-    for level in sorted(levels):
-        members: dict[tuple[int, int], list[str]] = defaultdict(list)
-        for node, cluster in sorted(levels[level].items()):
-            members[cluster].append(node)
-        inside: dict[tuple[int, int], list] = defaultdict(list)  # relationships with both ends in one community
-        for source, target, rel, units in edges:
-            cluster = levels[level].get(source)
-            if cluster is not None and levels[level].get(target) == cluster:
-                inside[cluster].append((rel, units))
-        # Order communities by their smallest member so numbering is stable between runs.
-        for cluster, titles in sorted(members.items(), key=lambda kv: kv[1][0]):
-            number[(level, cluster)] = len(number)
-            parent_key = None
-            if level > 0:
-                above = levels[level - 1][titles[0]]
-                parent_key = (level - 1, above)
-            rels = sorted(rel for rel, _ in inside[cluster])
-            units = sorted(
-                {u for _, rel_units in inside[cluster] for u in rel_units}
-                or {u for t in titles for u in entity_by_title[t]["text_unit_ids"]}
-            )
-            rows.append(
-                {
-                    "key": (level, cluster),
-                    "parent_key": parent_key,
-                    "community": number[(level, cluster)],
-                    "level": level,
-                    "entity_ids": [entity_by_title[t]["id"] for t in titles],
-                    "relationship_ids": rels,
-                    "text_unit_ids": units,
-                    "size": len(titles),
-                    "carried": cluster[0] < level,
-                }
-            )
-    children = defaultdict(list)
-    for row in rows:
-        row["parent"] = number[row["parent_key"]] if row["parent_key"] else -1
-        if row["parent"] >= 0:
-            children[row["parent"]].append(row["community"])
-    for row in rows:
-        row["children"] = sorted(children.get(row["community"], []))
-        row["carried_from"] = row["parent"] if row["carried"] else -1
-        row["title"] = f"Community {row['community']}"
-        row["human_readable_id"] = row["community"]
-        row["id"] = community_id(row["level"], row["entity_ids"])
-    return frame("communities", rows)
+    if not levels:
+        return frame("communities")
+    members = _membership(levels).join(
+        entities.select("title", "id", pl.col("text_unit_ids").alias("entity_units")), on="title", how="left"
+    )
+    edges = relationships.select("source", "target", pl.col("id").alias("relationship"), "text_unit_ids")
+    groups = pl.concat(
+        [_level_communities(members.filter(pl.col("level") == level), edges) for level in sorted(levels)]
+    )
+    # Numbered by level, then by smallest member, so numbering is stable between runs.
+    groups = groups.sort("level", "first").with_row_index("community").with_columns(pl.col("community").cast(pl.Int32))
+    number = groups.select("level", "made_at", "cluster", "community")
+    parents = (
+        groups.filter(pl.col("level") > 0)
+        .select("community", pl.col("level") - 1, pl.col("first").alias("title"))
+        .join(members.select("level", "title", "made_at", "cluster"), on=["level", "title"], how="left")
+        .join(number.rename({"community": "parent"}), on=["level", "made_at", "cluster"], how="left")
+        .select("community", "parent")
+    )
+    groups = groups.join(parents, on="community", how="left", maintain_order="left").with_columns(
+        pl.col("parent").fill_null(-1)
+    )
+    children = groups.filter(pl.col("parent") >= 0).group_by("parent").agg(pl.col("community").sort().alias("children"))
+    groups = groups.join(children.rename({"parent": "community"}), on="community", how="left", maintain_order="left")
+    return groups.select(
+        pl.Series("id", [community_id(level, ids) for level, ids in groups.select("level", "entity_ids").iter_rows()]),
+        pl.col("community").alias("human_readable_id"),
+        "community",
+        "level",
+        "parent",
+        pl.col("children").fill_null([]),
+        pl.format("Community {}", "community").alias("title"),
+        "entity_ids",
+        "relationship_ids",
+        "text_unit_ids",
+        "size",
+        pl.when(pl.col("made_at") < pl.col("level")).then(pl.col("parent")).otherwise(-1).alias("carried_from"),
+    ).cast({name: polars_type(kind) for name, kind in OUTPUT_TABLES["communities"].items()})
+
+
+def _membership(levels: dict[int, Partition]) -> pl.DataFrame:
+    """(level, title, made_at, cluster): each clustered entity's community key at each level."""
+    rows = [(level, title, key[0], key[1]) for level, partition in levels.items() for title, key in partition.items()]
+    return pl.DataFrame(
+        rows, schema={"level": pl.Int32, "title": pl.String, "made_at": pl.Int32, "cluster": pl.Int64}, orient="row"
+    )
+
+
+def _level_communities(members: pl.DataFrame, edges: pl.DataFrame) -> pl.DataFrame:
+    """One level's communities: members (entity ids in title order), the relationships with both ends inside,
+    and the text units of those relationships (of the members, when none has any)."""
+    key = ["level", "made_at", "cluster"]
+    communities = (
+        members.sort("title")
+        .group_by(key, maintain_order=True)
+        .agg(
+            pl.col("title").first().alias("first"),
+            pl.col("id").alias("entity_ids"),
+            pl.len().cast(pl.Int32).alias("size"),
+        )
+    )
+    ends = members.select("title", *key)
+    inside = (
+        edges.join(ends.rename({"title": "source"}), on="source")
+        .join(ends.rename({"title": "target"}), on=["target", *key])
+        .group_by(key)
+        .agg(
+            pl.col("relationship").sort().alias("relationship_ids"),
+            pl.col("text_unit_ids").list.explode(keep_nulls=False, empty_as_null=False).alias("units"),
+        )
+    )
+    communities = communities.join(inside, on=key, how="left", maintain_order="left")
+    bare = communities.filter(pl.col("units").list.len().fill_null(0) == 0).select(key)
+    from_members = (
+        members.join(bare, on=key)
+        .group_by(key)
+        .agg(pl.col("entity_units").list.explode(keep_nulls=False, empty_as_null=False).alias("member_units"))
+    )
+    return communities.join(from_members, on=key, how="left", maintain_order="left").select(
+        *key,
+        "first",
+        "entity_ids",
+        pl.col("relationship_ids").fill_null([]),
+        pl.coalesce(pl.when(pl.col("units").list.len() > 0).then(pl.col("units")), pl.col("member_units"))
+        .list.unique()
+        .list.sort()
+        .alias("text_unit_ids"),
+        "size",
+    )
