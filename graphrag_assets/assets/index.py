@@ -289,7 +289,7 @@ def extracted_graph(step: Step, config: GraphConfig, chat: ChatModelResource, co
         return build_entity_graph(client, units, graph_settings(config, prompts), progress=progress)
 
     graph, usage = (run_interruptibly(build(None)), None) if concepts else step.run_model(chat, build)
-    return graph, usage, int(units["n_tokens"].sum()) if len(units) else 0
+    return graph, usage, int(units["n_tokens"].sum())
 
 
 def publish_graph(step: Step, graph: GraphBuild, engine: str, paid: tuple, config: GraphConfig):
@@ -340,11 +340,7 @@ def _imported_graph(step: Step, imported):
     yield step.publish_imported("entities", entities, imported)
     yield step.publish_imported("relationships", relationships, imported)
     yield relationship_endpoints_are_entities(entities, relationships, imported=True)
-    with step.duckdb.get_connection() as conn:
-        (tokens,) = conn.execute(
-            "SELECT coalesce(sum(n_tokens), 0) FROM base_text_units WHERE corpus = ?", [step.corpus]
-        ).fetchone()
-    yield entities_found(int(tokens), entities)
+    yield entities_found(int(step.read("base_text_units", without=("text",))["n_tokens"].sum()), entities)
 
 
 def entities_found(tokens: int, entities: pl.DataFrame) -> dg.AssetCheckResult:
