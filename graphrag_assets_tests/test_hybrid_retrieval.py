@@ -265,6 +265,29 @@ def test_offline_quoting_goes_on_into_the_sentences_that_follow_up_to_a_length()
     assert quoted[0][1] == "The clerk read the notice."  # a link is no continuation, nor is what comes after it
 
 
+def test_offline_quoting_keeps_a_title_and_a_said_line_in_their_sentence_and_ranks_by_what_follows_too():
+    office = (
+        "'At this season, Mr. Scrooge,' said the gentleman, 'we make some provision for the poor.' "
+        "'Are there no prisons?' asked Scrooge. The fog came pouring in at every chink."
+    )
+    quoted = [text for _, text, _ in best_sentences("What provision for the poor?", [("u1", office)], limit=3)]
+    # "Mr." ends no sentence, and a quoted question goes on into the words that say who asked it
+    assert quoted[0].startswith("'At this season, Mr. Scrooge,' said the gentleman")
+    prisons = best_sentences("Who asked about prisons?", [("u1", office)], limit=1)
+    assert prisons[0][1] == "'Are there no prisons?' asked Scrooge."
+    # The question's rarer word ("party") is held by the last sentence alone. The sentence before it holds the
+    # other ("Fred"), and with what follows it, quoted too, it holds both: so it ranks first when it is so quoted.
+    games = "The party played blind man's-buff, forfeits, How, When and Where, and Yes and No till midnight, "
+    games += "and nobody thought of going home."  # too long to be a reply quoted with the line before it
+    snow = "The snow lay thick on the roofs, the gutters froze, and the lamps of the shops burned red in the fog "
+    snow += "from three in the afternoon until nine at night."
+    story = f"Fred waited by the window. {snow} Fred laughed at his uncle. {games} The bells rang across the city."
+    question = "What happened at Fred's party?"
+    assert best_sentences(question, [("u1", story)], limit=1, continued=0)[0][1] == games
+    followed = best_sentences(question, [("u1", story)], limit=1, continued=150)
+    assert followed[0][1] == f"Fred laughed at his uncle. {games}"
+
+
 def test_offline_quoting_gives_the_same_answer_from_many_threads():
     said = "The clerk number {} was considering his salary and the holidays. Bob sighed."
     texts = [(f"u{i}", said.format(i)) for i in range(9)]

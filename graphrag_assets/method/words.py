@@ -20,8 +20,20 @@ STOPWORDS = frozenset(
 )
 
 
-def split_sentences(text: str) -> list[str]:
-    return [s.strip() for s in _SENTENCE_END.split(text) if s and s.strip()]
+def split_sentences(text: str, pattern: re.Pattern = _SENTENCE_END) -> list[str]:
+    return [s.strip() for s in pattern.split(text) if s and s.strip()]
+
+
+# What a reader calls a sentence, for quoting: not ended by a title's period ("Mr. Scrooge") or by a question or
+# exclamation in quotes that a lower-case word goes on from ("'What is it?' cried Fred."). The index keeps the
+# plainer rule above: text units are cut on it, and every model call of an index is cached by its unit's text.
+_QUOTED_SENTENCE_END = re.compile(
+    r"(?<=[.!?])(?<!\bMr\.)(?<!\bMrs\.)(?<!\bMs\.)(?<!\bDr\.)(?<!\bSt\.)[\"'”’)]*\s+(?![a-z\s])|\n\s*\n"
+)
+
+
+def quoted_sentences(text: str) -> list[str]:
+    return split_sentences(text, _QUOTED_SENTENCE_END)
 
 
 def terms(text: str) -> set[str]:
