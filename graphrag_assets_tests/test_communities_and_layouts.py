@@ -533,6 +533,53 @@ def test_a_community_whose_elements_overflow_its_budget_is_written_from_its_sub_
         assert any(all(titles[child] in p for child in row.substituted_communities) for p in prompts), row.community
 
 
+def test_a_community_written_from_its_sub_communities_reports_waits_for_those_alone_not_their_level(llm_index):
+    """A parent over budget waits for its own children's reports. When a community of the level below that is not
+    its child answers slowly, the parent's report is written before that one is."""
+    workspace = llm_index[0]
+    graph = tuple(stored(workspace, name) for name in ("communities", "entities", "relationships", "covariates"))
+    units = stored(workspace, "text_units")
+
+    def run(cache: str, slow_words: dict[str, float]):
+        with FakeOpenAIServer(slow_words=slow_words) as server:
+            cache_dir = str(workspace.root / cache)
+            settings = ModelSettings(model="test-model", base_url=server.base_url, cache_dir=cache_dir)
+
+            async def main():
+                client = ModelClient(settings)
+                try:
+                    # one community to a request: a request for several would tie a community to the others
+                    alone = ReportSettings(max_context_tokens=600, batch_size=1)
+                    return await generate_reports(client, *graph, units, alone)
+                finally:
+                    await client.close()
+
+            reports, _ = asyncio.run(main())
+            return reports.to_pandas().set_index("community"), [s for s in server.served if s.kind.startswith("report")]
+
+    reports, served = run("fast", {})
+    communities = graph[0].to_pandas().set_index("community")
+    titles = graph[1].to_pandas().set_index("id")["title"]
+    parent = next(c for c, row in reports.iterrows() if len(row.substituted_communities))
+    level, children = communities.loc[parent, "level"], set(communities.loc[parent, "children"])
+
+    def asked_by_parent(prompt: str) -> bool:  # its request carries its substituted children's reports
+        return all(reports.loc[c, "title"] in prompt for c in reports.loc[parent, "substituted_communities"])
+
+    by_parent = [s.prompt for s in served if asked_by_parent(s.prompt)]
+    assert len(by_parent) == 1
+    slow = next(  # an entity of a community of the level below, not the parent's child, named nowhere in its requests
+        titles[e]
+        for c, row in communities[communities["level"] == level + 1].iterrows()
+        if c not in children
+        for e in row.entity_ids
+        if not any(titles[e] in prompt for prompt in by_parent)
+    )
+    _, served = run("slow", {slow: 3.0})
+    [parent_answered] = [s.at for s in served if asked_by_parent(s.prompt)]
+    assert parent_answered < min(s.at for s in served if slow in s.prompt)
+
+
 def test_communities_that_fit_their_budget_are_all_written_at_once_whatever_their_level(llm_index):
     """A community's report waits for its sub-communities' only when it uses them (a context over budget, or a
     community carried down unchanged): with a budget every community fits, no level waits for the one below."""

@@ -70,6 +70,7 @@ class FakeOpenAIServer(BatchAPI):
         rate_window_seconds: float = 60.0,
         rate_limit_headers: bool = True,
         latency_per_token_seconds: float = 0.0,
+        slow_words: dict[str, float] | None = None,
         capacity: int = 0,
         embedding_dimensions: int = 64,
         api_key: str | None = None,
@@ -88,6 +89,7 @@ class FakeOpenAIServer(BatchAPI):
         `capacity`: requests processed at once; the rest queue, so latency climbs under load, as a real
         server's does. Prompts that extend one already seen report its tokens as cached (OpenAI's rule:
         prompts of 1024 tokens or more, in steps of 128).
+        `slow_words`: a chat request whose messages hold one of these words answers that many seconds later.
         `batch_seconds`: how long a batch of the Batch API (/v1/files, /v1/batches) stays in progress.
         `full_reports`: community reports as long as the report prompt asks a model for (see community_report)."""
         self.faults = faults or Faults()
@@ -108,6 +110,7 @@ class FakeOpenAIServer(BatchAPI):
         self.rate_window_seconds = rate_window_seconds
         self.rate_limit_headers = rate_limit_headers
         self.latency_per_token_seconds = latency_per_token_seconds
+        self.slow_words = slow_words or {}
         self._capacity = threading.Semaphore(capacity) if capacity else None
         self._token_log: deque[tuple[float, int]] = deque()
         self._tokens_in_window = 0
@@ -515,6 +518,8 @@ class FakeOpenAIServer(BatchAPI):
                     time.sleep(faults.slow_seconds)
                 if server.latency_seconds:
                     time.sleep(server.latency_seconds)
+                said = " ".join(str(m.get("content", "")) for m in request.get("messages", []))
+                time.sleep(sum(seconds for word, seconds in server.slow_words.items() if word in said))
                 if "/embeddings" in self.path:
                     status, payload = server.embeddings_response(request, key)
                     return self._send(status, payload, server._rate_headers() if status == 200 else {})

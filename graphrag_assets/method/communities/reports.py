@@ -228,22 +228,16 @@ async def generate_reports(
 ) -> tuple[pl.DataFrame, ReportStats]:
     """One report per community; with no chat model, extractive reports from the community's text.
 
-    Every level is written at once, each community as soon as it can be: one that waits for its sub-communities'
-    reports (see _ReportWriter.needs_sub_reports) waits for the level below to be done."""
+    Every level is written at once, each community as soon as it can be: one that needs its sub-communities'
+    reports (see _ReportWriter.needs_sub_reports) waits for those reports alone, not for the rest of their level."""
     graph = GraphIndex(entities, relationships, covariates, text_units if settings.from_sources else None)
     writer = _ReportWriter(chat, graph, communities, text_units, settings, progress)
     levels = sorted(communities["level"].unique().to_list(), reverse=True)
-    written = [asyncio.Event() for _ in levels]
     if chat is None:  # nothing to wait for: one level at a time, bottom-up, so one level's rows are held at once
-        for i, level in enumerate(levels):
-            await writer.write_level(writer.rows(level), None, written[i])
+        for level in levels:
+            await writer.write_level(writer.rows(level))
     else:
-        await asyncio.gather(
-            *(
-                writer.write_level(writer.rows(level), written[i - 1] if i else None, written[i])
-                for i, level in enumerate(levels)
-            )
-        )
+        await asyncio.gather(*(writer.write_level(writer.rows(level)) for level in levels))
     table = _report_table(writer.reports, writer.by_number)
     writer.stats.failed = int((table["status"] == "failed").sum())  # carried-down copies of a failure count too
     return table, writer.stats
@@ -270,6 +264,7 @@ class _ReportWriter:
         # once for the corpus, not once per community
         self.cases = WordCases(self.units.values()) if chat is None else None
         self._elements: dict[int, list] = {}
+        self.written = {number: asyncio.Event() for number in self.by_number}
 
     def rows(self, level: int) -> list:
         """The level's communities with their members' ids; their entity titles kept for the level above."""
@@ -317,33 +312,27 @@ class _ReportWriter:
             self.stats.substitutions.append({"community": row.community, "replaced_by_reports": replaced})
         return context
 
-    async def write(self, rows: list) -> dict[int, dict]:
-        done: dict[int, dict] = {}
+    async def write(self, rows: list) -> None:
+        """Writes the rows' reports, keeping each as soon as it is written."""
         contexts: dict[int, CommunityContext] = {}
         for row in rows:
             children = list(row.children)
             if self.carried(row):
                 self.stats.reused += 1
-                done[row.community] = {**self.reports[children[0]], "substituted_communities": []}
+                self.keep(row.community, {**self.reports[children[0]], "substituted_communities": []})
             elif self.chat is None:
                 self.stats.generated += 1
                 report = extractive_report(row, self.graph, self.titles_of[row.community], self.units, self.cases)
-                done[row.community] = {
-                    **report,
-                    "status": "ok",
-                    "error": None,
-                    "context_tokens": 0,
-                    "substituted_communities": [],
-                }
+                extractive = {"status": "ok", "error": None, "context_tokens": 0, "substituted_communities": []}
+                self.keep(row.community, {**report, **extractive})
             else:
                 contexts[row.community] = self.context_of(row)
-        return done | await self.write_with_model(contexts)
+        await self.write_with_model(contexts)
 
-    async def write_with_model(self, contexts: dict[int, CommunityContext]) -> dict[int, dict]:
+    async def write_with_model(self, contexts: dict[int, CommunityContext]) -> None:
         """Large contexts one to a request; small ones from the cache, else several to a request."""
         chat, prompts, stats, settings = self.chat, self.prompts, self.stats, self.settings
         length = settings.max_report_length
-        done: dict[int, dict] = {}
         small: dict[int, CommunityContext] = {}
         alone: list[int] = []
         for number, context in contexts.items():
@@ -353,39 +342,39 @@ class _ReportWriter:
             messages = report_messages(context, length, prompts)
             cached = chat.cached(messages, parse=prompts.parse(context), **REPORT_PARAMS)
             if cached is not None:
-                done[number] = _written(number, context, cached, stats)
+                self.keep(number, _written(number, context, cached, stats))
             else:
                 small[number] = context
-        answers = await asyncio.gather(
-            *(llm_report(chat, contexts[n], length, prompts) for n in alone),
-            *(llm_reports_batch(chat, group, length, stats, prompts) for group in _groups(small, settings.batch_size)),
-        )
-        parsed = dict(zip(alone, answers[: len(alone)]))
-        for group in answers[len(alone) :]:
-            parsed.update(group)
-        for number, answer in parsed.items():
-            done[number] = _written(number, contexts[number], answer, stats)
-        return done
 
-    async def write_level(self, rows: list, below: asyncio.Event | None, written: asyncio.Event) -> None:
-        """Writes the communities that need nothing from the level below at once, the others when it is done."""
+        async def one(number: int) -> None:
+            answer = await llm_report(chat, contexts[number], length, prompts)
+            self.keep(number, _written(number, contexts[number], answer, stats))
 
-        async def after_the_level_below(waiting: list) -> dict[int, dict]:
-            if below is not None and waiting:
-                await below.wait()
-            return await self.write(waiting)
+        async def several(group: dict[int, CommunityContext]) -> None:
+            for number, answer in (await llm_reports_batch(chat, group, length, stats, prompts)).items():
+                self.keep(number, _written(number, contexts[number], answer, stats))
 
+        await asyncio.gather(*map(one, alone), *map(several, _groups(small, settings.batch_size)))
+
+    async def write_level(self, rows: list) -> None:
+        """Writes the communities that need nothing from the level below at once, and each of the others when its
+        sub-communities' reports are written: a community waits for its own children, not for their whole level."""
         waits = {row.community: self.needs_sub_reports(row) for row in rows}
-        now, later = await asyncio.gather(
+
+        async def after_its_children(row) -> None:
+            await asyncio.gather(*(self.written[child].wait() for child in row.children))
+            await self.write([row])
+
+        await asyncio.gather(
             self.write([r for r in rows if not waits[r.community]]),
-            after_the_level_below([r for r in rows if waits[r.community]]),
+            *(after_its_children(r) for r in rows if waits[r.community]),
         )
-        both = {**now, **later}
-        for row in rows:
-            self.reports[row.community] = both[row.community]
-            if self.progress:
-                self.progress.advance(failed=self.reports[row.community]["status"] != "ok")
-        written.set()
+
+    def keep(self, number: int, report: dict) -> None:
+        self.reports[number] = report
+        self.written[number].set()
+        if self.progress:
+            self.progress.advance(failed=report["status"] != "ok")
 
 
 def _written(number: int, context: CommunityContext, parsed: tuple[dict, bool] | None, stats: ReportStats) -> dict:
