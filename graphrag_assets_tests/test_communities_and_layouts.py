@@ -519,18 +519,25 @@ def test_a_community_whose_elements_overflow_its_budget_is_written_from_its_sub_
             client = ModelClient(settings)
             try:
                 graph = (tables["communities"], tables["entities"], tables["relationships"], tables["covariates"])
-                return await generate_reports(client, *graph, units, ReportSettings(max_context_tokens=600))
+                # every context that fits may be asked with others
+                small = ReportSettings(max_context_tokens=600, batch_below_tokens=600)
+                return await generate_reports(client, *graph, units, small)
             finally:
                 await client.close()
 
         reports, stats = asyncio.run(main())
         prompts = [s.prompt for s in server.served if s.kind.startswith("report")]
+        batched = [s.prompt for s in server.served if s.kind == "report_batch"]
     reports = reports.to_pandas()
     substituted = reports[reports["substituted_communities"].map(len) > 0]
     assert len(substituted) and stats.substitutions
     titles = reports.set_index("community")["title"]
     for row in substituted.itertuples():  # the parent's request carried each substituted child's report
         assert any(all(titles[child] in p for child in row.substituted_communities) for p in prompts), row.community
+    # A report its parent waits for is asked alone: a request for several answers only when its longest reply is
+    # done. Other small communities are still asked several to a request.
+    awaited = {child for row in substituted.itertuples() for child in row.substituted_communities}
+    assert batched and not [c for c in awaited if any(f'<community id="{c}">' in p for p in batched)]
 
 
 def test_a_community_written_from_its_sub_communities_reports_waits_for_those_alone_not_their_level(llm_index):

@@ -237,7 +237,9 @@ async def generate_reports(
         for level in levels:
             await writer.write_level(writer.rows(level))
     else:
-        await asyncio.gather(*(writer.write_level(writer.rows(level)) for level in levels))
+        by_level = [writer.rows(level) for level in levels]
+        writer.plan([row for rows in by_level for row in rows])
+        await asyncio.gather(*(writer.write_level(rows) for rows in by_level))
     reports, by_number, stats = writer.reports, writer.by_number, writer.stats
     del writer, graph  # the graph's records and the units' text: not held while the table is built
     table = _report_table(reports, by_number)
@@ -267,6 +269,8 @@ class _ReportWriter:
         self.cases = WordCases(self.units.values()) if chat is None else None
         self._elements: dict[int, list] = {}
         self.written = {number: asyncio.Event() for number in self.by_number}
+        self.waits: dict[int, bool] = {}  # community -> whether it waits for its sub-communities' reports
+        self.awaited: set[int] = set()  # communities whose report one of those waits for
 
     def rows(self, level: int) -> list:
         """The level's communities with their members' ids; their entity titles kept for the level above."""
@@ -299,6 +303,20 @@ class _ReportWriter:
             return False
         self._elements.pop(row.community)  # the largest communities: not held while they wait for the level below
         return True
+
+    def plan(self, rows: list) -> None:
+        """Which rows wait for their sub-communities' reports, and whose reports those wait for: the children of a
+        community written from them, and down through the copies a community carried down shares."""
+        for row in rows:
+            self.waits[row.community] = self.needs_sub_reports(row)
+        for row in rows:
+            if self.waits[row.community] and not self.carried(row):
+                below = list(row.children)
+                while below:
+                    child = self.by_number[below.pop()]
+                    self.awaited.add(child.community)
+                    if self.carried(child):
+                        below.extend(child.children)
 
     def context_of(self, row) -> CommunityContext:
         reports, by_number = self.reports, self.by_number
@@ -338,7 +356,8 @@ class _ReportWriter:
         small: dict[int, CommunityContext] = {}
         alone: list[int] = []
         for number, context in contexts.items():
-            if settings.batch_size < 2 or context.tokens > settings.batch_below_tokens:
+            # A report another waits for is asked alone: a request for several answers when its longest is done.
+            if settings.batch_size < 2 or context.tokens > settings.batch_below_tokens or number in self.awaited:
                 alone.append(number)
                 continue
             messages = report_messages(context, length, prompts)
@@ -361,7 +380,8 @@ class _ReportWriter:
     async def write_level(self, rows: list) -> None:
         """Writes the communities that need nothing from the level below at once, and each of the others when its
         sub-communities' reports are written: a community waits for its own children, not for their whole level."""
-        waits = {row.community: self.needs_sub_reports(row) for row in rows}
+        self.plan([row for row in rows if row.community not in self.waits])
+        waits = self.waits
 
         async def after_its_children(row) -> None:
             await asyncio.gather(*(self.written[child].wait() for child in row.children))
