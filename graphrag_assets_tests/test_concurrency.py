@@ -1,18 +1,14 @@
 """Runs in separate processes share one DuckDB file and one model pool without failing."""
 
-import asyncio
 import os
 import shutil
 import subprocess
 import sys
 
 import dagster as dg
-import polars as pl
 import pytest
 import yaml
 
-from graphrag_assets.method.graph.extraction import extract_graph
-from graphrag_assets.models import ModelClient, ModelSettings
 from graphrag_assets_tests.corpora import split_sample
 from graphrag_assets_tests.model_server import FakeOpenAIServer
 
@@ -137,33 +133,3 @@ def test_the_two_model_steps_that_need_only_text_units_overlap_in_one_run(tmp_pa
     assert max(graph_start, claims_start) < min(graph_end, claims_end)
     # ... and so did their requests at the endpoint
     assert max(min(claims), min(extraction)) < min(max(claims), max(extraction))
-
-
-def test_extraction_sends_the_longest_units_first_and_keeps_the_units_order(tmp_path):
-    """The units sent last set how long an extraction's end lasts, with few requests in flight: the longest,
-    whose replies take longest, go first. The tables are those of the units' own order."""
-    texts = [
-        "Ann wrote to Bob.",
-        "Carol met Dan in Paris, where Dan kept a shop by the river and Carol bought a lamp from him at noon.",
-        "Erin sailed to Lisbon with Frank.",
-        "Gina taught Hugo chess in Vienna; Hugo taught Gina the violin, and both played for Ivan on Sundays in spring.",
-    ]
-    units = pl.DataFrame({"id": [f"u{i}" for i in range(len(texts))], "text": texts})
-
-    with FakeOpenAIServer() as server:
-        one_at_a_time = {"max_concurrency": 1, "adaptive_concurrency": False}
-        settings = ModelSettings(model="test-model", base_url=server.base_url, cache_dir=str(tmp_path), **one_at_a_time)
-
-        async def main():
-            client = ModelClient(settings)
-            try:
-                return await extract_graph(client, units, max_gleanings=0)
-            finally:
-                await client.close()
-
-        entities, relationships, _ = asyncio.run(main())
-        sent = [s.prompt for s in server.served if s.kind == "extract"]
-    assert [next(i for i, text in enumerate(texts) if text in prompt) for prompt in sent] == [3, 1, 2, 0]
-    # in the units' order, not the order they were sent in
-    assert [ids[0] for ids in entities["text_unit_ids"]] == ["u0"] * 2 + ["u1"] * 3 + ["u2"] * 3 + ["u3"] * 5
-    assert relationships["text_unit_ids"].to_list() == sorted(relationships["text_unit_ids"].to_list())

@@ -201,11 +201,7 @@ async def extract_graph(
             progress.advance(failed=replies is None)
         return unit_id, replies
 
-    # The longest units are sent first. A reply takes longer the more a unit holds, and the units sent last set
-    # how long the step's end lasts, with few requests in flight (benchmark.py limits). Results keep the units' order.
-    units = sorted(zip(text_units["id"], text_units["text"]), key=lambda unit: -len(unit[1]))
-    place = {unit_id: i for i, unit_id in enumerate(text_units["id"])}
-    results = sorted(await asyncio.gather(*(one(u, text) for u, text in units)), key=lambda result: place[result[0]])
+    results = await asyncio.gather(*(one(u, text) for u, text in zip(text_units["id"], text_units["text"])))
     stats = ExtractionStats(units=len(results))
     entities_per_unit, relationships_per_unit = [], []
     for unit_id, replies in results:
