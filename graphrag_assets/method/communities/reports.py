@@ -1,6 +1,6 @@
 """Community reports, bottom-up where it matters: a community whose own context fits the budget is written at
 once, whatever its level; one that needs its sub-communities' reports (a context too large, or a community carried
-down unchanged) waits for the level below it."""
+down unchanged) waits for those reports alone, which are asked one to a request."""
 
 from __future__ import annotations
 
@@ -301,7 +301,7 @@ class _ReportWriter:
             return False
         if fits(self.elements(row), self.settings.max_context_tokens, self.sections):
             return False
-        self._elements.pop(row.community)  # the largest communities: not held while they wait for the level below
+        self._elements.pop(row.community)  # the largest communities: not held while they wait for their children
         return True
 
     def plan(self, rows: list) -> None:
