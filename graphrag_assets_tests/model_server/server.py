@@ -518,8 +518,9 @@ class FakeOpenAIServer(BatchAPI):
                     time.sleep(faults.slow_seconds)
                 if server.latency_seconds:
                     time.sleep(server.latency_seconds)
-                said = " ".join(str(m.get("content", "")) for m in request.get("messages", []))
-                time.sleep(sum(seconds for word, seconds in server.slow_words.items() if word in said))
+                if server.slow_words:
+                    said = " ".join(str(m.get("content", "")) for m in request.get("messages", []))
+                    time.sleep(sum(seconds for word, seconds in server.slow_words.items() if word in said))
                 if "/embeddings" in self.path:
                     status, payload = server.embeddings_response(request, key)
                     return self._send(status, payload, server._rate_headers() if status == 200 else {})

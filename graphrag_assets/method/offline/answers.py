@@ -107,7 +107,7 @@ def best_sentences(
         own = words & wanted
         if not own:
             continue
-        followed = stems(" ".join(_following(after, set(), continued))) & wanted - own if continued else set()
+        followed = stems(" ".join(_following(after, set(), continued))) & (wanted - own) if continued else set()
         # fsum: summed in a set's order, which each process's string hashing changes, equal scores would differ
         score = math.fsum(weight[word] for word in own) + FOLLOWING_WEIGHT * math.fsum(weight[w] for w in followed)
         score = score / total - _REPLY_PENALTY * (len(parts) - 1)
