@@ -17,8 +17,14 @@ import pytest
 from graphrag_assets.assets.communities import every_community_reported, one_community_per_level
 from graphrag_assets.assets.embeddings import vectors_check
 from graphrag_assets.assets.index import entities_found, relationship_endpoints_are_entities
-from graphrag_assets.method.communities.context import CommunityContext, Element, SubReport, build_context
-from graphrag_assets.method.communities.leiden import cluster_graph
+from graphrag_assets.method.communities.context import (
+    CommunityContext,
+    Element,
+    GraphIndex,
+    SubReport,
+    build_context,
+)
+from graphrag_assets.method.communities.leiden import cluster_edges, cluster_graph, networkx_graph, weighted_edges
 from graphrag_assets.method.communities.reports import (
     ReportSettings,
     generate_reports,
@@ -378,6 +384,60 @@ def _communities(levels: dict) -> set:
         for node, key in partition.items():
             members[(level, key)].add(node)
     return {(level, frozenset(nodes)) for (level, _), nodes in members.items()}
+
+
+def test_leiden_reads_the_tables_edges_as_networkx_would_hold_them_and_clusters_them_alike():
+    entities = pl.DataFrame(
+        {
+            "id": ["e1", "e2", "e3", "e4", "e5"],
+            "title": ["ÉMILE", "BOB", "ADA", "CAROL", "ZED"],
+            "type": ["PERSON"] * 5,
+            "degree": [2, 2, 3, 1, 0],
+        }
+    )
+    relationships = pl.DataFrame(
+        {
+            "source": ["BOB", "ADA", "ADA", "CAROL", "ÉMILE", "BOB", "ADA"],
+            "target": ["ADA", "BOB", "ÉMILE", "ADA", "BOB", "BOB", "NOBODY"],  # both ways, a loop, a non-entity
+            "weight": [1.5, 2.25, 1.0, 3.0, 0.5, 9.0, 4.0],
+        }
+    )
+    graph = networkx_graph(entities, relationships)
+    nodes, edges = weighted_edges(entities, relationships)
+    assert nodes == list(graph.nodes) == sorted(graph.nodes)
+    assert edges == sorted((a, b, d["weight"]) for a, b, d in graph.edges(data=True) if a != b)
+    assert ("ADA", "BOB", 3.75) in edges and not any("NOBODY" in edge for edge in edges)
+    big = _weighted_test_graph()
+    big.add_edge("ISLAND 1", "ISLAND 2", weight=1.0)  # left out by use_lcc
+    for lcc in (False, True):
+        assert cluster_edges(*weighted_edges(*_as_tables(big)), 10, 4, lcc) == cluster_graph(
+            networkx_graph(*_as_tables(big)), 10, 4, lcc
+        )
+
+
+def _as_tables(graph: nx.Graph) -> tuple[pl.DataFrame, pl.DataFrame]:
+    nodes = sorted(graph.nodes)
+    entities = pl.DataFrame({"id": nodes, "title": nodes, "type": "X", "degree": [graph.degree(n) for n in nodes]})
+    ends = [(a, b, d["weight"]) for a, b, d in graph.edges(data=True)]
+    return entities, pl.DataFrame(ends, schema=["source", "target", "weight"], orient="row")
+
+
+def test_a_community_s_rows_are_found_in_the_graph_s_columns_in_the_order_of_its_ids():
+    entities = pl.DataFrame({"id": ["a", "b", "c"], "title": ["A", "B", "C"], "description": "", "degree": 1})
+    relationships = pl.DataFrame(
+        {"id": ["r1", "r2"], "source": ["A", "B"], "target": ["B", "C"], "description": "", "combined_degree": 2}
+    )
+    covariates = pl.DataFrame(schema={"id": pl.String, "subject_id": pl.String})
+    graph = GraphIndex(entities, relationships, covariates)
+    communities = pl.DataFrame(
+        {"community": [0, 1], "entity_ids": [["c", "gone", "a"], []], "relationship_ids": [["r2"], ["r1", "gone"]]}
+    )
+    located = graph.locate(communities)
+    assert located.columns == ["community", "entity_rows", "relationship_rows"]
+    assert located["entity_rows"].to_list() == [[2, 0], []]
+    assert located["relationship_rows"].to_list() == [[1], [0]]
+    assert [m.title for m in graph.members([2, 0])] == ["C", "A"] and graph.titles([2, 0]) == {"A", "C"}
+    assert [e.id for e in graph.edges([1])] == ["r2"]
 
 
 @pytest.mark.parametrize("seed", [1, 2, 3])

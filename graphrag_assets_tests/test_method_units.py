@@ -408,9 +408,7 @@ def test_offline_communities_are_named_by_their_central_names_and_tuning_takes_k
         "r2": SimpleNamespace(id="r2", source="SCROOGE", target="FRED", combined_degree=2, description="Uncle."),
         "r3": SimpleNamespace(id="r3", source="COME", target="BOB", combined_degree=9, description="Come, Bob."),
     }
-    graph = SimpleNamespace(entity=entities, relationship=relationships)
-    community = SimpleNamespace(entity_ids=list(entities), relationship_ids=list(relationships), text_unit_ids=["u1"])
-    report = extractive_report(community, graph, set(entities), texts, cases)
+    report = extractive_report(list(entities.values()), list(relationships.values()), [texts["u1"]], cases)
     # The most connected inside the community (Scrooge: two relationships; Bob: two), not the most connected
     # overall (Come, a word that opened sentences), which a title never shows while a name is left.
     assert report["title"] == "Community of Bob, Scrooge and Fred"

@@ -153,24 +153,32 @@ def community_reports(
         yield step.publish_skipped("community_reports", REPORT_COLUMNS, "none (lazy method)", why)
         yield every_community_reported(communities, None)
         return
-    # Reports read the graph the communities were made from: alias groups as one entity.
-    entities, relationships = resolve(tables.pop("entities"), tables.pop("relationships"), tables.pop("entity_aliases"))
+    numbers = communities.select("community")
+    del communities  # the step's peak: see written_reports
     settings = report_settings(config, plan.method == "fast", step.prompts())
-
-    def work(client):
-        progress = step_progress(context, "community reports written", len(communities), client)
-        return generate_reports(
-            client, communities, entities, relationships, tables["covariates"], tables["text_units"], settings, progress
-        )
-
-    (reports, stats), usage = step.run_model(chat, work)
+    reports, stats, usage = written_reports(context, step, chat, tables, settings)
     paid = (chat, usage)
     step.fail_if_too_many_failed("community reports", stats.failed, len(reports), paid, config.max_failed_fraction)
     quality = report_quality(plan.method, stats)
     yield step.publish(
         "community_reports", reports, engine=chat.engine, paid=paid, quality=quality, metadata=report_metadata(reports)
     )
-    yield every_community_reported(communities, reports)
+    yield every_community_reported(numbers, reports)
+
+
+def written_reports(context, step: Step, chat: ChatModelResource, tables: dict, settings: ReportSettings):
+    """(reports, stats, usage). A function of its own that empties `tables`: the graph and the text are let go
+    before the table is written, which held with them was the step's peak."""
+    # Reports read the graph the communities were made from: alias groups as one entity.
+    entities, relationships = resolve(tables.pop("entities"), tables.pop("relationships"), tables.pop("entity_aliases"))
+    communities, covariates, units = tables.pop("communities"), tables.pop("covariates"), tables.pop("text_units")
+
+    def work(client):
+        progress = step_progress(context, "community reports written", len(communities), client)
+        return generate_reports(client, communities, entities, relationships, covariates, units, settings, progress)
+
+    (reports, stats), usage = step.run_model(chat, work)
+    return reports, stats, usage
 
 
 def report_quality(method: str, stats: ReportStats) -> dict:

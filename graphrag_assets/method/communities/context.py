@@ -9,6 +9,7 @@ reports, one at a time, until the context fits.
 
 from __future__ import annotations
 
+from collections import namedtuple
 from dataclasses import dataclass, field
 from functools import cached_property
 
@@ -75,8 +76,32 @@ def _csv(*values: object) -> str:
     return ",".join(str(v).replace("\n", " ").replace(",", ";") if isinstance(v, str) else str(v) for v in values)
 
 
+class UnitTexts:
+    """Text units' text by id, read from the frame's column when asked for: a Python string per unit held the
+    corpus's text a second time (330 MiB at 200 MB of text, more where a unit's odd characters widen it)."""
+
+    def __init__(self, text_units: pl.DataFrame):
+        self.row = {unit: i for i, unit in enumerate(text_units["id"])}
+        self.texts = text_units["text"]
+
+    def __contains__(self, unit: str) -> bool:
+        return unit in self.row
+
+    def __getitem__(self, unit: str) -> str:
+        return self.texts[self.row[unit]]
+
+    def of(self, units) -> list[str]:
+        """The texts of `units` that are known, in their order."""
+        return self.texts.gather([self.row[u] for u in units if u in self.row]).to_list()
+
+    def values(self):
+        return iter(self.texts)
+
+
 class GraphIndex:
-    """Lookups the context builder needs, computed once for all communities."""
+    """The graph as the context builder reads it: its tables' columns, and a community's rows gathered from them
+    when its context is built. A Python record per row, held for every community at once, was the step's largest
+    object (1.3M relationships at 200 MB of text)."""
 
     def __init__(
         self,
@@ -85,18 +110,41 @@ class GraphIndex:
         covariates: pl.DataFrame,
         text_units: pl.DataFrame | None = None,
     ):
-        self.unit_text = dict(zip(text_units["id"], text_units["text"])) if text_units is not None else {}
-        # Only the columns a context or an extractive report reads: a record per row is the step's largest object.
+        self.units = UnitTexts(text_units) if text_units is not None else None
         sourced = ["frequency", "text_unit_ids"] if text_units is not None else []
-        nodes = entities.select("id", "title", "description", "degree", *sourced)
-        self.entity = {row.id: row for row in records(nodes)}
-        edges = relationships.select("id", "source", "target", "description", "combined_degree")
-        self.relationship = {row.id: row for row in records(edges)}
+        self.entities = entities.select("id", "title", "description", "degree", *sourced)
+        self.relationships = relationships.select("id", "source", "target", "description", "combined_degree")
+        # a record type made once: making one per community took a tenth of an offline step's time
+        self._entity, self._relationship = (namedtuple("Row", t.columns) for t in (self.entities, self.relationships))
         self.claims_by_subject: dict[str, list] = {}
         for row in records(covariates):
             self.claims_by_subject.setdefault(row.subject_id, []).append(row)
 
-    def elements(self, entity_ids: list[str], relationship_ids: list[str]) -> list[Element]:
+    def locate(self, communities: pl.DataFrame) -> pl.DataFrame:
+        """`communities` with their members' and relationships' row numbers (entity_rows, relationship_rows) in
+        place of their ids, in the same order; an id the graph lacks is left out."""
+        located = communities
+        for ids, table, rows in (
+            ("entity_ids", self.entities, "entity_rows"),
+            ("relationship_ids", self.relationships, "relationship_rows"),
+        ):
+            numbers = pl.int_range(len(table), dtype=pl.UInt32, eager=True)
+            row_of = pl.element().replace_strict(table["id"], numbers, default=None, return_dtype=pl.UInt32)
+            located = located.with_columns(pl.col(ids).list.eval(row_of).list.drop_nulls().alias(rows)).drop(ids)
+        return located
+
+    def members(self, rows) -> list:
+        """Entity records at these row numbers (entity_rows of a located community)."""
+        return [self._entity._make(self.entities.row(i)) for i in rows]
+
+    def edges(self, rows) -> list:
+        """Relationship records at these row numbers (relationship_rows of a located community)."""
+        return [self._relationship._make(self.relationships.row(i)) for i in rows]
+
+    def titles(self, rows) -> set[str]:
+        return set(self.entities["title"].gather(list(rows)))
+
+    def elements(self, entity_rows, relationship_rows) -> list[Element]:
         """Element summaries of a community, most prominent first."""
         ordered, seen = [], set()
 
@@ -117,10 +165,8 @@ class GraphIndex:
                     )
                 )
 
-        by_title = {self.entity[e].title: self.entity[e] for e in entity_ids}
-        relationships = sorted(
-            (self.relationship[r] for r in relationship_ids), key=lambda r: (-r.combined_degree, r.id)
-        )
+        by_title = {row.title: row for row in self.members(entity_rows)}
+        relationships = sorted(self.edges(relationship_rows), key=lambda r: (-r.combined_degree, r.id))
         for rel in relationships:
             add_entity(rel.source, by_title[rel.source])
             add_entity(rel.target, by_title[rel.target])
@@ -136,10 +182,10 @@ class GraphIndex:
             add_entity(title, row)
         return ordered
 
-    def source_elements(self, entity_ids: list[str]) -> list[Element]:
+    def source_elements(self, entity_rows) -> list[Element]:
         """A community's concepts, most mentioned first, then the text units they occur in, those holding the most
         of the community's concepts first: the context of a report written from source text."""
-        rows = sorted((self.entity[e] for e in entity_ids), key=lambda r: (-r.frequency, r.title))
+        rows = sorted(self.members(entity_rows), key=lambda r: (-r.frequency, r.title))
         concepts = [
             Element("concept", row.title, _csv(short_id(row.id), row.title, row.frequency), frozenset([row.title]))
             for row in rows
@@ -148,10 +194,10 @@ class GraphIndex:
         for row in rows:
             for unit in row.text_unit_ids:
                 held.setdefault(unit, set()).add(row.title)
-        ranked = sorted((u for u in held if u in self.unit_text), key=lambda u: (-len(held[u]), u))
+        ranked = sorted((u for u in held if u in self.units), key=lambda u: (-len(held[u]), u))
         sources = [
-            Element("source", unit, _csv(short_id(unit), " ".join(self.unit_text[unit].split())), frozenset(held[unit]))
-            for unit in ranked
+            Element("source", unit, _csv(short_id(unit), " ".join(text.split())), frozenset(held[unit]))
+            for unit, text in zip(ranked, self.units.of(ranked), strict=True)
         ]
         return concepts + sources
 

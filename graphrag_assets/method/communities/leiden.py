@@ -53,10 +53,42 @@ def networkx_graph(entities: pl.DataFrame, relationships: pl.DataFrame) -> nx.Gr
 MAX_LEIDEN_ROUNDS = 32
 
 Partition = dict[str, tuple[int, int]]
+Edge = tuple[str, str, float]
+
+
+def weighted_edges(entities: pl.DataFrame, relationships: pl.DataFrame) -> tuple[list[str], list[Edge]]:
+    """The entity graph as Leiden takes it, without building it: its nodes (entity titles, sorted) and its edges
+    (a, b, weight) with a < b, sorted, weights summed over both directions, no self-loop. What networkx_graph
+    holds, at a tenth of the memory (1.3M relationships at 200 MB of text)."""
+    nodes = entities["title"].unique().sort()
+    ends = pl.col("source").is_in(nodes.implode()) & pl.col("target").is_in(nodes.implode())
+    edges = (
+        relationships.select("source", "target", pl.col("weight").cast(pl.Float64))
+        .filter(ends & (pl.col("source") != pl.col("target")))
+        .group_by(pl.min_horizontal("source", "target").alias("a"), pl.max_horizontal("source", "target").alias("b"))
+        .agg(pl.col("weight").sort().sum())  # summed in one order whatever the rows' order
+        .sort("a", "b")
+    )
+    return nodes.to_list(), list(edges.iter_rows())
 
 
 def cluster_graph(
     graph: nx.Graph,
+    max_cluster_size: int = MAX_CLUSTER_SIZE,
+    seed: int = COMMUNITY_SEED,
+    use_lcc: bool = False,
+    previous: dict[int, dict[str, int]] | None = None,
+) -> dict[int, Partition]:
+    """cluster_edges on a networkx graph, each edge the way round the graph lists it."""
+    if use_lcc and graph.number_of_nodes():
+        graph = graph.subgraph(max(nx.connected_components(graph), key=len))
+    edges = sorted((a, b, float(d["weight"])) for a, b, d in graph.edges(data=True) if a != b)
+    return cluster_edges(list(graph.nodes), edges, max_cluster_size, seed, False, previous)
+
+
+def cluster_edges(
+    nodes: list[str],
+    edges: list[Edge],
     max_cluster_size: int = MAX_CLUSTER_SIZE,
     seed: int = COMMUNITY_SEED,
     use_lcc: bool = False,
@@ -71,12 +103,16 @@ def cluster_graph(
     communities it touches. A cluster not split is carried down unchanged, keeping its key; a key made
     at a shallower level therefore marks a carried copy, however many levels it is carried.
     """
-    if use_lcc and graph.number_of_nodes():
-        graph = graph.subgraph(max(nx.connected_components(graph), key=len)).copy()
-    edges = sorted((a, b, float(d["weight"])) for a, b, d in graph.edges(data=True) if a != b)
+    if use_lcc and nodes:
+        graph = nx.Graph()
+        graph.add_nodes_from(nodes)
+        graph.add_edges_from((a, b) for a, b, _ in edges)
+        largest = max(nx.connected_components(graph), key=len)
+        del graph
+        nodes, edges = [n for n in nodes if n in largest], [e for e in edges if e[0] in largest]
     if not edges:
         # Nothing related to anything (a tiny corpus): one community of all entities, so it still gets a report.
-        return {0: {node: (0, 0) for node in graph.nodes}} if graph.number_of_nodes() else {}
+        return {0: {node: (0, 0) for node in nodes}} if nodes else {}
     previous = previous or {}
     by_level: dict[int, Partition] = defaultdict(dict)
     made_at: Counter = Counter()  # clusters made at each level so far, to number the next ones
@@ -174,7 +210,7 @@ def build_communities(
     """
     start = previous_partition(previous, entities) if previous is not None else None
     # The graph is let go as soon as it is clustered: it held more memory than the rows made from it.
-    levels = cluster_graph(networkx_graph(entities, relationships), max_cluster_size, seed, use_lcc, start)
+    levels = cluster_edges(*weighted_edges(entities, relationships), max_cluster_size, seed, use_lcc, start)
     del start
     if not levels:
         return frame("communities")

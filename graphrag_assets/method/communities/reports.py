@@ -230,8 +230,11 @@ async def generate_reports(
 
     Every level is written at once, each community as soon as it can be: one that needs its sub-communities'
     reports (see _ReportWriter.needs_sub_reports) waits for those reports alone, not for the rest of their level."""
-    graph = GraphIndex(entities, relationships, covariates, text_units if settings.from_sources else None)
-    writer = _ReportWriter(chat, graph, communities, text_units, settings, progress)
+    # Offline, a report quotes its units' text; the fast method's contexts hold it.
+    graph = GraphIndex(
+        entities, relationships, covariates, text_units if settings.from_sources or chat is None else None
+    )
+    writer = _ReportWriter(chat, graph, communities, settings, progress)
     levels = sorted(communities["level"].unique().to_list(), reverse=True)
     if chat is None:  # nothing to wait for: one level at a time, bottom-up, so one level's rows are held at once
         for level in levels:
@@ -241,7 +244,7 @@ async def generate_reports(
         writer.plan([row for rows in by_level for row in rows])
         await asyncio.gather(*(writer.write_level(rows) for rows in by_level))
     reports, by_number, stats = writer.reports, writer.by_number, writer.stats
-    del writer, graph  # the graph's records and the units' text: not held while the table is built
+    del writer, graph  # the graph's lookups: not held while the table is built
     table = _report_table(reports, by_number)
     stats.failed = int((table["status"] == "failed").sum())  # carried-down copies of a failure count too
     return table, stats
@@ -251,7 +254,7 @@ class _ReportWriter:
     """The state one generate_reports call shares between its levels: the reports written so far, each waiting
     community's graph elements, and the counts."""
 
-    def __init__(self, chat, graph: GraphIndex, communities, text_units, settings: ReportSettings, progress):
+    def __init__(self, chat, graph: GraphIndex, communities, settings: ReportSettings, progress):
         self.chat, self.graph, self.settings, self.progress = chat, graph, settings, progress
         prompts, self.sections = (
             (SOURCE_REPORTS, SOURCE_SECTIONS) if settings.from_sources else (ENTITY_REPORTS, SECTIONS)
@@ -264,27 +267,26 @@ class _ReportWriter:
         hierarchy = communities.select("community", "id", "level", "parent", "children", "size", "carried_from")
         self.by_number = {row.community: row for row in records(hierarchy)}
         self.titles_of: dict[int, set[str]] = {}
-        self.units = dict(zip(text_units["id"], text_units["text"], strict=True)) if chat is None else {}
-        # once for the corpus, not once per community
-        self.cases = WordCases(self.units.values()) if chat is None else None
+        self.cases = WordCases(graph.units.values()) if chat is None else None  # once for the corpus
         self._elements: dict[int, list] = {}
         self.written = {number: asyncio.Event() for number in self.by_number}
         self.waits: dict[int, bool] = {}  # community -> whether it waits for its sub-communities' reports
         self.awaited: set[int] = set()  # communities whose report one of those waits for
 
     def rows(self, level: int) -> list:
-        """The level's communities with their members' ids; their entity titles kept for the level above."""
-        rows = list(records(self.communities.filter(pl.col("level") == level)))
-        for row in rows:
-            self.titles_of[row.community] = {self.graph.entity[e].title for e in row.entity_ids}
+        """The level's communities with their members' row numbers; with a model, their entity titles kept for the
+        level above, whose contexts may hold their reports."""
+        rows = list(records(self.graph.locate(self.communities.filter(pl.col("level") == level))))
+        for row in rows if self.chat is not None else ():
+            self.titles_of[row.community] = self.graph.titles(row.entity_rows)
         return rows
 
     def elements(self, row) -> list:
         if row.community not in self._elements:
             self._elements[row.community] = (
-                self.graph.source_elements(list(row.entity_ids))
+                self.graph.source_elements(row.entity_rows)
                 if self.settings.from_sources
-                else self.graph.elements(list(row.entity_ids), list(row.relationship_ids))
+                else self.graph.elements(row.entity_rows, row.relationship_rows)
             )
         return self._elements[row.community]
 
@@ -342,7 +344,10 @@ class _ReportWriter:
                 self.keep(row.community, {**self.reports[children[0]], "substituted_communities": []})
             elif self.chat is None:
                 self.stats.generated += 1
-                report = extractive_report(row, self.graph, self.titles_of[row.community], self.units, self.cases)
+                graph = self.graph
+                members, edges = graph.members(row.entity_rows), graph.edges(row.relationship_rows)
+                texts = graph.units.of(row.text_unit_ids)
+                report = extractive_report(members, edges, texts, self.cases)
                 extractive = {"status": "ok", "error": None, "context_tokens": 0, "substituted_communities": []}
                 self.keep(row.community, {**report, **extractive})
             else:

@@ -87,20 +87,13 @@ class WordCases:
         return self.lower[word] + self.determined[word] >= max(bare, 1)
 
 
-def extractive_report(
-    community, graph, titles: set[str], unit_texts: dict[str, str], cases: WordCases | None = None
-) -> dict:
-    texts = [unit_texts[u] for u in community.text_unit_ids if u in unit_texts]
-    relationships = sorted(
-        (graph.relationship[r] for r in community.relationship_ids), key=lambda r: (-r.combined_degree, r.id)
-    )
+def extractive_report(members: list, relationships: list, texts: list[str], cases: WordCases) -> dict:
+    """The report on a community of these entity and relationship records, quoting its units' `texts`."""
+    titles = {m.title for m in members}
+    relationships = sorted(relationships, key=lambda r: (-r.combined_degree, r.id))
     # Named by its most central entities: the most connected inside the community, names before ordinary words.
-    cases = cases or WordCases(unit_texts.values())
     inside = Counter(end.upper() for r in relationships for end in (r.source, r.target))
-    members = sorted(
-        (graph.entity[e] for e in community.entity_ids),
-        key=lambda e: (cases.ordinary(e.title), -inside[e.title.upper()], -e.degree, e.title),
-    )
+    members = sorted(members, key=lambda e: (cases.ordinary(e.title), -inside[e.title.upper()], -e.degree, e.title))
     named = [m for m in members if not cases.ordinary(m.title)] or members  # ordinary words only if nothing else
     names = [m.title.title() for m in named[:3]]
     relationships = relationships[:MAX_FINDINGS]
