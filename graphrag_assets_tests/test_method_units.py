@@ -305,19 +305,43 @@ def test_communities_carried_down_many_levels_stay_carried_and_reuse_their_repor
         assert copy["title"] == original["title"] and copy["summary"] == original["summary"]
 
 
+def test_node2vec_reads_the_tables_adjacency_as_networkx_would_give_it():
+    from graphrag_assets.method.communities.leiden import networkx_graph
+    from graphrag_assets.method.embeddings.node2vec import entity_adjacency
+
+    entities = pl.DataFrame(
+        {"id": ["e1", "e2", "e3", "e4"], "title": ["BOB", "ADA", "CY", "LONE"], "type": "X", "degree": [2, 2, 1, 0]}
+    )
+    relationships = pl.DataFrame(
+        {
+            "source": ["BOB", "ADA", "CY", "CY", "ADA"],
+            "target": ["ADA", "BOB", "CY", "ADA", "NOBODY"],  # both ways, a self-loop, a name that is no entity
+            "weight": [1.5, 2.0, 4.0, 1.0, 7.0],
+        }
+    )
+    graph = networkx_graph(entities, relationships)
+    connected = graph.subgraph([n for n, d in graph.degree() if d > 0])
+    titles, ids, adjacency = entity_adjacency(entities, relationships)
+    assert titles == sorted(connected.nodes) == ["ADA", "BOB", "CY"] and ids == ["e2", "e1", "e3"]
+    expected = nx.to_scipy_sparse_array(connected, nodelist=titles, weight="weight", format="csr")
+    for part in ("indptr", "indices", "data"):
+        assert getattr(adjacency, part).tolist() == getattr(expected, part).tolist(), part
+
+
 def test_walks_follow_edges_in_proportion_to_their_weight_and_repeat_with_the_seed():
     graph = nx.Graph()
     graph.add_edge("hub", "heavy", weight=9.0)
     graph.add_edge("hub", "light", weight=1.0)
     nodes = sorted(graph.nodes)  # heavy, hub, light
-    walks = random_walks(graph, nodes, num_walks=2000, walk_length=3, seed=1)
+    adjacency = nx.to_scipy_sparse_array(graph, nodelist=nodes, weight="weight", format="csr")
+    walks = random_walks(adjacency, num_walks=2000, walk_length=3, seed=1)
     edges = {(nodes.index(a), nodes.index(b)) for a, b in graph.edges} | {
         (nodes.index(b), nodes.index(a)) for a, b in graph.edges
     }
     assert all((int(a), int(b)) in edges for walk in walks for a, b in zip(walk, walk[1:]))
     from_hub = walks[walks[:, 0] == nodes.index("hub"), 1]
     assert 0.85 < (from_hub == nodes.index("heavy")).mean() < 0.95
-    assert (random_walks(graph, nodes, 2000, 3, seed=1) == walks).all()
+    assert (random_walks(adjacency, 2000, 3, seed=1) == walks).all()
     # Walk lengths by start-node degree, as graspologic (GraphRAG's node2vec) computes them.
     from graspologic.embed.n2v import _Node2VecGraph
 

@@ -7,9 +7,8 @@ import polars as pl
 import pyarrow as pa
 
 from ..configs.index import LayoutConfig, Node2VecConfig, TextEmbeddingConfig
-from ..method.communities.leiden import networkx_graph
 from ..method.embeddings.layouts import layout_nodes, plot_layout
-from ..method.embeddings.node2vec import node2vec
+from ..method.embeddings.node2vec import entity_adjacency, node2vec_vectors
 from ..method.embeddings.text import (
     EMBEDDING_MODEL_TABLES,
     LocalEmbedder,
@@ -209,6 +208,10 @@ def document_embeddings(context: dg.AssetExecutionContext, duckdb: DuckDBStoreRe
     yield vectors_check("document_embeddings_valid", "document_embeddings", table, None, set(units["document_id"]))
 
 
+# node2vec walks the graph's names and weights: a large corpus's descriptions and text units are not read.
+NOT_WALKED = ("description", "text_unit_ids")
+
+
 @corpus_asset(
     "embeddings",
     deps=["entities", "relationships"],
@@ -224,9 +227,12 @@ def graph_embeddings(context: dg.AssetExecutionContext, config: Node2VecConfig, 
         table = step.read("graph_embeddings")
         yield vectors_check("graph_embeddings_valid", "graph_embeddings", table, config.dimensions)
         return
-    graph = networkx_graph(step.read("entities"), step.read("relationships"))
-    table = node2vec(
-        graph,
+    entities = step.read("entities", without=NOT_WALKED)
+    titles, ids, adjacency = entity_adjacency(entities, step.read("relationships", without=NOT_WALKED))
+    table = node2vec_vectors(
+        titles,
+        ids,
+        adjacency,
         config.dimensions,
         config.num_walks,
         config.walk_length,
@@ -239,7 +245,7 @@ def graph_embeddings(context: dg.AssetExecutionContext, config: Node2VecConfig, 
         table,
         engine="node2vec",
         settings=config,
-        metadata={"isolated_entities_skipped": graph.number_of_nodes() - len(table)},
+        metadata={"isolated_entities_skipped": entities["title"].n_unique() - len(table)},
     )
     yield vectors_check("graph_embeddings_valid", "graph_embeddings", table, config.dimensions)
 

@@ -7,6 +7,7 @@ import math
 import networkx as nx
 import numpy as np
 import polars as pl
+from scipy.sparse import csr_array, sparray
 
 from ..schema import frame, vector_column
 
@@ -20,7 +21,52 @@ def node2vec(
     iterations: int = 3,
     seed: int = 86,
 ) -> pl.DataFrame:
-    """One vector per entity that has at least one relationship; columns id, title, embedding.
+    """node2vec_vectors of a networkx graph whose nodes carry their entity `id`."""
+    connected = graph.subgraph([n for n, d in graph.degree() if d > 0])
+    titles = sorted(connected.nodes)
+    ids = [connected.nodes[title]["id"] for title in titles]
+    adjacency = nx.to_scipy_sparse_array(connected, nodelist=titles, weight="weight", format="csr")
+    return node2vec_vectors(titles, ids, adjacency, dimensions, num_walks, walk_length, window_size, iterations, seed)
+
+
+def entity_adjacency(entities: pl.DataFrame, relationships: pl.DataFrame) -> tuple[list[str], list[str], sparray]:
+    """(titles, ids, adjacency) of the entities that have a relationship, in title order, as networkx_graph and
+    node2vec would make them without the graph itself (which held a gigabyte of a 200 MB corpus's step): weights
+    summed over both directions, a relationship naming no entity left out, a self-loop once on the diagonal."""
+    known = entities.sort("title").unique("title", keep="last", maintain_order=True)
+    ends = pl.col("source").is_in(known["title"].implode()) & pl.col("target").is_in(known["title"].implode())
+    pairs = (
+        relationships.filter(ends)
+        .group_by(pl.min_horizontal("source", "target").alias("a"), pl.max_horizontal("source", "target").alias("b"))
+        .agg(pl.col("weight").cast(pl.Float64).sort().sum())
+    )
+    titles = pl.concat([pairs["a"], pairs["b"]]).unique().sort()
+    ids = known.join(titles.to_frame("title"), on="title").sort("title")["id"].to_list()
+    position = pl.DataFrame({"title": titles, "at": pl.int_range(len(titles), dtype=pl.Int64, eager=True)})
+    placed = pairs.join(position.rename({"title": "a", "at": "i"}), on="a").join(
+        position.rename({"title": "b", "at": "j"}), on="b"
+    )
+    apart = placed.filter(pl.col("i") != pl.col("j"))
+    rows = np.concatenate([placed["i"].to_numpy(), apart["j"].to_numpy()])
+    columns = np.concatenate([placed["j"].to_numpy(), apart["i"].to_numpy()])
+    weights = np.concatenate([placed["weight"].to_numpy(), apart["weight"].to_numpy()])
+    adjacency = csr_array((weights, (rows, columns)), shape=(len(titles), len(titles)))
+    adjacency.sum_duplicates()  # sorted within each row, as networkx's array is: a walk's draw depends on it
+    return titles.to_list(), ids, adjacency
+
+
+def node2vec_vectors(
+    titles: list[str],
+    ids: list[str],
+    adjacency: sparray,
+    dimensions: int = 128,
+    num_walks: int = 10,
+    walk_length: int = 40,
+    window_size: int = 2,
+    iterations: int = 3,
+    seed: int = 86,
+) -> pl.DataFrame:
+    """One vector per node of `adjacency` (every one with a neighbour); columns id, title, embedding.
 
     GraphRAG's node2vec settings (return and in-out parameters of 1) make the walk first-order: each step
     goes to a neighbour with probability proportional to the edge's weight. graspologic simulates that
@@ -30,12 +76,12 @@ def node2vec(
     """
     from gensim.models import Word2Vec  # only this step needs it
 
-    connected = graph.subgraph([n for n, d in graph.degree() if d > 0])
-    if connected.number_of_nodes() == 0:
+    if not titles:
         return frame("graph_embeddings")
-    titles = sorted(connected.nodes)
-    walks = random_walks(connected, titles, num_walks, walk_length, seed)
-    degrees = np.array([connected.degree(title) for title in titles])
+    walks = random_walks(adjacency, num_walks, walk_length, seed)
+    entries = adjacency.tocoo()
+    loops = np.bincount(entries.row[entries.row == entries.col], minlength=len(titles))
+    degrees = np.diff(adjacency.indptr) + loops  # networkx's degree, where a self-loop counts twice
     lengths = walk_lengths(degrees, walk_length)[walks[:, 0]]
     # One worker: gensim is only reproducible single-threaded.
     model = Word2Vec(
@@ -50,13 +96,7 @@ def node2vec(
     )
     vectors = np.stack([model.wv.get_vector(str(i)) for i in range(len(titles))]).astype(np.float32)
     return frame("graph_embeddings").vstack(
-        pl.DataFrame(
-            {
-                "id": [connected.nodes[title]["id"] for title in titles],
-                "title": titles,
-                "embedding": vector_column(vectors),
-            }
-        )
+        pl.DataFrame({"id": ids, "title": titles, "embedding": vector_column(vectors)})
     )
 
 
@@ -74,18 +114,19 @@ class _Walks:
             yield [tokens[step] for step in walk[:length].tolist()]
 
 
-def random_walks(graph: nx.Graph, nodes: list, num_walks: int, walk_length: int, seed: int) -> np.ndarray:
-    """`num_walks` walks of `walk_length` nodes from every node (as positions in `nodes`), steps weighted.
+def random_walks(adjacency: sparray, num_walks: int, walk_length: int, seed: int) -> np.ndarray:
+    """`num_walks` walks of `walk_length` nodes from every node (as row numbers of the CSR `adjacency`), steps
+    weighted.
 
     Every node must have a neighbour. Each step draws, for all walks together, a point in the current
     node's share of the cumulative edge weights and finds the neighbour it falls on.
     """
-    adjacency = nx.to_scipy_sparse_array(graph, nodelist=nodes, weight="weight", format="csr")
+    count = adjacency.shape[0]
     cumulative = np.cumsum(adjacency.data, dtype=np.float64)
     before = np.concatenate([[0.0], cumulative])  # before[k]: the weight of the entries ahead of entry k
     rng = np.random.default_rng(seed)
-    walks = np.empty((num_walks * len(nodes), walk_length), dtype=np.int32)  # node positions: half of int64's memory
-    walks[:, 0] = np.concatenate([rng.permutation(len(nodes)) for _ in range(num_walks)])
+    walks = np.empty((num_walks * count, walk_length), dtype=np.int32)  # node positions: half of int64's memory
+    walks[:, 0] = np.concatenate([rng.permutation(count) for _ in range(num_walks)])
     for step in range(1, walk_length):
         current = walks[:, step - 1]
         first, last = adjacency.indptr[current], adjacency.indptr[current + 1]
