@@ -109,9 +109,10 @@ class GraphIndex:
         relationships: pl.DataFrame,
         covariates: pl.DataFrame,
         text_units: pl.DataFrame | None = None,
+        from_sources: bool = False,
     ):
         self.units = UnitTexts(text_units) if text_units is not None else None
-        sourced = ["frequency", "text_unit_ids"] if text_units is not None else []
+        sourced = ["frequency", "text_unit_ids"] if from_sources else []  # what source_elements reads
         self.entities = entities.select("id", "title", "description", "degree", *sourced)
         self.relationships = relationships.select("id", "source", "target", "description", "combined_degree")
         # a record type made once: making one per community took a tenth of an offline step's time

@@ -231,9 +231,8 @@ async def generate_reports(
     Every level is written at once, each community as soon as it can be: one that needs its sub-communities'
     reports (see _ReportWriter.needs_sub_reports) waits for those reports alone, not for the rest of their level."""
     # Offline, a report quotes its units' text; the fast method's contexts hold it.
-    graph = GraphIndex(
-        entities, relationships, covariates, text_units if settings.from_sources or chat is None else None
-    )
+    quoted = settings.from_sources or chat is None
+    graph = GraphIndex(entities, relationships, covariates, text_units if quoted else None, settings.from_sources)
     writer = _ReportWriter(chat, graph, communities, settings, progress)
     levels = sorted(communities["level"].unique().to_list(), reverse=True)
     if chat is None:  # nothing to wait for: one level at a time, bottom-up, so one level's rows are held at once

@@ -361,8 +361,9 @@ def _merged(kept: pl.DataFrame, entities: pl.DataFrame, merges: dict[str, str]) 
         row, into = variants[variant], rows[canonical]
         if "description" in into:  # a step that clusters reads no descriptions
             into["description"] = f"{into['description']} {row['description']}".strip()
-        into["text_unit_ids"] = list(dict.fromkeys([*into["text_unit_ids"], *row["text_unit_ids"]]))
-        into["frequency"] = len(into["text_unit_ids"])
+        if "text_unit_ids" in into:  # nor do the full method's reports read text units
+            into["text_unit_ids"] = list(dict.fromkeys([*into["text_unit_ids"], *row["text_unit_ids"]]))
+            into["frequency"] = len(into["text_unit_ids"])
     return pl.DataFrame(list(rows.values()), schema=kept.schema)
 
 
