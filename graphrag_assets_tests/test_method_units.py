@@ -205,29 +205,6 @@ def test_offline_extraction_of_a_corpus_with_no_capitalised_word_takes_its_frequ
     assert pair["weight"] == 2.0
 
 
-def test_merged_rows_become_a_frame_a_chunk_at_a_time_in_their_order_and_are_let_go():
-    from graphrag_assets.method.offline.nlp_graph import MERGED_ENTITY_SCHEMA, _Merged, _merged_frame
-
-    merged = {}
-    for number in range(5):
-        merged[f"E{number}"] = row = _Merged()
-        row.mentioned(f"u{number}", f"Sentence {number}.")
-
-    def columns(titles, rows):
-        return {
-            "title": titles,
-            "type": ["X"] * len(rows),
-            "descriptions": [r.descriptions for r in rows],
-            "text_unit_ids": [r.units for r in rows],
-            "frequency": [len(r.units) for r in rows],
-        }
-
-    table = _merged_frame(merged, columns, MERGED_ENTITY_SCHEMA, chunk=2)
-    assert table["title"].to_list() == ["E0", "E1", "E2", "E3", "E4"] and not merged
-    assert table["descriptions"].to_list()[3] == ["Sentence 3."] and table.schema["frequency"] == pl.Int32
-    assert _merged_frame({}, columns, MERGED_ENTITY_SCHEMA).columns == list(MERGED_ENTITY_SCHEMA)
-
-
 def test_offline_descriptions_are_joined_in_order_without_a_model():
     table = pl.DataFrame({"title": ["A", "B", "C"], "descriptions": [["one.", "two."], ["only."], []]})
     joined, stats = joined_descriptions(table)
