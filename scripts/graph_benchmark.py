@@ -78,7 +78,7 @@ def _step(step: str, variant: str, data_path: str) -> None:
     elif step == "node2vec":
         from graspologic.embed import node2vec_embed
 
-        from graphrag_assets.method.embeddings.node2vec import node2vec
+        from graphrag_assets.method.embeddings.node2vec import entity_adjacency, node2vec
 
         started = time.perf_counter()
         if variant == "library":
@@ -93,7 +93,7 @@ def _step(step: str, variant: str, data_path: str) -> None:
                 random_seed=86,
             )
         else:
-            node2vec(graph)
+            node2vec(*entity_adjacency(entities, relationships))
     elif step == "umap":
         import numpy as np
 

@@ -8,7 +8,7 @@ import pyarrow as pa
 
 from ..configs.index import LayoutConfig, Node2VecConfig, TextEmbeddingConfig
 from ..method.embeddings.layouts import layout_nodes, plot_layout
-from ..method.embeddings.node2vec import entity_adjacency, node2vec_vectors
+from ..method.embeddings.node2vec import entity_adjacency, node2vec
 from ..method.embeddings.text import (
     EMBEDDING_MODEL_TABLES,
     LocalEmbedder,
@@ -229,7 +229,7 @@ def graph_embeddings(context: dg.AssetExecutionContext, config: Node2VecConfig, 
         return
     entities = step.read("entities", without=NOT_WALKED)
     titles, ids, adjacency = entity_adjacency(entities, step.read("relationships", without=NOT_WALKED))
-    table = node2vec_vectors(
+    table = node2vec(
         titles,
         ids,
         adjacency,

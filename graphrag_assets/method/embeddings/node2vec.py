@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import math
 
-import networkx as nx
 import numpy as np
 import polars as pl
 from scipy.sparse import csr_array, sparray
@@ -12,26 +11,9 @@ from scipy.sparse import csr_array, sparray
 from ..schema import frame, vector_column
 
 
-def node2vec(
-    graph: nx.Graph,
-    dimensions: int = 128,
-    num_walks: int = 10,
-    walk_length: int = 40,
-    window_size: int = 2,
-    iterations: int = 3,
-    seed: int = 86,
-) -> pl.DataFrame:
-    """node2vec_vectors of a networkx graph whose nodes carry their entity `id`."""
-    connected = graph.subgraph([n for n, d in graph.degree() if d > 0])
-    titles = sorted(connected.nodes)
-    ids = [connected.nodes[title]["id"] for title in titles]
-    adjacency = nx.to_scipy_sparse_array(connected, nodelist=titles, weight="weight", format="csr")
-    return node2vec_vectors(titles, ids, adjacency, dimensions, num_walks, walk_length, window_size, iterations, seed)
-
-
 def entity_adjacency(entities: pl.DataFrame, relationships: pl.DataFrame) -> tuple[list[str], list[str], sparray]:
     """(titles, ids, adjacency) of the entities that have a relationship, in title order, as networkx_graph and
-    node2vec would make them without the graph itself (which held a gigabyte of a 200 MB corpus's step): weights
+    node2vec walked them without the graph itself (which held a gigabyte of a 200 MB corpus's step): weights
     summed over both directions, a relationship naming no entity left out, a self-loop once on the diagonal."""
     known = entities.sort("title").unique("title", keep="last", maintain_order=True)
     ends = pl.col("source").is_in(known["title"].implode()) & pl.col("target").is_in(known["title"].implode())
@@ -55,7 +37,7 @@ def entity_adjacency(entities: pl.DataFrame, relationships: pl.DataFrame) -> tup
     return titles.to_list(), ids, adjacency
 
 
-def node2vec_vectors(
+def node2vec(
     titles: list[str],
     ids: list[str],
     adjacency: sparray,
