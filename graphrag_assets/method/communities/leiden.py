@@ -214,10 +214,24 @@ def build_communities(
     del start
     if not levels:
         return frame("communities")
-    members = _membership(levels).join(
-        entities.select("title", "id", pl.col("text_unit_ids").alias("entity_units")), on="title", how="left"
+    # Text units as numbers in the order of their ids while the levels are built: every level gathers every
+    # relationship's list, and strings of 32 characters made each list ten times larger.
+    units = (
+        pl.concat([entities["text_unit_ids"].explode(), relationships["text_unit_ids"].explode()])
+        .drop_nulls()
+        .unique()
+        .sort()
     )
-    edges = relationships.select("source", "target", pl.col("id").alias("relationship"), "text_unit_ids")
+    numbers = pl.int_range(len(units), dtype=pl.UInt32, eager=True)
+    coded = pl.element().replace_strict(units, numbers, return_dtype=pl.UInt32)
+    members = _membership(levels).join(
+        entities.select("title", "id", pl.col("text_unit_ids").list.eval(coded).alias("entity_units")),
+        on="title",
+        how="left",
+    )
+    edges = relationships.select(
+        "source", "target", pl.col("id").alias("relationship"), pl.col("text_unit_ids").list.eval(coded)
+    )
     groups = pl.concat(
         [_level_communities(members.filter(pl.col("level") == level), edges) for level in sorted(levels)]
     )
@@ -246,7 +260,7 @@ def build_communities(
         pl.format("Community {}", "community").alias("title"),
         "entity_ids",
         "relationship_ids",
-        "text_unit_ids",
+        pl.col("text_unit_ids").list.eval(pl.element().replace_strict(numbers, units, return_dtype=pl.String)),
         "size",
         pl.when(pl.col("made_at") < pl.col("level")).then(pl.col("parent")).otherwise(-1).alias("carried_from"),
     ).cast({name: polars_type(kind) for name, kind in OUTPUT_TABLES["communities"].items()})
