@@ -87,9 +87,6 @@ class UnitTexts:
     def __contains__(self, unit: str) -> bool:
         return unit in self.row
 
-    def __getitem__(self, unit: str) -> str:
-        return self.texts[self.row[unit]]
-
     def of(self, units) -> list[str]:
         """The texts of `units` that are known, in their order."""
         return self.texts.gather([self.row[u] for u in units if u in self.row]).to_list()
