@@ -8,6 +8,7 @@ import numpy as np
 import polars as pl
 from scipy.sparse import csr_array, sparray
 
+from ..graph.tables import undirected_edges
 from ..schema import frame, vector_column
 
 
@@ -16,12 +17,7 @@ def entity_adjacency(entities: pl.DataFrame, relationships: pl.DataFrame) -> tup
     node2vec walked them, without the graph itself (the step took 1,897 -> 1,078 MiB at 200 MB of text): weights
     summed over both directions, a relationship naming no entity left out, a self-loop once on the diagonal."""
     known = entities.sort("title").unique("title", keep="last", maintain_order=True)
-    ends = pl.col("source").is_in(known["title"].implode()) & pl.col("target").is_in(known["title"].implode())
-    pairs = (
-        relationships.filter(ends)
-        .group_by(pl.min_horizontal("source", "target").alias("a"), pl.max_horizontal("source", "target").alias("b"))
-        .agg(pl.col("weight").cast(pl.Float64).sort().sum())
-    )
+    pairs = undirected_edges(known, relationships)
     titles = pl.concat([pairs["a"], pairs["b"]]).unique().sort()
     ids = known.join(titles.to_frame("title"), on="title").sort("title")["id"].to_list()
     position = pl.DataFrame({"title": titles, "at": pl.int_range(len(titles), dtype=pl.Int64, eager=True)})

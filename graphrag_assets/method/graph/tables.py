@@ -11,6 +11,17 @@ ENTITY_COLUMNS = columns("entities")
 RELATIONSHIP_COLUMNS = columns("relationships")
 
 
+def undirected_edges(entities: pl.DataFrame, relationships: pl.DataFrame) -> pl.DataFrame:
+    """The entity graph's edges as networkx_graph holds them, without the graph: columns a, b (a <= b) and weight,
+    summed over both directions, self-loops kept; a relationship naming no entity is no edge. Unsorted."""
+    titles = entities["title"].implode()
+    return (
+        relationships.filter(pl.col("source").is_in(titles) & pl.col("target").is_in(titles))
+        .group_by(pl.min_horizontal("source", "target").alias("a"), pl.max_horizontal("source", "target").alias("b"))
+        .agg(pl.col("weight").cast(pl.Float64).sort().sum())  # summed in one order whatever the rows' order
+    )
+
+
 def finalize_graph(entities: pl.DataFrame, relationships: pl.DataFrame) -> tuple[pl.DataFrame, pl.DataFrame, int]:
     """Add ids and degrees; drop relationships whose endpoints were never extracted as entities.
 
