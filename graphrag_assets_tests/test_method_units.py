@@ -19,7 +19,7 @@ from graphrag_assets.method.graph.claims import check_claims_reply
 from graphrag_assets.method.graph.extraction import merge_entities, merge_relationships, records_to_graph
 from graphrag_assets.method.graph.records import parse_records
 from graphrag_assets.method.graph.summaries import joined_descriptions
-from graphrag_assets.method.graph.tables import LINKED_TEXT_UNITS, finalize_graph
+from graphrag_assets.method.graph.tables import LINKED_TEXT_UNITS, LINKED_TEXT_UNITS_BYTES, finalize_graph
 from graphrag_assets.method.ingest import text_units
 from graphrag_assets.method.ingest.text_units import chunk_documents
 from graphrag_assets.method.ingest.tokens import chunk_text, count_tokens
@@ -233,12 +233,21 @@ def test_text_units_know_what_was_extracted_from_them():
     for name, rows in tables.items():
         conn.register("rows", rows)
         conn.execute(f"CREATE TABLE {name} AS SELECT * FROM rows")
-    linked = conn.execute(f"SELECT * FROM ({LINKED_TEXT_UNITS}) ORDER BY id", {"corpus": "c"}).pl()
+    linked = conn.execute(
+        f"SELECT * FROM ({LINKED_TEXT_UNITS}) ORDER BY id", {"corpus": "c", "part": 0, "parts": 1}
+    ).pl()
     assert linked["text"].to_list() == ["a", "b"]
     assert linked["entity_ids"].to_list() == [["e1", "e2"], ["e1"]]  # in id order, as the lists were always kept
     assert linked["relationship_ids"].to_list() == [[], ["r1"]]
     assert linked["covariate_ids"].to_list() == [["c1"], []]
     assert linked["pages"].to_list() == [[], [3]]
+    in_parts = [
+        conn.execute(f"SELECT * FROM ({LINKED_TEXT_UNITS})", {"corpus": "c", "part": part, "parts": 3}).pl()
+        for part in range(3)
+    ]
+    assert sum(len(part) > 0 for part in in_parts) > 1  # the two units fell in different parts
+    assert pl.concat(in_parts).sort("id").equals(linked)
+    assert conn.execute(LINKED_TEXT_UNITS_BYTES, {"corpus": "c"}).fetchone()[0] == 512 * (3 + 1 + 1)
 
 
 def deep_graph(seed: int) -> tuple[pl.DataFrame, pl.DataFrame]:

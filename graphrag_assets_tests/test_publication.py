@@ -15,6 +15,7 @@ from graphrag_assets.resources import DuckDBStoreResource
 from graphrag_assets.store.tables import (
     Lineage,
     StageDropped,
+    parts_for,
     read_table,
     row_count,
     stage_name,
@@ -254,3 +255,9 @@ def test_a_table_written_by_a_query_has_the_version_of_the_same_rows_written_as_
         assert row_count(conn, "text_units", "big") == 1 and row_count(conn, "text_units", "other") == len(units)
         with pytest.raises(ValueError, match="table text_units has no columns \\['score'\\]"):
             write_table_from_query(conn, "text_units", "big", "SELECT id, 1 AS score FROM source", lineage)
+        # In parts: as many as the sizing query's bytes over the memory bound, each part inserting its own rows.
+        conn.execute("SET memory_limit = '64MiB'")
+        sized = "SELECT 7 * 64 * 1024 * 1024 - length($corpus)"  # a sizing query reads the corpus it sizes
+        assert (parts_for(conn, sized, "big"), parts_for(conn, "SELECT length($corpus) - 3", "big")) == (7, 1)
+        in_parts = "SELECT * EXCLUDE (corpus) FROM source WHERE hash(id) % $parts = $part"
+        assert write_table_from_query(conn, "text_units", "big", in_parts, lineage, sized) == (as_frame, len(units))

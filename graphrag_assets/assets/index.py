@@ -15,7 +15,7 @@ from ..method.entity_graph import GraphBuild, GraphSettings, build_entity_graph
 from ..method.graph import aliases as alias_method
 from ..method.graph.claims import CLAIM_PROMPTS, COVARIATE_COLUMNS, extract_claims
 from ..method.graph.extraction import EXTRACTION_PROMPTS
-from ..method.graph.tables import LINKED_TEXT_UNITS
+from ..method.graph.tables import LINKED_TEXT_UNITS, LINKED_TEXT_UNITS_BYTES
 from ..method.ingest.conversion import MB, Limits
 from ..method.ingest.documents import CorpusReadResult, TabularColumns, corpus_records, problem_summary, read_corpus
 from ..method.ingest.text_units import chunk_to_files
@@ -476,4 +476,5 @@ def text_units(context: dg.AssetExecutionContext, duckdb: DuckDBStoreResource) -
         LINKED_TEXT_UNITS,
         engine="none",
         measures={"units_without_entities": "count_if(len(entity_ids) = 0)"},
+        sized_by=LINKED_TEXT_UNITS_BYTES,
     )

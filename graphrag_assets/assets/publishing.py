@@ -215,14 +215,15 @@ class Step:
         engine: str,
         measures: dict[str, str] | None = None,
         metadata: dict | None = None,
+        sized_by: str = "",
     ) -> dg.MaterializeResult:
         """Write the rows of a query the store runs over the corpus's tables (`$corpus`), never held in the process:
         for a step that only joins what is stored. `measures` are SQL aggregates over the written rows, by the
-        metadata name that shows them."""
+        metadata name that shows them; `sized_by`, for a query run in parts, as write_table_from_query says."""
         measures = measures or {}
         with self.duckdb.get_connection() as conn:
             lineage = lineage_for(self.context, conn, table, engine)
-            version, rows = write_table_from_query(conn, table, self.corpus, query, lineage)
+            version, rows = write_table_from_query(conn, table, self.corpus, query, lineage, sized_by)
             aggregates = ", ".join(measures.values()) or "1"
             measured = conn.execute(f'SELECT {aggregates} FROM "{table}" WHERE corpus = ?', [self.corpus]).fetchone()
         return self._materialized(table, version, rows, engine, {**dict(zip(measures, measured)), **(metadata or {})})

@@ -84,6 +84,11 @@ def _most_memory() -> int:
     return int(0.8 * os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES"))
 
 
+def memory_bound(conn: duckdb.DuckDBPyConnection) -> int:
+    """The connection's memory bound (its memory_limit), in bytes."""
+    return _bytes(conn.execute("SELECT current_setting('memory_limit')").fetchone()[0])
+
+
 def with_room(conn: duckdb.DuckDBPyConnection, work: Callable[[], T]) -> T:
     """`work()`, run again with twice the connection's memory bound when DuckDB could not fit one allocation in it.
 
@@ -94,7 +99,7 @@ def with_room(conn: duckdb.DuckDBPyConnection, work: Callable[[], T]) -> T:
         try:
             return work()
         except duckdb.OutOfMemoryException:
-            limit = _bytes(conn.execute("SELECT current_setting('memory_limit')").fetchone()[0])
+            limit = memory_bound(conn)
             if limit >= _most_memory():
                 raise
             raised = min(2 * limit, _most_memory())

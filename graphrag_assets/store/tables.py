@@ -16,7 +16,7 @@ import duckdb
 import polars as pl
 import tenacity
 
-from .connection import with_room
+from .connection import memory_bound, with_room
 from .schema import FAILED_STEP_USAGE, LINEAGE, MODEL_USAGE_VIEW, TABLES
 
 _IN_THIS_DATABASE = "table_catalog = current_database()"  # not a table of the same name in another attached database
@@ -270,11 +270,15 @@ def write_table(conn: duckdb.DuckDBPyConnection, table: str, corpus: str, df: pl
 
 
 def write_table_from_query(
-    conn: duckdb.DuckDBPyConnection, table: str, corpus: str, query: str, lineage: Lineage
+    conn: duckdb.DuckDBPyConnection, table: str, corpus: str, query: str, lineage: Lineage, sized_by: str = ""
 ) -> tuple[str, int]:
     """Replace the corpus's rows of `table` with the rows of `query` (which reads the corpus as `$corpus`), run by
     DuckDB itself: past its memory bound it spills, where a frame is held whole in the process. Returns the data
-    version and the row count."""
+    version and the row count.
+
+    With `sized_by` (a query of the bytes `query` holds at once, beyond what DuckDB can spill), `query` keeps the
+    rows of part `$part` of `$parts` and runs once a part, as many parts as that takes within DuckDB's memory bound.
+    """
     written: tuple[str, int] = ("", 0)
 
     rows = f"SELECT *, $corpus AS corpus FROM ({query})"  # the query may leave $corpus unread (a test's may)
@@ -282,18 +286,27 @@ def write_table_from_query(
     def replace_rows() -> None:
         nonlocal written
         ensure_table(conn, table)
-        described = conn.execute(f"{rows} LIMIT 0", {"corpus": corpus}).description
+        parts = parts_for(conn, sized_by, corpus) if sized_by else 0
+        each = [{"corpus": corpus, "part": part, "parts": parts} for part in range(parts)] or [{"corpus": corpus}]
+        described = conn.execute(f"{rows} LIMIT 0", each[0]).description
         columns = [column[0] for column in described][:-1]
         unknown = set(columns) - set(TABLES[table])
         if unknown:
             raise ValueError(f"table {table} has no columns {sorted(unknown)}; declare them in store/schema.py")
         conn.execute(f'DELETE FROM "{table}" WHERE corpus = ?', [corpus])
-        conn.execute(f'INSERT INTO "{table}" BY NAME {rows}', {"corpus": corpus})
+        for parameters in each:
+            conn.execute(f'INSERT INTO "{table}" BY NAME {rows}', parameters)
         written = (stored_version(conn, table, corpus), row_count(conn, table, corpus))
         record_lineage(conn, lineage, corpus, *written)
 
     in_transaction(conn, replace_rows)
     return written
+
+
+def parts_for(conn: duckdb.DuckDBPyConnection, sized_by: str, corpus: str) -> int:
+    """How many parts a query that `sized_by` sizes is run in: its bytes over DuckDB's memory bound, at least one."""
+    held = conn.execute(sized_by, {"corpus": corpus}).fetchone()[0] or 0
+    return max(1, -(-int(held) // memory_bound(conn)))
 
 
 # A DuckLake catalog shared by several processes settles most concurrent commits itself; the rest (an insert
