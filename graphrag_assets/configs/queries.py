@@ -52,7 +52,9 @@ class MapReduceOptions(dg.Config):
 
 class LocalContextOptions(dg.Config):
     top_k_entities: int = Field(10, ge=1, description="Entities nearest the question that seed the context.")
-    max_context_tokens: int = Field(8000, ge=500, description="Tokens of context the answer is written from.")
+    max_context_tokens: int = Field(
+        defaults.LOCAL_CONTEXT_TOKENS, ge=500, description="Tokens of context the answer is written from."
+    )
     community_prop: float = Field(
         0.25, ge=0, le=1, description="Share of the context budget for community reports (with text_unit_prop <= 1)."
     )
@@ -96,6 +98,11 @@ class DriftSearchConfig(LeveledQueryConfig, LocalContextOptions):
     primer_reports: int = Field(5, ge=1, description="Reports nearest the question that the primer reads.")
     follow_ups: int = Field(3, ge=0, description="Follow-up questions asked at each step.")
     depth: int = Field(1, ge=0, description="Rounds of follow-ups (0: the primer alone).")
+    question_passages: int = Field(
+        defaults.DRIFT_QUESTION_PASSAGES,
+        ge=0,
+        description="Text units that match the question next, each packed as its best passage by every follow-up.",
+    )
 
 
 class BasicSearchConfig(QueryConfig):
