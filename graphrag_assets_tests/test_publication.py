@@ -212,6 +212,25 @@ def test_the_stores_memory_bound_is_a_target_that_an_allocation_larger_than_it_p
     assert again["components"][0].len() == 12 * 2**20 and raised != "16.0 MiB"
 
 
+def test_wide_rows_past_the_bound_are_read_in_id_order_without_raising_it(tmp_path):
+    """DuckDB's sort of wide rows pins them all at once: past the bound, the rows are read as they lie and sorted in
+    the process, which holds them anyway, in the same order (raising the bound cost more memory at 200 MB)."""
+    rng = np.random.default_rng(3)
+    ids = [f"{n:08x}" for n in rng.permutation(3_000)]
+    texts = ["".join(rng.choice(list("abcdefgh "), 20_000)) for _ in ids]
+    units = pl.DataFrame({"id": ids, "text": texts})  # 60 MB of text, in no order
+    database = str(tmp_path / "graphrag.duckdb")
+    with DuckDBStoreResource(database=database).get_connection() as conn:
+        write_table(conn, "text_units", "big", units, Lineage("text_units", "big", "r", "1", "none"))
+    with DuckDBStoreResource(database=database, memory_limit="16MiB").get_connection() as conn:
+        with pytest.raises(duckdb.OutOfMemoryException):  # what read_table meets
+            conn.execute("SELECT id, text FROM text_units ORDER BY id").pl()
+        again = read_table(conn, "text_units", "big")
+        bound = conn.execute("SELECT current_setting('memory_limit')").fetchone()[0]
+    assert bound == "16.0 MiB"
+    assert again.select("id", "text").equals(units.sort("id"))
+
+
 def test_a_large_offline_model_is_stored_in_bounded_pieces(tmp_path):
     """A row per term: no value grows with the vocabulary (the whole model as one value of a real corpus's half a
     million terms was a 256 MiB allocation)."""
