@@ -23,6 +23,7 @@ from ..store import keyword_index as keywords
 from ..store import vector_index
 from ..store.tables import row_count, write_table
 from .common import corpus_asset
+from .communities import ALIAS_PAIRS_ONLY
 from .metadata import png
 from .publishing import Step, lineage_for
 
@@ -137,6 +138,11 @@ def text_embeddings(
     yield vectors_check("text_embeddings_complete", "text_embeddings", table, dimensions, set(inputs["id"]))
 
 
+# The keyword index searches reports by title and summary: their bodies are most of the table (400 MiB at 200 MB of
+# text, read whole).
+REPORT_BODIES = ("full_content", "full_content_json", "findings", "rating_explanation")
+
+
 @corpus_asset("embeddings", deps=list(keywords.SOURCES))
 def keyword_index(context: dg.AssetExecutionContext, duckdb: DuckDBStoreResource) -> dg.MaterializeResult:
     """BM25 over text units, entities and community reports, for the methods' hybrid retrieval: a file beside the
@@ -147,8 +153,13 @@ def keyword_index(context: dg.AssetExecutionContext, duckdb: DuckDBStoreResource
     path = keywords.index_path(folder, step.corpus, built_from)
     index = keywords.KeywordIndex.open(path, built_from)
     if index is None:  # an unchanged corpus keeps its file
-        entities, _ = resolve(step.read("entities"), frame("relationships"), step.read("entity_aliases"))
-        texts = keywords.keyword_texts(entities, step.read("community_reports"))
+
+        def texts() -> dict[str, pl.DataFrame]:
+            entities = step.read("entities", without=("text_unit_ids",))
+            aliases = step.read("entity_aliases", without=ALIAS_PAIRS_ONLY["entity_aliases"])
+            entities, _ = resolve(entities, frame("relationships"), aliases)
+            return keywords.keyword_texts(entities, step.read("community_reports", without=REPORT_BODIES))
+
         with duckdb.get_connection() as conn:
             keywords.build(path, texts, built_from, conn, step.corpus)
         index = keywords.KeywordIndex.open(path, built_from)
