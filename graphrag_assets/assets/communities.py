@@ -111,12 +111,12 @@ def one_community_per_level(table: pl.DataFrame) -> dg.AssetCheckResult:
 
 
 # Resolving aliases reads which entity each accepted variant goes into, not the pair's names and scores.
-ALIAS_PAIRS_ONLY = {"entity_aliases": ("id", "entity", "canonical", "method", "score", "confirmed_by")}
+RESOLVING_LEAVES_OUT = {"entity_aliases": ("id", "entity", "canonical", "method", "score", "confirmed_by")}
 # Clustering reads names, weights and text units, no description (50 MB of text: 150 MiB less at the step's peak).
-CLUSTERING_LEAVES_OUT = {"entities": ("description",), "relationships": ("description",), **ALIAS_PAIRS_ONLY}
+CLUSTERING_LEAVES_OUT = {"entities": ("description",), "relationships": ("description",), **RESOLVING_LEAVES_OUT}
 # Columns no report reads: on a large corpus each is tens of megabytes held for the whole step. Only the fast
 # method's reports read the entities' text units (FAST_REPORTS_LEAVE_OUT); 172 MiB at 200 MB of text.
-FAST_REPORTS_LEAVE_OUT = {"text_units": UNIT_LINKS, "relationships": ("text_unit_ids",), **ALIAS_PAIRS_ONLY}
+FAST_REPORTS_LEAVE_OUT = {"text_units": UNIT_LINKS, "relationships": ("text_unit_ids",), **RESOLVING_LEAVES_OUT}
 REPORTS_LEAVE_OUT = {**FAST_REPORTS_LEAVE_OUT, "entities": ("text_unit_ids",)}
 
 

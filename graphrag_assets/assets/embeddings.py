@@ -23,7 +23,7 @@ from ..store import keyword_index as keywords
 from ..store import vector_index
 from ..store.tables import row_count, write_table
 from .common import corpus_asset
-from .communities import ALIAS_PAIRS_ONLY
+from .communities import RESOLVING_LEAVES_OUT
 from .metadata import png
 from .publishing import Step, lineage_for
 
@@ -156,7 +156,7 @@ def keyword_index(context: dg.AssetExecutionContext, duckdb: DuckDBStoreResource
 
         def texts() -> dict[str, pl.DataFrame]:
             entities = step.read("entities", without=("text_unit_ids",))
-            aliases = step.read("entity_aliases", without=ALIAS_PAIRS_ONLY["entity_aliases"])
+            aliases = step.read("entity_aliases", without=RESOLVING_LEAVES_OUT["entity_aliases"])
             entities, _ = resolve(entities, frame("relationships"), aliases)
             return keywords.keyword_texts(entities, step.read("community_reports", without=REPORT_BODIES))
 
