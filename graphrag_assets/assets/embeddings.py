@@ -113,29 +113,25 @@ def text_embeddings(
         return
     tables = step.inputs("text_embeddings", without=EMBEDDING_LEAVES_OUT)
     inputs = embedding_inputs(tables.pop("entities"), tables.pop("text_units"), tables.pop("community_reports"))
-    texts, local_model, dimensions, usage = inputs["text"], None, None, None  # a Python string each only when sent
-    if embeddings.configured:
-        sent = texts.to_list()
-        (vectors, failed), usage = step.run_model(
-            embeddings, lambda client: embed_with_model(client, sent, embeddings.batch_size, embeddings.batch_tokens)
-        )
-        paid = (embeddings, usage)
-        step.fail_if_too_many_failed("texts to embed", failed, len(texts), paid, config.max_failed_fraction)
-    else:
-        local_model = offline_embedder(context, texts, config)
-        vectors, failed, dimensions = local_model.embed(texts), 0, local_model.dimensions
-    table = inputs.select("id", "kind").with_columns(vector_column(vectors)).filter(pl.col("embedding").is_not_null())
-    keep_embedding_model(step, local_model, engine)
+    vectors, failed, dimensions, usage = embedded(context, step, config, embeddings, engine, inputs["text"])
+    # The texts and the array are let go before the table is written: held with it, they were the step's peak
+    # (1.7 GiB at 200 MB of text).
+    ids = inputs.select("id", "kind")
+    del inputs
+    table = ids.with_columns(vector_column(vectors)).filter(pl.col("embedding").is_not_null())
+    del vectors
     published = step.publish(
         "text_embeddings",
         table,
         engine=engine,
         paid=(embeddings, usage),
         settings=config,
-        metadata=embedding_metadata(table, failed, dimensions, config.offline_dimensions if local_model else None),
+        metadata=embedding_metadata(
+            table, failed, dimensions, None if embeddings.configured else config.offline_dimensions
+        ),
     )
     yield with_vector_search(published, step, index_dir, threshold)
-    yield vectors_check("text_embeddings_complete", "text_embeddings", table, dimensions, set(inputs["id"]))
+    yield vectors_check("text_embeddings_complete", "text_embeddings", table, dimensions, set(ids["id"]))
 
 
 # The keyword index searches reports by title and summary: their bodies are most of the table (400 MiB at 200 MB of
@@ -172,6 +168,24 @@ def keyword_index(context: dg.AssetExecutionContext, duckdb: DuckDBStoreResource
     with duckdb.get_connection() as conn:
         removed = keywords.prune(folder, step.corpus, keywords.published(conn, step.corpus) | {built_from})
     return result._replace(metadata={**result.metadata, "older_files_removed": len(removed)})
+
+
+def embedded(context, step: Step, config: TextEmbeddingConfig, embeddings: EmbeddingModelResource, engine, texts):
+    """(vectors, failed, dimensions, usage) of the texts, by the embedding model or offline; the offline model is
+    stored for the questions, and let go before the vectors' table is built."""
+    if embeddings.configured:
+        sent = texts.to_list()  # a Python string each only when sent
+        (vectors, failed), usage = step.run_model(
+            embeddings, lambda client: embed_with_model(client, sent, embeddings.batch_size, embeddings.batch_tokens)
+        )
+        step.fail_if_too_many_failed(
+            "texts to embed", failed, len(texts), (embeddings, usage), config.max_failed_fraction
+        )
+        keep_embedding_model(step, None, engine)
+        return vectors, failed, None, usage
+    local_model = offline_embedder(context, texts, config)
+    keep_embedding_model(step, local_model, engine)  # before the vectors are held with it
+    return local_model.embed(texts), 0, local_model.dimensions, None
 
 
 def offline_embedder(context: dg.AssetExecutionContext, texts: pl.Series, config: TextEmbeddingConfig) -> LocalEmbedder:
