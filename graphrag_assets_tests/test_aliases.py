@@ -133,6 +133,29 @@ def test_resolving_folds_variants_in_and_no_alias_gives_the_graph_back():
     assert aliases.resolve(nodes, edges, rejected) == (nodes, edges)
 
 
+def test_the_users_lines_replace_the_pairs_they_name_in_either_order_and_a_later_line_wins():
+    found = aliases.aliases_by_rule(aliases.candidate_pairs(entities()))
+    scrooge = found.filter(pl.col("canonical") == "SCROOGE").row(0, named=True)
+    overrides = [
+        ("SCROOGE", scrooge["entity"], False),  # the pair named the other way round
+        ("CHRISTMAS", "JACOB MARLEY", True),
+        ("CRATCHIT", "CHRISTMAS DAY", True),
+        ("CRATCHIT", "CHRISTMAS DAY", False),
+        ("NOBODY", "SCROOGE", True),
+    ]
+    table, problems = aliases.apply_overrides(found, overrides, entities())
+    assert problems == [f"{aliases.ALIASES_FILE}: no entity named NOBODY"]
+    assert table.height == found.height + 2  # one pair replaced, two added, the repeated one once
+    user = table.filter(pl.col("method") == "user").select("entity", "canonical", "accepted").rows()
+    assert user == [
+        ("SCROOGE", scrooge["entity"], False),
+        ("CHRISTMAS", "JACOB MARLEY", True),
+        ("CRATCHIT", "CHRISTMAS DAY", False),
+    ]
+    assert table.filter(pl.col("method") != "user").equals(found.filter(pl.col("id") != scrooge["id"]))
+    assert aliases.apply_overrides(found, [], entities())[0] is found
+
+
 def test_rejecting_every_alias_in_aliases_csv_gives_back_the_communities_without_resolution(tmp_path):
     def communities(name: str, overrides: str | None, enabled: bool = True):
         (tmp_path / name).mkdir()
