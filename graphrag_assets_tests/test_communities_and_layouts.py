@@ -502,6 +502,28 @@ def test_communities_start_from_the_last_run_only_when_its_settings_were_the_sam
     assert started == "scratch"
 
 
+@pytest.mark.slow  # pynndescent compiles for 20-30 s in every process
+def test_a_large_layout_searches_neighbours_approximately_and_keeps_clusters_apart(monkeypatch):
+    from graphrag_assets.method.embeddings import layouts
+
+    centres = np.random.default_rng(3).normal(scale=10, size=(3, 16))
+    points = np.repeat(centres, 200, axis=0) + np.random.default_rng(4).normal(size=(600, 16))
+    cluster = np.repeat(np.arange(3), 200)
+
+    def neighbours_in_cluster(xy: np.ndarray) -> float:
+        distances = ((xy[:, None, :] - xy[None, :, :]) ** 2).sum(axis=2)
+        np.fill_diagonal(distances, np.inf)
+        return float((cluster[distances.argmin(axis=1)] == cluster).mean())
+
+    exact = layouts.umap_2d(points.astype(np.float32))
+    monkeypatch.setattr(layouts, "EXACT_NEIGHBOURS_UP_TO", 100)  # 600 points count as a large layout
+    approximate = layouts.umap_2d(points.astype(np.float32))
+    assert approximate.shape == exact.shape == (600, 2)
+    assert neighbours_in_cluster(exact) == neighbours_in_cluster(approximate) == 1.0
+    assert not np.array_equal(exact, approximate)  # started from PCA, not from the spectral embedding
+    np.testing.assert_array_equal(approximate, layouts.umap_2d(points.astype(np.float32)))  # seeded
+
+
 def test_the_layout_plot_names_the_largest_communities_by_their_best_connected_entities():
     from graphrag_assets.method.embeddings.layouts import community_labels, plot_layout
 
