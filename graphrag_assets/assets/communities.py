@@ -175,9 +175,13 @@ def written_reports(context, step: Step, chat: ChatModelResource, tables: dict, 
     before the table is written, which held with them was the step's peak."""
     # Reports read the graph the communities were made from: alias groups as one entity.
     entities, relationships = resolve(tables.pop("entities"), tables.pop("relationships"), tables.pop("entity_aliases"))
-    communities, covariates, units = tables.pop("communities"), tables.pop("covariates"), tables.pop("text_units")
+    held = [tables.pop("communities"), entities, relationships, tables.pop("covariates"), tables.pop("text_units")]
+    del entities, relationships
 
     def work(client):
+        # Handed over, not closed over: generate_reports lets go of the graph and the text before the table is built
+        communities, entities, relationships, covariates, units = held
+        held.clear()
         progress = step_progress(context, "community reports written", len(communities), client)
         return generate_reports(client, communities, entities, relationships, covariates, units, settings, progress)
 

@@ -235,6 +235,9 @@ async def generate_reports(
     graph = GraphIndex(entities, relationships, covariates, text_units if quoted else None, settings.from_sources)
     writer = _ReportWriter(chat, graph, communities, settings, progress)
     levels = sorted(communities["level"].unique().to_list(), reverse=True)
+    # The columns the graph and the writer read are theirs now; the rest of the frames goes (a caller that holds
+    # none of them lets the graph and the text go before the table is built).
+    del communities, entities, relationships, covariates, text_units
     if chat is None:  # nothing to wait for: one level at a time, bottom-up, so one level's rows are held at once
         for level in levels:
             await writer.write_level(writer.rows(level))
