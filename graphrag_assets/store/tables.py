@@ -14,6 +14,7 @@ from pathlib import Path
 
 import duckdb
 import polars as pl
+import pyarrow.parquet as pq
 import tenacity
 
 from .connection import memory_bound, with_room
@@ -347,11 +348,13 @@ def _insert(conn: duckdb.DuckDBPyConnection, table: str, corpus: str, df: pl.Dat
 
     Handed over as a stream of Arrow batches, the same rows cost DuckDB five times their size on top of the frame:
     196 MiB of communities (200 MB of text) took the process from 889 to 1,807 MiB, against 893 from a file, which
-    DuckDB reads within its memory bound."""
+    DuckDB reads within its memory bound. The file is written by pyarrow from the frame's own string views (no
+    copy): polars' parquet writer took 526 MiB more and 11 s for 1.3M relationships, pyarrow 7 MiB and 2 s."""
     columns = ", ".join(f'"{c}"' for c in [*df.columns, "corpus"])
     with tempfile.TemporaryDirectory(prefix="graphrag-insert-") as folder:
         path = Path(folder) / f"{table}.parquet"
-        df.with_columns(corpus=pl.lit(corpus)).write_parquet(path, row_group_size=_INSERT_ROW_GROUP)
+        rows = df.with_columns(corpus=pl.lit(corpus)).to_arrow(compat_level=pl.CompatLevel.newest())
+        pq.write_table(rows, path, row_group_size=_INSERT_ROW_GROUP)
         conn.execute(f'INSERT INTO "{table}" ({columns}) SELECT {columns} FROM read_parquet(?)', [str(path)])
 
 
