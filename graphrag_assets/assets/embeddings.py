@@ -170,7 +170,14 @@ def keyword_index(context: dg.AssetExecutionContext, duckdb: DuckDBStoreResource
     return result._replace(metadata={**result.metadata, "older_files_removed": len(removed)})
 
 
-def embedded(context, step: Step, config: TextEmbeddingConfig, embeddings: EmbeddingModelResource, engine, texts):
+def embedded(
+    context: dg.AssetExecutionContext,
+    step: Step,
+    config: TextEmbeddingConfig,
+    embeddings: EmbeddingModelResource,
+    engine: str,
+    texts: pl.Series,
+) -> tuple:
     """(vectors, failed, dimensions, usage) of the texts, by the embedding model or offline; the offline model is
     stored for the questions, and let go before the vectors' table is built."""
     if embeddings.configured:

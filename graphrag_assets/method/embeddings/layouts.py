@@ -25,15 +25,16 @@ def umap_2d(vectors: np.ndarray, n_neighbors: int = 15, min_dist: float = 0.75, 
         import umap  # slow to import (numba); only this step needs it
 
         large = len(vectors) > EXACT_NEIGHBOURS_UP_TO
+        neighbour_graph = (
+            _approximate_neighbours(vectors, neighbours, seed) if large else _exact_neighbours(vectors, neighbours)
+        )
         reducer = umap.UMAP(
             n_components=2,
             n_neighbors=neighbours,
             min_dist=min_dist,
             random_state=seed,
             n_jobs=1,
-            precomputed_knn=_approximate_neighbours(vectors, neighbours, seed)
-            if large
-            else _exact_neighbours(vectors, neighbours),
+            precomputed_knn=neighbour_graph,
             # The spectral start solves an eigenproblem of the whole neighbour graph: 390 MiB more than PCA's at
             # 148,000 points.
             init="pca" if large else "spectral",
@@ -43,8 +44,9 @@ def umap_2d(vectors: np.ndarray, n_neighbors: int = 15, min_dist: float = 0.75, 
             return reducer.fit_transform(vectors)
 
 
-# Up to this many points the exact nearest neighbours take a second or two (scikit-learn); past it, their n^2 cost
-# grows too fast and an approximate search (pynndescent, n log n) takes over.
+# Up to this many points the exact nearest neighbours take a second or two (scikit-learn), where the approximate
+# search (pynndescent) spends 20-30 s compiling functions numba cannot cache, in every process. Past it, the exact
+# search's n^2 cost grows too fast, and the approximate one (n log n) takes over.
 EXACT_NEIGHBOURS_UP_TO = 50_000
 
 
