@@ -113,11 +113,15 @@ def text_embeddings(
         return
     tables = step.inputs("text_embeddings", without=EMBEDDING_LEAVES_OUT)
     inputs = embedding_inputs(tables.pop("entities"), tables.pop("text_units"), tables.pop("community_reports"))
-    vectors, failed, dimensions, usage = embedded(context, step, config, embeddings, engine, inputs["text"])
+    vectors, failed, usage, local_model = embedded(context, step, config, embeddings, inputs["text"])
     # The texts and the array are let go before the table is written: held with it, they were the step's peak
     # (1.7 GiB at 200 MB of text).
     ids = inputs.select("id", "kind")
     del inputs
+    # Stored once the vectors are made, just before them: stored before embedding, a run stopped while embedding
+    # would leave a new model beside the old vectors, and questions embedded in a space the vectors are not in.
+    keep_embedding_model(step, local_model, engine)
+    dimensions, local_model = (local_model.dimensions if local_model else None), None
     table = ids.with_columns(vector_column(vectors)).filter(pl.col("embedding").is_not_null())
     del vectors
     published = step.publish(
@@ -175,11 +179,9 @@ def embedded(
     step: Step,
     config: TextEmbeddingConfig,
     embeddings: EmbeddingModelResource,
-    engine: str,
     texts: pl.Series,
 ) -> tuple:
-    """(vectors, failed, dimensions, usage) of the texts, by the embedding model or offline; the offline model is
-    stored for the questions, and let go before the vectors' table is built."""
+    """(vectors, failed, usage, the offline model or None) of the texts, by the embedding model or offline."""
     if embeddings.configured:
         sent = texts.to_list()  # a Python string each only when sent
         (vectors, failed), usage = step.run_model(
@@ -188,11 +190,9 @@ def embedded(
         step.fail_if_too_many_failed(
             "texts to embed", failed, len(texts), (embeddings, usage), config.max_failed_fraction
         )
-        keep_embedding_model(step, None, engine)
-        return vectors, failed, None, usage
+        return vectors, failed, usage, None
     local_model = offline_embedder(context, texts, config)
-    keep_embedding_model(step, local_model, engine)  # before the vectors are held with it
-    return local_model.embed(texts), 0, local_model.dimensions, None
+    return local_model.embed(texts), 0, None, local_model
 
 
 def offline_embedder(context: dg.AssetExecutionContext, texts: pl.Series, config: TextEmbeddingConfig) -> LocalEmbedder:
