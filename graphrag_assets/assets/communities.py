@@ -71,14 +71,23 @@ def clustered(step: Step, config: CommunityConfig) -> tuple[pl.DataFrame, str]:
     let go before the table is written: held through the write, it took 1,087 -> 967 MiB of the step at 50 MB of
     text."""
     graph = step.inputs("communities", without=CLUSTERING_LEAVES_OUT)
-    entities, relationships = resolve(graph.pop("entities"), graph.pop("relationships"), graph.pop("entity_aliases"))
+    graph["entities"], graph["relationships"] = resolve(
+        graph.pop("entities"), graph.pop("relationships"), graph.pop("entity_aliases")
+    )
     previous = (
         step.previous_output("communities", config, ignoring={"start_from_previous"})
         if config.start_from_previous
         else None
     )
+    # Popped into the call, not held here: the method lets them go once it has coded their text units as numbers
+    # (200 MB of text: 1,649 -> 1,545 MiB while the levels are built).
     table = build_communities(
-        entities, relationships, config.max_cluster_size, config.seed, config.use_lcc, previous=previous
+        graph.pop("entities"),
+        graph.pop("relationships"),
+        config.max_cluster_size,
+        config.seed,
+        config.use_lcc,
+        previous=previous,
     )
     return table, "the last run's communities" if previous is not None else "scratch"
 

@@ -204,7 +204,8 @@ def build_communities(
 
     `previous`, an earlier communities table of the same corpus and settings, is where clustering starts.
     Columnar, a level at a time: a Python record per relationship and per community held a 50 MB corpus's
-    relationships and their text units several times over.
+    relationships and their text units several times over. A caller that holds no other reference to `entities`
+    and `relationships` has them let go once their text units are coded as numbers.
     """
     start = previous_partition(previous, entities) if previous is not None else None
     # The graph is let go as soon as it is clustered: it held more memory than the rows made from it.
@@ -230,6 +231,8 @@ def build_communities(
     edges = relationships.select(
         "source", "target", pl.col("id").alias("relationship"), pl.col("text_unit_ids").list.eval(coded)
     )
+    # Their text units as strings are not read again; let go here when the caller handed the frames over.
+    del entities, relationships
     groups = pl.concat(
         [_level_communities(members.filter(pl.col("level") == level), edges) for level in sorted(levels)]
     )
