@@ -192,6 +192,31 @@ def test_offline_extraction_finds_names_and_cooccurrences():
     assert pair["weight"] == 2.0 and sorted(pair["text_unit_ids"]) == ["u1", "u2"]
 
 
+def test_offline_extraction_describes_by_distinct_sentences_and_lists_each_unit_once_in_order():
+    """An entity takes the distinct sentences among its first three mentions, a pair its first three distinct
+    sentences, wherever they are; a sentence said twice describes once."""
+    said = "Marley met Scrooge."
+    units = pl.DataFrame(
+        {
+            "id": ["u2", "u1", "u3"],  # text units in the order given, not by id
+            "text": [
+                f"{said} {said} Bob saw Marley.",
+                f"{said} Marley and Scrooge dined.",
+                "Scrooge and Marley slept. Marley woke Scrooge. Scrooge left.",
+            ],
+        }
+    )
+    entities, relationships = extract_nlp_graph(units)
+    marley = entities.filter(pl.col("title") == "MARLEY").row(0, named=True)
+    # Its first three mentions: the first two are one sentence said twice, the third names Bob.
+    assert marley["descriptions"] == [said, "Bob saw Marley."]
+    assert marley["text_unit_ids"] == ["u2", "u1", "u3"] and marley["frequency"] == 3
+    pair = relationships.filter((pl.col("source") == "MARLEY") & (pl.col("target") == "SCROOGE")).row(0, named=True)
+    assert pair["descriptions"] == [said, "Marley and Scrooge dined.", "Scrooge and Marley slept."]
+    assert pair["weight"] == 6.0 and pair["text_unit_ids"] == ["u2", "u1", "u3"]
+    assert entities["title"].to_list()[:2] == ["MARLEY", "SCROOGE"]  # in order of first mention
+
+
 def test_offline_extraction_of_a_corpus_with_no_capitalised_word_takes_its_frequent_words():
     units = pl.DataFrame(
         {"id": ["u1", "u2"], "text": ["the river floods the mill. the mill stops.", "a river runs past a mill."]}

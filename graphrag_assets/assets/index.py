@@ -27,7 +27,7 @@ from ..models.interrupts import run_interruptibly
 from ..resources import ChatModelResource, CorporaResource, DuckDBStoreResource
 from ..store.tables import last_settings, read_table, table_exists
 from .common import MODEL_POOL, code_version, corpus_asset, corpus_partitions
-from .metadata import markdown, markdown_table, step_progress, tell
+from .metadata import markdown, markdown_table, step_progress, tell, top_rows
 from .publishing import Step, from_graphrag
 
 ENTITY_PREVIEW = ["title", "type", "degree", "frequency", "description"]
@@ -294,7 +294,7 @@ def extracted_graph(step: Step, config: GraphConfig, chat: ChatModelResource, co
 
 def publish_graph(step: Step, graph: GraphBuild, engine: str, paid: tuple, config: GraphConfig):
     """The entities (with what the model's replies were worth) and the relationships."""
-    top = graph.entities.sort(["degree", "frequency"], descending=True, maintain_order=True)
+    top = top_rows(graph.entities, ["degree", "frequency"])
     yield step.publish(
         "entities",
         graph.entities,
@@ -304,7 +304,7 @@ def publish_graph(step: Step, graph: GraphBuild, engine: str, paid: tuple, confi
         settings=config,
         metadata={"top_entities_by_degree": markdown_table(top, ENTITY_PREVIEW)},
     )
-    strongest = graph.relationships.sort("weight", descending=True, maintain_order=True)
+    strongest = top_rows(graph.relationships, ["weight"])
     yield step.publish(
         "relationships",
         graph.relationships,

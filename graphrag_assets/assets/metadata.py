@@ -46,6 +46,13 @@ def markdown_table(df: pl.DataFrame, columns: list[str], rows: int = 10) -> dg.M
     return dg.MetadataValue.md(markdown(shortened) if len(preview) else "_(no rows)_")
 
 
+def top_rows(df: pl.DataFrame, by: list[str], rows: int = 10) -> pl.DataFrame:
+    """The rows with the largest values of `by`, ties in the table's order. Not the table sorted: that copied the
+    1.3M relationships of 200 MB of text, descriptions and all, for the ten rows a preview shows."""
+    first = df.select(pl.arg_sort_by(by, descending=[True] * len(by), maintain_order=True).head(rows))
+    return df[first.to_series()]
+
+
 def png(image: bytes, caption: str) -> dg.MetadataValue:
     """An image shown inline in the asset's metadata."""
     return dg.MetadataValue.md(f"![{caption}](data:image/png;base64,{base64.b64encode(image).decode()})")

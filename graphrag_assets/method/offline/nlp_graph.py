@@ -17,9 +17,10 @@ from collections.abc import Callable, Iterable, Iterator
 from itertools import combinations
 
 import polars as pl
+import pyarrow as pa
+import pyarrow.compute as pc
 
 from ..graph.extraction import MERGED_ENTITY_SCHEMA, MERGED_RELATIONSHIP_SCHEMA
-from ..schema import column_frame
 from ..words import STOPWORDS, split_sentences
 
 _WORD = r"[A-Z][a-zA-Z'’\-]*[a-zA-Z]"
@@ -136,68 +137,130 @@ def _cooccurrence_graph(
     text_units: pl.DataFrame, mentions: _Mentions, titles: dict[int, str]
 ) -> tuple[pl.DataFrame, pl.DataFrame]:
     """Entities (the phrases `titles` names, described by their first sentences) and relationships (two phrases in
-    one sentence), merged across text units as they are met.
+    one sentence), merged across text units.
 
-    Merged as they go, in a few integers per phrase and pair rather than a record per mention: a record per mention
-    and pair of a real corpus's sentences took 5 GB for 50 MB of text. The sentences a row keeps are the first
-    MAX_DESCRIPTIONS, so the rest are never held."""
-    entities: dict[str, _Merged] = {}
-    pairs: dict[tuple[str, str], _Merged] = {}
-    for unit, (unit_id, text) in enumerate(zip(text_units["id"], text_units["text"], strict=True)):
-        sentences = None
+    Each mention is a few integers (phrase or pair, unit, sentence) in arrays, merged by polars once all are met: a
+    Python object and two lists per pair took 700 MiB for the 1.3M pairs of 200 MB of text, which Python's allocator
+    kept after they were let go (a record per mention took 5 GB for 50 MB). A sentence is kept once, as text, when
+    it mentions a phrase."""
+    number_of: dict[str, int] = {}  # title -> number, in order of first mention
+    sentences = _Sentences()
+    entity_mentions = _MentionArrays("title")
+    pair_mentions = _MentionArrays("source", "target")
+    for unit, text in enumerate(text_units["text"]):
+        split = None
         for number, codes in enumerate(mentions.sentences(unit)):
             present = sorted({titles[code] for code in codes if code in titles})
             if not present:
                 continue
-            sentences = sentences or split_sentences(text)
-            sentence = " ".join(sentences[number].split())
-            for title in present:
-                # Entity descriptions are the first sentences that mention it, as the extractive summary.
-                row = entities.get(title) or entities.setdefault(title, _Merged())
-                row.mentioned(unit_id, sentence if row.described < MAX_DESCRIPTIONS else "")
-                row.described += row.described < MAX_DESCRIPTIONS
-            for pair in combinations(present, 2):
-                (pairs.get(pair) or pairs.setdefault(pair, _Merged())).mentioned(unit_id, sentence)
-    entity_frame = column_frame(
-        {
-            "title": list(entities),
-            "type": ["NOUN PHRASE"] * len(entities),
-            "descriptions": [row.descriptions for row in entities.values()],
-            "text_unit_ids": [row.units for row in entities.values()],
-            "frequency": [len(row.units) for row in entities.values()],
-        },
-        MERGED_ENTITY_SCHEMA,
+            split = split or split_sentences(text)
+            sentence = sentences.add(" ".join(split[number].split()))
+            numbers = [number_of.setdefault(title, len(number_of)) for title in present]
+            for title in numbers:
+                entity_mentions.add(unit, sentence, title)
+            for pair in combinations(numbers, 2):
+                pair_mentions.add(unit, sentence, *pair)
+    names = pl.Series(list(number_of), dtype=pl.String)
+    del number_of
+    texts = _distinct_sentences(sentences.series())
+    del sentences
+    unit_ids = text_units["id"]
+    # An entity is described by the distinct sentences among its first MAX_DESCRIPTIONS mentions, a pair by its
+    # first MAX_DESCRIPTIONS distinct sentences.
+    entities = (
+        entity_mentions.frame(texts)
+        .group_by("title", maintain_order=True)
+        .agg(
+            pl.col("unit").unique(maintain_order=True).alias("units"),
+            pl.col("sentence").head(MAX_DESCRIPTIONS).drop_nulls().unique(maintain_order=True).alias("descriptions"),
+        )
     )
-    relationship_frame = column_frame(
+    entity_frame = pl.DataFrame(
         {
-            "source": [source for source, _ in pairs],
-            "target": [target for _, target in pairs],
-            "descriptions": [row.descriptions for row in pairs.values()],
-            "weight": [float(row.weight) for row in pairs.values()],
-            "text_unit_ids": [row.units for row in pairs.values()],
-        },
-        MERGED_RELATIONSHIP_SCHEMA,
+            "title": names.gather(entities["title"]),
+            "type": pl.repeat("NOUN PHRASE", len(entities), eager=True),
+            "descriptions": _named_lists(entities["descriptions"], texts["text"]),
+            "text_unit_ids": _named_lists(entities["units"], unit_ids),
+            "frequency": entities["units"].list.len(),
+        }
+    ).cast(MERGED_ENTITY_SCHEMA)
+    del entities, entity_mentions
+    pairs = (
+        pair_mentions.frame(texts)
+        .group_by("source", "target", maintain_order=True)
+        .agg(
+            pl.len().alias("weight"),
+            pl.col("unit").unique(maintain_order=True).alias("units"),
+            pl.col("sentence").drop_nulls().unique(maintain_order=True).head(MAX_DESCRIPTIONS).alias("descriptions"),
+        )
     )
+    relationship_frame = pl.DataFrame(
+        {
+            "source": names.gather(pairs["source"]),
+            "target": names.gather(pairs["target"]),
+            "descriptions": _named_lists(pairs["descriptions"], texts["text"]),
+            "weight": pairs["weight"],
+            "text_unit_ids": _named_lists(pairs["units"], unit_ids),
+        }
+    ).cast(MERGED_RELATIONSHIP_SCHEMA)
     return entity_frame, relationship_frame
 
 
-class _Merged:
-    """One entity's or pair's mentions so far: its first distinct sentences, its text units in order, its count."""
+class _Sentences:
+    """Sentences by number, moved into polars a batch at a time: as Python strings, the sentences of 200 MB of text
+    took 360 MiB until the end."""
 
-    __slots__ = ("descriptions", "units", "weight", "described")
+    BATCH = 50_000
 
     def __init__(self):
-        self.descriptions: list[str] = []
-        self.units: list[str] = []
-        self.weight = 0
-        self.described = 0  # sentences offered as its description, repeats included (an entity's first three)
+        self.batches: list[pl.Series] = []
+        self.batch: list[str] = []
+        self.count = 0
 
-    def mentioned(self, unit_id: str, sentence: str) -> None:
-        self.weight += 1
-        if not self.units or self.units[-1] != unit_id:  # the units come in order, each once
-            self.units.append(unit_id)
-        if sentence and len(self.descriptions) < MAX_DESCRIPTIONS and sentence not in self.descriptions:
-            self.descriptions.append(sentence)
+    def add(self, sentence: str) -> int:
+        self.batch.append(sentence)
+        if len(self.batch) == self.BATCH:
+            self.batches.append(pl.Series(self.batch, dtype=pl.String))
+            self.batch = []
+        self.count += 1
+        return self.count - 1
+
+    def series(self) -> pl.Series:
+        return pl.concat([*self.batches, pl.Series(self.batch, dtype=pl.String)])
+
+
+class _MentionArrays:
+    """Mentions as columns of integers: the unit, the sentence (its number among those kept) and what is mentioned."""
+
+    def __init__(self, *mentioned: str):
+        self.columns = {name: array("i") for name in ("unit", "sentence", *mentioned)}
+
+    def add(self, unit: int, sentence: int, *mentioned: int) -> None:
+        for column, value in zip(self.columns.values(), (unit, sentence, *mentioned), strict=True):
+            column.append(value)
+
+    def frame(self, texts: pl.DataFrame) -> pl.DataFrame:
+        """The mentions, each sentence as the number of its first copy (None for an empty one)."""
+        frame = pl.DataFrame({name: pl.Series(name, values, dtype=pl.Int32) for name, values in self.columns.items()})
+        self.columns.clear()
+        return frame.with_columns(sentence=texts["first"].gather(frame["sentence"]))
+
+
+def _distinct_sentences(sentences: pl.Series) -> pl.DataFrame:
+    """(text, first): each sentence and the number of the first sentence with the same text, so that a sentence
+    said twice is one description (None for an empty one, which describes nothing)."""
+    numbered = pl.DataFrame({"text": sentences}).with_row_index("first")
+    numbered = numbered.with_columns(pl.col("first").min().over("text").cast(pl.Int32))
+    return numbered.select("text", pl.when(pl.col("text") != "").then(pl.col("first")).alias("first"))
+
+
+def _named_lists(lists: pl.Series, values: pl.Series) -> pl.Series:
+    """Lists of positions as lists of the values at those positions: gathered, and strings shared with `values`
+    rather than copied (a lookup table of the 2.4M sentences of 200 MB of text took 540 MiB more)."""
+    positions = lists.rechunk().to_arrow()
+    offsets = pc.subtract(positions.offsets, positions.offsets[0])
+    named = values.gather(pl.Series(positions.flatten())).to_arrow(compat_level=pl.CompatLevel.newest())
+    return pl.Series(lists.name, pa.LargeListArray.from_arrays(offsets, named))
 
 
 # Nouns that name no concept: what a part-of-speech tagger calls a noun in "nothing", "the way", "a kind of".
