@@ -188,12 +188,6 @@ def typed_frame(columns: dict[str, str], rows: Iterable[dict] = ()) -> pl.DataFr
     return pl.from_arrow(pa.Table.from_pylist(rows, schema=empty.to_arrow().schema))
 
 
-def column_frame(columns: dict[str, list], schema: dict[str, pl.DataType]) -> pl.DataFrame:
-    """Python lists by column as a frame of these polars types, through pyarrow (see typed_frame)."""
-    arrow = pl.DataFrame(schema=schema).to_arrow().schema
-    return pl.from_arrow(pa.table(columns, schema=arrow))
-
-
 def records(df: pl.DataFrame) -> Iterator[tuple]:
     """A frame's rows as named tuples (row.title, row.entity_ids), for the code that walks a table row by row."""
     row = namedtuple("Row", df.columns, rename=True)
