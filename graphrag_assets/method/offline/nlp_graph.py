@@ -215,15 +215,15 @@ class _Sentences:
     def __init__(self):
         self.batches: list[pl.Series] = []
         self.batch: list[str] = []
-        self.count = 0
 
     def add(self, sentence: str) -> int:
+        """The sentence's number."""
         self.batch.append(sentence)
+        number = len(self.batches) * self.BATCH + len(self.batch) - 1
         if len(self.batch) == self.BATCH:
             self.batches.append(pl.Series(self.batch, dtype=pl.String))
             self.batch = []
-        self.count += 1
-        return self.count - 1
+        return number
 
     def series(self) -> pl.Series:
         return pl.concat([*self.batches, pl.Series(self.batch, dtype=pl.String)])
